@@ -1,0 +1,181 @@
+"""Backfills: plan the schedule's intervals in a range, then insert them into the timeline.
+
+`plan_backfill` is pure: given the timetable, the live runs already in the range and `reprocess`, it
+says for each logical date whether to create a run, replace one (the old run becomes `overridden`
+and is kept for audit), or leave it (it exists, it is still queued or running, or its interval has
+not ended yet). `create_backfill` writes a plan in one transaction with the DAG row locked, and is
+idempotent per request id. The scheduler loop then runs the backfill's runs like any other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.engine import Connection
+
+from dagline.dagstore import DagCache, require_dag
+from dagline.db.claims import lock_dag
+from dagline.db.engine import Database
+from dagline.db.models import backfill_t, dag_run_t, ti_t
+from dagline.db.transitions import change_runs, change_tis, record_events
+from dagline.deps import RunState, TIState
+from dagline.errors import InvalidInput, OperationFailed
+from dagline.timeline import NewRun, insert_runs, refresh_next_dagrun, timetable_for
+from dagline.timetable import DataInterval, Timetable
+
+REPROCESS = ("none", "failed", "completed")
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedRun:
+    logical_date: dt.datetime
+    data_interval: DataInterval
+    run_after: dt.datetime
+    action: str  # create | replace | keep_existing | keep_active | not_due
+    existing_run_id: int | None = None
+    existing_state: str | None = None
+
+
+@dataclasses.dataclass
+class BackfillPlan:
+    dag_id: str
+    entries: list[PlannedRun]
+
+    def count(self, action: str) -> int:
+        return sum(1 for e in self.entries if e.action == action)
+
+    @property
+    def to_run(self) -> list[PlannedRun]:
+        return [e for e in self.entries if e.action in ("create", "replace")]
+
+
+def plan_backfill(
+    timetable: Timetable, existing: dict[dt.datetime, tuple[int, str]], *, start: dt.datetime, end: dt.datetime,
+    reprocess: str, now: dt.datetime, dag_id: str = "",
+) -> BackfillPlan:
+    """Decide every interval whose logical date lies in [start, end]. `existing` maps logical dates
+    to (run id, state) of live runs."""
+    entries = []
+    for info in timetable.runs_between(start, end):
+        found = existing.get(info.logical_date)
+        common = dict(logical_date=info.logical_date, data_interval=info.data_interval, run_after=info.run_after)
+        if info.run_after > now:
+            entries.append(PlannedRun(**common, action="not_due"))
+        elif found is None:
+            entries.append(PlannedRun(**common, action="create"))
+        else:
+            run_id, state = found
+            if state in RunState.ACTIVE:
+                action = "keep_active"  # never replace a run that is queued or running
+            elif (state == RunState.FAILED and reprocess in ("failed", "completed")) or (
+                    state == RunState.SUCCESS and reprocess == "completed"):
+                action = "replace"
+            else:
+                action = "keep_existing"
+            entries.append(PlannedRun(**common, action=action, existing_run_id=run_id, existing_state=state))
+    return BackfillPlan(dag_id, entries)
+
+
+@dataclasses.dataclass
+class BackfillResult:
+    backfill_id: int | None
+    plan: BackfillPlan
+    created: bool  # False for a dry run or a request id seen before
+
+
+def create_backfill(
+    db: Database, dag_id: str, *, start: dt.datetime, end: dt.datetime, now: dt.datetime,
+    reprocess: str = "none", max_active_runs: int | None = None, run_backwards: bool = False,
+    dry_run: bool = False, request_id: str | None = None, who: str = "cli",
+) -> BackfillResult:
+    if reprocess not in REPROCESS:
+        raise InvalidInput(f"unknown reprocess mode {reprocess!r} (choose none, failed or completed)", field="--reprocess")
+    if start > end:
+        raise InvalidInput(f"the start {start.isoformat()} is after the end {end.isoformat()}", field="--start")
+    if max_active_runs is not None and max_active_runs < 1:
+        raise InvalidInput("must be at least 1", field="--max-active-runs")
+    cache = DagCache()
+    with db.begin() as conn:
+        if request_id is not None:
+            seen = conn.execute(select(backfill_t).where(backfill_t.c.request_id == request_id)).first()
+            if seen is not None:
+                return BackfillResult(seen.id, _plan_of_existing(conn, seen), created=False)
+        require_dag(conn, dag_id)
+        row = lock_dag(conn, dag_id)
+        if row.is_paused:
+            raise OperationFailed(f"DAG {dag_id!r} is paused: unpause it (`dagline dags unpause {dag_id}`) to backfill")
+        version_id, dag = cache.current(conn, dag_id)
+        if dag.spec.schedule is None:
+            raise InvalidInput(f"DAG {dag_id!r} has no schedule, so it has no intervals to backfill; "
+                               "trigger runs with `dagline dags trigger` instead", field="spec.schedule")
+        if run_backwards and any(t.depends_on_past for t in dag.tasks.values()):
+            raise InvalidInput(f"DAG {dag_id!r} has tasks with dependsOnPast: running backwards would make each "
+                               "run wait for the one after it", field="--run-backwards")
+        existing = {
+            r.logical_date: (r.id, r.state) for r in conn.execute(
+                select(dag_run_t.c.id, dag_run_t.c.logical_date, dag_run_t.c.state)
+                .where(dag_run_t.c.dag_id == dag_id, dag_run_t.c.state != RunState.OVERRIDDEN,
+                       dag_run_t.c.logical_date >= start, dag_run_t.c.logical_date <= end))
+        }
+        plan = plan_backfill(timetable_for(dag), existing, start=start, end=end, reprocess=reprocess, now=now,
+                             dag_id=dag_id)
+        if dry_run:
+            return BackfillResult(None, plan, created=False)
+        backfill_id = conn.execute(insert(backfill_t).values(
+            dag_id=dag_id, request_id=request_id, from_date=start, to_date=end, reprocess=reprocess,
+            max_active_runs=max_active_runs, run_backwards=run_backwards, state="running",
+            total=len(plan.to_run), skipped_existing=plan.count("keep_existing") + plan.count("keep_active"),
+            overridden=plan.count("replace"), created_at=now,
+        ).returning(backfill_t.c.id)).scalar_one()
+        new_runs = [NewRun(e.logical_date, e.data_interval, e.run_after, replaces=e.existing_run_id
+                           if e.action == "replace" else None) for e in plan.to_run]
+        insert_runs(conn, dag=dag, version_id=version_id, run_type="backfill", runs=new_runs, now=now, who=who,
+                    backfill_id=backfill_id)
+        if not new_runs:
+            conn.execute(update(backfill_t).where(backfill_t.c.id == backfill_id)
+                         .values(state="completed", completed_at=now))
+        record_events(conn, [{"at": now, "who": who, "entity": "backfill", "dag_id": dag_id,
+                              "detail": f"backfill {backfill_id}: {len(new_runs)} runs", "to_state": "running"}])
+        refresh_next_dagrun(conn, dag_id, dag)
+    return BackfillResult(backfill_id, plan, created=True)
+
+
+def _plan_of_existing(conn: Connection, backfill) -> BackfillPlan:
+    """The runs a backfill created, as a plan (for a repeated request)."""
+    rows = conn.execute(
+        select(dag_run_t.c.id, dag_run_t.c.logical_date, dag_run_t.c.data_interval_start,
+               dag_run_t.c.data_interval_end, dag_run_t.c.run_after, dag_run_t.c.state)
+        .where(dag_run_t.c.backfill_id == backfill.id).order_by(dag_run_t.c.logical_date)
+    ).all()
+    return BackfillPlan(backfill.dag_id, [
+        PlannedRun(r.logical_date, DataInterval(r.data_interval_start, r.data_interval_end), r.run_after,
+                   action="already_created", existing_run_id=r.id, existing_state=r.state)
+        for r in rows
+    ])
+
+
+def cancel_backfill(db: Database, backfill_id: int, *, now: dt.datetime, who: str = "cli") -> int:
+    """Cancel a backfill: its runs that have not started are failed (their task instances skipped, so
+    `dependsOnPast` of later runs is not blocked by them); running ones finish. Returns runs cancelled."""
+    with db.begin() as conn:
+        row = conn.execute(select(backfill_t).where(backfill_t.c.id == backfill_id)).first()
+        if row is None:
+            raise OperationFailed(f"unknown backfill {backfill_id} (see `dagline backfill list`)")
+        if row.state != "running":
+            return 0
+        lock_dag(conn, row.dag_id)
+        queued = list(conn.execute(select(dag_run_t.c.id).where(
+            dag_run_t.c.backfill_id == backfill_id, dag_run_t.c.state == RunState.QUEUED)).scalars())
+        detail = f"backfill {backfill_id} cancelled"
+        cancelled = change_runs(conn, queued, expected=RunState.QUEUED, to=RunState.FAILED, at=now, who=who,
+                                values={"end_date": now}, detail=detail)
+        ti_ids = list(conn.execute(select(ti_t.c.id).where(
+            ti_t.c.dag_run_id.in_([r.id for r in cancelled]), ti_t.c.state == TIState.NONE)).scalars())
+        change_tis(conn, ti_ids, expected=TIState.NONE, to=TIState.SKIPPED, at=now, who=who, detail=detail)
+        conn.execute(update(backfill_t).where(backfill_t.c.id == backfill_id)
+                     .values(state="cancelled", completed_at=now))
+        record_events(conn, [{"at": now, "who": who, "entity": "backfill", "dag_id": row.dag_id,
+                              "detail": detail, "from_state": "running", "to_state": "cancelled"}])
+    return len(cancelled)

@@ -1,0 +1,156 @@
+"""Stored DAGs: applying specs as versions, reading a version back as a `Dag`, pausing.
+
+A DAG's spec is stored once per version (`dag_version`), and never changed; the `dag` row points at
+the current one. Runs keep the version they were created with, so `DagCache` maps version ids to
+immutable `Dag` objects and never needs invalidation.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime as dt
+import os
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.engine import Connection
+
+from dagline.db.claims import lock_dag
+from dagline.db.engine import Database
+from dagline.db.models import dag_t, dag_version_t, pool_t
+from dagline.db.transitions import record_events
+from dagline.errors import OperationFailed
+from dagline.spec import Dag, LoadedDag
+
+
+class DagCache:
+    """Version id -> `Dag`, loaded on first use. Versions are immutable, so entries never go stale."""
+
+    def __init__(self, maxsize: int = 1024):
+        self._by_version: collections.OrderedDict[int, Dag] = collections.OrderedDict()
+        self.maxsize = maxsize
+
+    def get(self, conn: Connection, version_id: int) -> Dag:
+        dag = self._by_version.get(version_id)
+        if dag is not None:
+            self._by_version.move_to_end(version_id)
+            return dag
+        row = conn.execute(
+            select(dag_version_t.c.dag_id, dag_version_t.c.spec).where(dag_version_t.c.id == version_id)
+        ).one()
+        dag = Dag.from_spec_json(row.dag_id, row.spec)
+        self._by_version[version_id] = dag
+        if len(self._by_version) > self.maxsize:
+            self._by_version.popitem(last=False)
+        return dag
+
+    def current(self, conn: Connection, dag_id: str) -> tuple[int, Dag]:
+        version_id = conn.execute(select(dag_t.c.current_version_id).where(dag_t.c.dag_id == dag_id)).scalar_one()
+        return version_id, self.get(conn, version_id)
+
+
+@dataclasses.dataclass
+class ApplyResult:
+    dag_id: str
+    action: str  # created | updated | unchanged | reactivated
+    version: str
+    previous_version: str | None = None
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+
+def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: str = "cli") -> list[ApplyResult]:
+    """Upsert DAGs in one transaction: a new version only when the spec changed."""
+    from dagline.timeline import refresh_next_dagrun  # the timeline builds on this module
+
+    results = []
+    with db.begin() as conn:
+        pools = {row.name for row in conn.execute(select(pool_t.c.name))}
+        for item in loaded:
+            dag = item.dag
+            result = _apply_one(conn, dag, item.source_path, now=now, who=who)
+            missing = sorted({t.pool for t in dag.tasks.values()} - pools)
+            if missing:
+                result.warnings.append(
+                    f"pool(s) {', '.join(missing)} do not exist yet: their tasks wait until "
+                    f"`dagline pools set NAME SLOTS` creates them"
+                )
+            refresh_next_dagrun(conn, dag.dag_id, dag)
+            results.append(result)
+    return results
+
+
+def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime, who: str) -> ApplyResult:
+    row = lock_dag(conn, dag.dag_id)
+    version_row = conn.execute(
+        select(dag_version_t.c.id).where(dag_version_t.c.dag_id == dag.dag_id, dag_version_t.c.version == dag.version)
+    ).first()
+    if row is None:
+        conn.execute(insert(dag_t).values(
+            dag_id=dag.dag_id, is_paused=dag.spec.paused, is_active=True, schedule=dag.spec.schedule,
+            timezone=dag.timezone, source_path=source_path, created_at=now, updated_at=now,
+        ))
+        previous = None
+        action = "created"
+    else:
+        previous = conn.execute(
+            select(dag_version_t.c.version, dag_version_t.c.spec).where(dag_version_t.c.id == row.current_version_id)
+        ).first()
+        if previous is not None and previous.version == dag.version and row.is_active:
+            return ApplyResult(dag.dag_id, "unchanged", dag.version, previous.version)
+        action = "updated" if row.is_active else "reactivated"
+    if version_row is None:
+        version_id = conn.execute(insert(dag_version_t).values(
+            dag_id=dag.dag_id, version=dag.version, spec=dag.spec_json,
+            source_dir=os.path.dirname(os.path.abspath(source_path)), created_at=now,
+        ).returning(dag_version_t.c.id)).scalar_one()
+    else:
+        version_id = version_row.id
+    values = dict(current_version_id=version_id, is_active=True, schedule=dag.spec.schedule,
+                  timezone=dag.timezone, source_path=source_path, updated_at=now)
+    if previous is not None and previous.spec.get("paused") != dag.spec.paused:
+        values["is_paused"] = dag.spec.paused  # the spec's `paused` changed: it wins over the CLI's
+    conn.execute(update(dag_t).where(dag_t.c.dag_id == dag.dag_id).values(**values))
+    record_events(conn, [{
+        "at": now, "who": who, "entity": "dag", "dag_id": dag.dag_id,
+        "from_state": previous.version if previous else None, "to_state": dag.version, "detail": action,
+    }])
+    return ApplyResult(dag.dag_id, action, dag.version, previous.version if previous else None)
+
+
+def require_dag(conn: Connection, dag_id: str, *, active: bool = True):
+    """The DAG row, or a clear error naming the DAG."""
+    row = conn.execute(select(dag_t).where(dag_t.c.dag_id == dag_id)).first()
+    if row is None:
+        known = conn.execute(select(func.count()).select_from(dag_t)).scalar_one()
+        hint = " (no DAGs applied yet: `dagline dags apply PATH`)" if not known else " (see `dagline dags list`)"
+        raise OperationFailed(f"unknown DAG {dag_id!r}{hint}")
+    if active and not row.is_active:
+        raise OperationFailed(f"DAG {dag_id!r} was deleted (inactive); apply its spec again to restore it")
+    return row
+
+
+def set_paused(db: Database, dag_id: str, paused: bool, *, now: dt.datetime, who: str = "cli") -> bool:
+    """Pause or unpause; returns whether anything changed."""
+    from dagline.timeline import refresh_next_dagrun
+
+    cache = DagCache()
+    with db.begin() as conn:
+        row = require_dag(conn, dag_id)
+        if row.is_paused == paused:
+            return False
+        conn.execute(update(dag_t).where(dag_t.c.dag_id == dag_id).values(is_paused=paused, updated_at=now))
+        record_events(conn, [{"at": now, "who": who, "entity": "dag", "dag_id": dag_id,
+                              "from_state": "paused" if row.is_paused else "active",
+                              "to_state": "paused" if paused else "active"}])
+        _, dag = cache.current(conn, dag_id)
+        refresh_next_dagrun(conn, dag_id, dag)
+    return True
+
+
+def deactivate(db: Database, dag_id: str, *, now: dt.datetime, who: str = "cli") -> None:
+    """Mark a DAG deleted: no new runs; runs already started finish on their version."""
+    with db.begin() as conn:
+        require_dag(conn, dag_id, active=False)
+        conn.execute(update(dag_t).where(dag_t.c.dag_id == dag_id).values(
+            is_active=False, next_dagrun_create_after=None, updated_at=now))
+        record_events(conn, [{"at": now, "who": who, "entity": "dag", "dag_id": dag_id, "to_state": "inactive"}])

@@ -1,0 +1,191 @@
+"""Connections: URL normalisation, engine set-up per database, transactions and the schema check.
+
+SQLite: WAL journal, foreign keys on, a busy timeout, and `BEGIN IMMEDIATE` for every transaction:
+SQLite has no row locks, so writers are serialised by the database lock instead (and only one
+scheduler may run on it, see `scheduler.guard`). PostgreSQL: `postgresql://` URLs are read as
+psycopg2 (the driver dagline ships with), connections are checked before use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+
+from dagline.errors import InvalidInput, OperationFailed
+
+DEFAULT_URL = "sqlite:///dagline.db"
+
+
+def normalize_url(url: str) -> str:
+    """Accept the spellings users type and return the one SQLAlchemy should use."""
+    url = url.strip()
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg2://" + url[len(prefix):]
+    return url
+
+
+def default_url() -> str:
+    return os.environ.get("DAGLINE_DB_URL") or DEFAULT_URL
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+class Database:
+    """An engine plus the few facts the rest of dagline asks about it."""
+
+    def __init__(self, url: str, *, echo: bool = False):
+        self.url = normalize_url(url)
+        try:
+            parsed = make_url(self.url)
+        except ArgumentError:
+            raise InvalidInput(
+                f"{url!r} is not a database URL (examples: sqlite:///dagline.db, "
+                "postgresql://user@host:5432/dbname)", field="--db",
+            ) from None
+        self.dialect = parsed.get_backend_name()
+        if self.dialect not in ("sqlite", "postgresql"):
+            raise InvalidInput(f"unsupported database {self.dialect!r}: use sqlite or postgresql", field="--db")
+        self.engine = _make_engine(self.url, self.dialect, echo=echo)
+        self.sqlite_path = parsed.database if self.dialect == "sqlite" else None
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.dialect == "sqlite"
+
+    @property
+    def supports_row_locks(self) -> bool:
+        return self.dialect == "postgresql"
+
+    @contextlib.contextmanager
+    def begin(self) -> Iterator[Connection]:
+        """One transaction: commits on success, rolls back on any error."""
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except OperationalError as exc:
+            if _is_connection_error(exc):
+                raise OperationFailed(
+                    f"cannot reach the database at {redact(self.url)}: {_first_line(exc.orig)}"
+                ) from exc
+            raise
+
+    def check_reachable(self) -> None:
+        with self.begin() as conn:
+            conn.execute(text("SELECT 1"))
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _first_line(exc: BaseException | None) -> str:
+    return str(exc).strip().splitlines()[0] if exc and str(exc).strip() else type(exc).__name__
+
+
+def _is_connection_error(exc: OperationalError) -> bool:
+    message = str(exc.orig).lower()
+    return any(
+        needle in message
+        for needle in ("could not connect", "connection refused", "unable to open database", "could not translate host",
+                       "does not exist", "server closed the connection", "timeout expired", "no such host")
+    )
+
+
+def _make_engine(url: str, dialect: str, *, echo: bool) -> Engine:
+    if dialect == "sqlite":
+        engine = create_engine(url, echo=echo, connect_args={"timeout": 30, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn, _record):
+            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    return create_engine(url, echo=echo, pool_pre_ping=True, pool_size=5, max_overflow=5)
+
+
+# --- schema version -------------------------------------------------------------------------------
+
+def migrations_config(db: Database):
+    from alembic.config import Config
+
+    here = os.path.join(os.path.dirname(__file__), "migrations")
+    cfg = Config()
+    cfg.set_main_option("script_location", here)
+    cfg.attributes["database"] = db
+    return cfg
+
+
+def upgrade(db: Database) -> tuple[str | None, str]:
+    """Create or migrate the schema to the newest revision; idempotent. Returns (before, after)."""
+    from alembic import command
+
+    before = current_revision(db)
+    cfg = migrations_config(db)
+    with db.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+    return before, head_revision(db)
+
+
+def head_revision(db: Database) -> str:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(migrations_config(db)).get_current_head()
+
+
+def current_revision(db: Database) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    try:
+        with db.engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    except OperationalError as exc:
+        raise OperationFailed(f"cannot reach the database at {redact(db.url)}: {_first_line(exc.orig)}") from exc
+
+
+def require_current_schema(db: Database) -> None:
+    """Refuse to work on a database whose schema is missing or older than this dagline."""
+    current = current_revision(db)
+    head = head_revision(db)
+    if current == head:
+        return
+    if current is None:
+        with db.engine.connect() as conn:
+            has_tables = bool(inspect(conn).get_table_names())
+        what = "has tables but no dagline schema version" if has_tables else "has no dagline schema yet"
+    else:
+        what = f"has schema revision {current}, this dagline needs {head}"
+    raise OperationFailed(f"the database at {redact(db.url)} {what}: run `dagline db upgrade` first")
+
+
+def open_database(url: str | None = None, *, check_schema: bool = True) -> Database:
+    """Open and check a database for a command: reachable, and (by default) on the current schema."""
+    db = Database(url or default_url())
+    try:
+        db.check_reachable()
+    except SQLAlchemyError as exc:
+        raise OperationFailed(f"cannot reach the database at {redact(db.url)}: {_first_line(getattr(exc, 'orig', exc))}") from exc
+    if check_schema:
+        require_current_schema(db)
+    return db

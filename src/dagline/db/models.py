@@ -1,0 +1,275 @@
+"""The schema, as SQLAlchemy tables. Rows are plain data: decisions live in the scheduler modules.
+
+Invariants are also constraints, so a bug in Python cannot break them silently:
+- a task instance always belongs to a run (`task_instance.dag_run_id` is NOT NULL);
+- at most one run per `(dag_id, logical_date)` that is not `overridden` (a partial unique index);
+- one task instance per `(dag_run_id, task_id)`; one version row per `(dag_id, version)`.
+Every stored time is UTC (`UTCDateTime` returns aware datetimes on both databases).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+from dagline.times import UTC
+
+
+class UTCDateTime(TypeDecorator):
+    """Aware UTC datetimes on both databases (SQLite stores them naive, in UTC)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r} given to the database; dagline stores aware UTC times")
+        value = value.astimezone(UTC)
+        if dialect.name == "sqlite":
+            return value.replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value, dialect):
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# BigInteger ids on PostgreSQL, INTEGER (rowid alias, autoincrement) on SQLite.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+
+RUN_STATES = ("queued", "running", "success", "failed", "overridden")
+TI_STATES = (
+    "none", "scheduled", "queued", "running", "success", "failed",
+    "up_for_retry", "upstream_failed", "skipped", "removed",
+)
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Dag(Base):
+    """A pipeline as the scheduler sees it: its current version and where its schedule stands."""
+
+    __tablename__ = "dag"
+
+    dag_id: Mapped[str] = mapped_column(String(63), primary_key=True)
+    current_version_id: Mapped[int | None] = mapped_column(Id)  # -> dag_version.id (no FK: the two tables refer to each other)
+    is_paused: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    is_active: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
+    schedule: Mapped[str | None] = mapped_column(String(100))
+    timezone: Mapped[str] = mapped_column(String(64), nullable=False, default="UTC")
+    source_path: Mapped[str | None] = mapped_column(Text)
+    next_dagrun: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    next_dagrun_data_interval_start: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    next_dagrun_data_interval_end: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    next_dagrun_create_after: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+
+    __table_args__ = (Index(None, "is_active", "is_paused", "next_dagrun_create_after"),)
+
+
+class DagVersion(Base):
+    """One normalized spec of a DAG, kept forever: runs point at the version they were created with."""
+
+    __tablename__ = "dag_version"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    dag_id: Mapped[str] = mapped_column(String(63), ForeignKey("dag.dag_id"), nullable=False)
+    version: Mapped[str] = mapped_column(String(64), nullable=False)
+    spec: Mapped[dict] = mapped_column(JSON, nullable=False)
+    source_dir: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+
+    __table_args__ = (UniqueConstraint("dag_id", "version"),)
+
+
+class Pool(Base):
+    """A named number of slots; queued and running task instances hold `pool_slots` of theirs."""
+
+    __tablename__ = "pool"
+
+    name: Mapped[str] = mapped_column(String(256), primary_key=True)
+    slots: Mapped[int] = mapped_column(Integer, nullable=False)
+    description: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (CheckConstraint("slots >= 0", name="slots_not_negative"),)
+
+
+class Backfill(Base):
+    """A request to (re)process a range of logical dates; its runs carry `backfill_id`."""
+
+    __tablename__ = "backfill"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    dag_id: Mapped[str] = mapped_column(String(63), ForeignKey("dag.dag_id"), nullable=False)
+    request_id: Mapped[str | None] = mapped_column(String(256), unique=True)
+    from_date: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    to_date: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    reprocess: Mapped[str] = mapped_column(String(16), nullable=False, default="none")
+    max_active_runs: Mapped[int | None] = mapped_column(Integer)
+    run_backwards: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    is_paused: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    state: Mapped[str] = mapped_column(String(16), nullable=False, default="running")
+    total: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    skipped_existing: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    overridden: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    completed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        CheckConstraint(_in("reprocess", ("none", "failed", "completed")), name="reprocess_known"),
+        CheckConstraint(_in("state", ("running", "completed", "cancelled")), name="state_known"),
+    )
+
+
+class DagRun(Base):
+    """One instantiation of a DAG for a logical date, linked to the `previous` run on its timeline."""
+
+    __tablename__ = "dag_run"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    dag_id: Mapped[str] = mapped_column(String(63), ForeignKey("dag.dag_id"), nullable=False)
+    run_id: Mapped[str] = mapped_column(String(250), nullable=False)
+    logical_date: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    data_interval_start: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    data_interval_end: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    run_after: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    run_type: Mapped[str] = mapped_column(String(16), nullable=False)
+    state: Mapped[str] = mapped_column(String(16), nullable=False)
+    previous_run_id: Mapped[int | None] = mapped_column(Id, ForeignKey("dag_run.id"))
+    dag_version_id: Mapped[int] = mapped_column(Id, ForeignKey("dag_version.id"), nullable=False)
+    backfill_id: Mapped[int | None] = mapped_column(Id, ForeignKey("backfill.id"))
+    conf: Mapped[dict | None] = mapped_column(JSON)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    queued_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    start_date: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    end_date: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    last_scheduling_decision: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        UniqueConstraint("dag_id", "run_id"),
+        Index(
+            "uq_dag_run_live_logical_date", "dag_id", "logical_date", unique=True,
+            sqlite_where=text("state != 'overridden'"), postgresql_where=text("state != 'overridden'"),
+        ),
+        Index(None, "state", "dag_id"),
+        Index(None, "backfill_id"),
+        Index(None, "previous_run_id"),
+        CheckConstraint(_in("state", RUN_STATES), name="state_known"),
+        CheckConstraint(_in("run_type", ("scheduled", "manual", "backfill")), name="run_type_known"),
+    )
+
+
+class TaskInstance(Base):
+    """One task in one run; `try_number` counts the tries launched so far (0 = never launched)."""
+
+    __tablename__ = "task_instance"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    dag_run_id: Mapped[int] = mapped_column(Id, ForeignKey("dag_run.id"), nullable=False)
+    dag_id: Mapped[str] = mapped_column(String(63), nullable=False)
+    task_id: Mapped[str] = mapped_column(String(250), nullable=False)
+    state: Mapped[str] = mapped_column(String(20), nullable=False, default="none")
+    try_number: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    max_tries: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+    pool: Mapped[str] = mapped_column(String(256), nullable=False, default="default")
+    pool_slots: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+    priority_weight: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+    queued_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    start_date: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    end_date: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    next_retry_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    external_id: Mapped[str | None] = mapped_column(String(250))
+    queued_by_job_id: Mapped[int | None] = mapped_column(Id, ForeignKey("scheduler_job.id"))
+    hostname: Mapped[str | None] = mapped_column(String(250))
+    last_heartbeat: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        UniqueConstraint("dag_run_id", "task_id"),
+        Index(None, "state", "pool"),
+        Index(None, "dag_id", "state"),
+        CheckConstraint(_in("state", TI_STATES), name="state_known"),
+        CheckConstraint("pool_slots >= 1", name="pool_slots_positive"),
+    )
+
+
+class SchedulerJob(Base):
+    """A scheduler replica: registered at start, heartbeating while it runs."""
+
+    __tablename__ = "scheduler_job"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    hostname: Mapped[str] = mapped_column(String(250), nullable=False)
+    pid: Mapped[int] = mapped_column(Integer, nullable=False)
+    executor: Mapped[str] = mapped_column(String(32), nullable=False)
+    state: Mapped[str] = mapped_column(String(16), nullable=False)
+    started_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    latest_heartbeat: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    ended_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+
+class Event(Base):
+    """The append-only audit log: every state change, who made it and when."""
+
+    __tablename__ = "event"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    who: Mapped[str] = mapped_column(String(100), nullable=False)
+    entity: Mapped[str] = mapped_column(String(20), nullable=False)
+    dag_id: Mapped[str | None] = mapped_column(String(63))
+    dag_run_id: Mapped[int | None] = mapped_column(Id)
+    ti_id: Mapped[int | None] = mapped_column(Id)
+    task_id: Mapped[str | None] = mapped_column(String(250))
+    try_number: Mapped[int | None] = mapped_column(Integer)
+    from_state: Mapped[str | None] = mapped_column(String(20))
+    to_state: Mapped[str | None] = mapped_column(String(20))
+    detail: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index(None, "entity", "dag_run_id"),)
+
+
+dag_t = Dag.__table__
+dag_version_t = DagVersion.__table__
+pool_t = Pool.__table__
+backfill_t = Backfill.__table__
+dag_run_t = DagRun.__table__
+ti_t = TaskInstance.__table__
+scheduler_job_t = SchedulerJob.__table__
+event_t = Event.__table__

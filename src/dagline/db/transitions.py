@@ -1,0 +1,107 @@
+"""Every state change of a run or task instance: a compare-and-set plus its row in the `event` log.
+
+`UPDATE ... WHERE id IN (...) AND state = <expected> RETURNING ...` changes only the rows still in the
+expected state, so two replicas acting on the same row cannot both win, and replaying a report is a
+no-op. The rows actually changed are what gets an event; callers learn which ids they won.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import case, insert, literal, tuple_, update
+from sqlalchemy.engine import Connection
+
+from dagline.db.models import dag_run_t, event_t, ti_t
+
+
+def record_events(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Append events (one executemany); each row has at least at, who, entity."""
+    if rows:
+        conn.execute(insert(event_t), [dict(row) for row in rows])
+
+
+def change_tis(
+    conn: Connection,
+    ids: Iterable[int],
+    *,
+    expected: str,
+    to: str,
+    at: dt.datetime,
+    who: str,
+    values: Mapping[str, Any] | None = None,
+    detail: str | None = None,
+    tries: Mapping[int, int] | None = None,
+) -> list[Any]:
+    """Move task instances from `expected` to `to`; returns the changed rows (id, dag_id, dag_run_id,
+    task_id, try_number, pool, pool_slots). `values` may hold column values or SQL expressions.
+    With `tries` (ti id -> try number), a row changes only while it is still on that try: executor
+    reports are per try, and a report about an old try must not touch the next one."""
+    ids = list(ids)
+    if not ids:
+        return []
+    changed: list[Any] = []
+    for chunk in _chunks(ids, 500):
+        if tries is not None:
+            match = tuple_(ti_t.c.id, ti_t.c.try_number).in_([(i, tries[i]) for i in chunk])
+        else:
+            match = ti_t.c.id.in_(chunk)
+        stmt = (
+            update(ti_t)
+            .where(match, ti_t.c.state == expected)
+            .values(state=to, **dict(values or {}))
+            .returning(ti_t.c.id, ti_t.c.dag_id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.try_number,
+                       ti_t.c.pool, ti_t.c.pool_slots)
+        )
+        changed.extend(conn.execute(stmt).all())
+    record_events(conn, [
+        {"at": at, "who": who, "entity": "task_instance", "dag_id": r.dag_id, "dag_run_id": r.dag_run_id,
+         "ti_id": r.id, "task_id": r.task_id, "try_number": r.try_number, "from_state": expected,
+         "to_state": to, "detail": detail}
+        for r in changed
+    ])
+    return changed
+
+
+def change_runs(
+    conn: Connection,
+    ids: Iterable[int],
+    *,
+    expected: str,
+    to: str,
+    at: dt.datetime,
+    who: str,
+    values: Mapping[str, Any] | None = None,
+    detail: str | None = None,
+) -> list[Any]:
+    """Move runs from `expected` to `to`; returns the changed rows (id, dag_id, run_type, backfill_id)."""
+    ids = list(ids)
+    if not ids:
+        return []
+    changed: list[Any] = []
+    for chunk in _chunks(ids, 500):
+        stmt = (
+            update(dag_run_t)
+            .where(dag_run_t.c.id.in_(chunk), dag_run_t.c.state == expected)
+            .values(state=to, **dict(values or {}))
+            .returning(dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.run_type, dag_run_t.c.backfill_id)
+        )
+        changed.extend(conn.execute(stmt).all())
+    record_events(conn, [
+        {"at": at, "who": who, "entity": "dag_run", "dag_id": r.dag_id, "dag_run_id": r.id,
+         "from_state": expected, "to_state": to, "detail": detail}
+        for r in changed
+    ])
+    return changed
+
+
+def per_id(column_type, values: Mapping[int, Any], id_column=ti_t.c.id):
+    """A CASE expression giving each row (by id) its own value in one UPDATE."""
+    return case({key: literal(value, column_type) for key, value in values.items()}, value=id_column)
+
+
+def _chunks(items: list, size: int):
+    for start in range(0, len(items), size):
+        yield items[start:start + size]

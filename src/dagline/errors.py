@@ -1,0 +1,38 @@
+"""The errors dagline reports to people: each names its cause, and the CLI maps them to exit codes.
+
+`InvalidInput` (exit 2) is bad usage or an invalid spec and names the offending field;
+`OperationFailed` (exit 1) is a well-formed request that cannot be carried out.
+Neither is raised after anything was written: callers validate first, then write in one transaction.
+"""
+
+from __future__ import annotations
+
+
+class DaglineError(Exception):
+    """Base class of the errors meant for a person to read."""
+
+    exit_code = 1
+
+
+class OperationFailed(DaglineError):
+    """A valid request that cannot be done now (unknown id, unreachable database, locked SQLite...)."""
+
+    exit_code = 1
+
+
+class InvalidInput(DaglineError):
+    """Bad usage or invalid input; `field` names what was wrong (e.g. ``spec.tasks[1].upstream``)."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, field: str | None = None, source: str | None = None):
+        self.field = field
+        self.source = source
+        self.reason = message
+        parts = []
+        if source:
+            parts.append(source)
+        if field:
+            parts.append(field)
+        prefix = ": ".join(parts)
+        super().__init__(f"{prefix}: {message}" if prefix else message)

@@ -1,0 +1,107 @@
+"""The executor protocol: what turns a queued task instance try into a running job and reports back.
+
+The scheduler hands an executor `TaskLaunch`es (everything a job needs, already rendered) and reads
+`TaskReport`s from `sync()`. Reports are keyed by (ti_id, try_number), so the scheduler applies each
+with a compare-and-set and a late or replayed report is harmless. `launch` is idempotent: a job's
+name is derived from dag, run, task and try (`TaskKey.job_name`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import re
+from typing import Protocol, runtime_checkable
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskKey:
+    """Identifies one try of one task instance."""
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    try_number: int
+
+    @property
+    def job_name(self) -> str:
+        """A deterministic, DNS-1123-safe job name for this try (at most 63 characters)."""
+        raw = f"{self.dag_id}-{self.run_id}-{self.task_id}-{self.try_number}".lower()
+        name = re.sub(r"[^a-z0-9-]+", "-", raw).strip("-")
+        if len(name) > 63:
+            import hashlib
+
+            digest = hashlib.sha1(raw.encode()).hexdigest()[:8]
+            name = f"{name[:54].rstrip('-')}-{digest}"
+        return name
+
+
+@dataclasses.dataclass(frozen=True)
+class SparkJob:
+    """A rendered Spark job: templates already applied, paths resolved for the executor."""
+
+    main_application_file: str
+    arguments: tuple[str, ...] = ()
+    conf: tuple[tuple[str, str], ...] = ()
+    image: str | None = None
+    driver_cores: int | None = None
+    driver_memory: str | None = None
+    executor_instances: int | None = None
+    executor_cores: int | None = None
+    executor_memory: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskLaunch:
+    """Everything an executor needs to run one try."""
+
+    ti_id: int
+    key: TaskKey
+    job: SparkJob
+    working_dir: str | None = None  # where relative paths of the DAG file resolve (local executor)
+    timeout_s: float | None = None  # executionTimeout: the executor stops the job after this long
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskReport:
+    """A state change of a launched try: 'running', 'success' or 'failed'."""
+
+    ti_id: int
+    try_number: int
+    state: str
+    at: dt.datetime
+    external_id: str | None = None
+    message: str | None = None
+    started_at: dt.datetime | None = None
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """The small protocol every executor implements."""
+
+    name: str
+    parallelism: int
+
+    def start(self) -> None:
+        """Prepare to launch (threads, clients)."""
+
+    def launch(self, launches: list[TaskLaunch]) -> None:
+        """Start these tries; idempotent per `TaskKey`."""
+
+    def sync(self) -> list[TaskReport]:
+        """State reports since the last call."""
+
+    def cancel(self, key: TaskKey) -> None:
+        """Stop a try if it is still running."""
+
+    def adopt(self, launches: list[TaskLaunch]) -> list[TaskLaunch]:
+        """Take over tries launched by a dead replica; return those that cannot be adopted."""
+
+    def free_slots(self) -> int:
+        """How many more tries may be launched now (parallelism minus running jobs)."""
+
+    def has_work(self) -> bool:
+        """True while launched jobs have not all reported a final state."""
+
+    def end(self) -> None:
+        """Stop: wait for or stop running jobs as the executor's contract says."""

@@ -1,0 +1,411 @@
+"""The local executor: runs each try as a `spark-submit --master local[*]` subprocess on this host.
+
+Flow: the scheduler calls `launch` with rendered `TaskLaunch`es (never more than `free_slots()`);
+each try starts at once as
+
+    python -m dagline.executors.wrapper --exit-file <log>.exit --pid-file <log>.pid --timeout <s> \\
+        -- <spark_home>/bin/spark-submit --master local[*] --name <job name> --conf ... <app file> <args...>
+
+with its working directory set to the DAG file's folder and stdout + stderr appended to the try's log
+file `log_path(log_folder, key)` (a file, never a pipe: a job printing megabytes cannot block). The
+wrapper (see `dagline.executors.wrapper`) owns the job's process group, enforces executionTimeout and
+writes the outcome to `<log>.exit`; `sync` polls the wrappers and turns exit files into reports:
+one 'running' per try, then 'success' or 'failed' with a short reason and the job's last
+meaningful log line.
+
+Because the outcome lives in files next to the log, not in this process, a try survives the replica
+that launched it: `adopt` (and a repeated `launch`) picks up a finished try from its exit file, or a
+still running one from its pid file, instead of starting a second `spark-submit`.
+
+`spark-submit` comes from the installed `pyspark` package, not from PATH, so the job runs with the
+same Spark and the same Python as the scheduler. In local mode the driver runs the executors, so the
+spec's `executor` sizes are ignored; driver memory/cores and `conf` are passed on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from dagline.clock import SystemClock
+from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
+
+_UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9._=+:@-]+")
+_SPARK_LOG_LINE = re.compile(r"^\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} (INFO|DEBUG|TRACE) ")
+_JAVA_STACK_LINE = re.compile(r"^\s+at \S|^\s*\.\.\. \d+ more$")
+_TAIL_BYTES = 64 * 1024
+_MESSAGE_LINE_MAX = 300
+_END_WAIT_S = 15.0  # how long `end` waits for wrappers to stop their jobs before SIGKILL
+
+
+def _path_part(text: str) -> str:
+    """One safe path component: no separators, no '..', never empty."""
+    part = _UNSAFE_PATH_CHARS.sub("_", str(text))
+    if part.strip(".") == "":
+        part = "_" + part
+    return part
+
+
+def log_path(log_folder: str | os.PathLike, key: TaskKey) -> Path:
+    """The log file of one try: `<log_folder>/<dag_id>/<run_id>/<task_id>/try-<n>.log`.
+
+    Its outcome is kept next to it in `try-<n>.log.exit` (and the wrapper's pids in `try-<n>.log.pid`).
+    """
+    return (
+        Path(log_folder)
+        / _path_part(key.dag_id)
+        / _path_part(key.run_id)
+        / _path_part(key.task_id)
+        / f"try-{int(key.try_number)}.log"
+    )
+
+
+def exit_file_path(log_file: Path) -> Path:
+    return log_file.with_name(log_file.name + ".exit")
+
+
+def pid_file_path(log_file: Path) -> Path:
+    return log_file.with_name(log_file.name + ".pid")
+
+
+def find_spark_submit() -> str:
+    """`<spark_home>/bin/spark-submit` of the installed pyspark package."""
+    try:
+        from pyspark.find_spark_home import _find_spark_home
+
+        spark_home = _find_spark_home()
+    except Exception:  # noqa: BLE001 - fall back to the package folder
+        import pyspark
+
+        spark_home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+    return os.path.join(spark_home, "bin", "spark-submit")
+
+
+def spark_submit_command(launch: TaskLaunch, spark_submit: str) -> list[str]:
+    """The `spark-submit` command line of one try (local mode, loopback networking, no UI)."""
+    job = launch.job
+    cmd = [
+        spark_submit,
+        "--master", "local[*]",
+        "--name", launch.key.job_name,
+        "--conf", "spark.driver.host=127.0.0.1",
+        "--conf", "spark.driver.bindAddress=127.0.0.1",
+        "--conf", "spark.ui.enabled=false",
+    ]  # fmt: skip
+    if job.driver_memory:
+        cmd += ["--driver-memory", str(job.driver_memory)]
+    if job.driver_cores:
+        cmd += ["--driver-cores", str(job.driver_cores)]
+    for key, value in job.conf:
+        cmd += ["--conf", f"{key}={value}"]
+    cmd.append(job.main_application_file)
+    cmd.extend(str(a) for a in job.arguments)
+    return cmd
+
+
+def read_outcome(exit_file: Path) -> dict | None:
+    """The wrapper's outcome JSON, or None while there is none (or it is unreadable)."""
+    try:
+        data = json.loads(exit_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "exit_code" in data else None
+
+
+def last_log_line(log_file: Path) -> str | None:
+    """The last line of the log worth showing: not blank, not Spark INFO chatter, not a Java stack frame."""
+    try:
+        with open(log_file, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - _TAIL_BYTES))
+            tail = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        if (
+            not line.strip()
+            or line.startswith("[dagline]")
+            or _SPARK_LOG_LINE.match(line)
+            or _JAVA_STACK_LINE.match(line)
+        ):
+            continue
+        line = line.strip()
+        return line if len(line) <= _MESSAGE_LINE_MAX else line[: _MESSAGE_LINE_MAX - 3] + "..."
+    return None
+
+
+def _parse_time(text) -> dt.datetime | None:
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+
+
+def _wrapper_alive(wrapper_pid: int, exit_file: Path) -> bool:
+    """True if `wrapper_pid` is alive and is the wrapper of this try (guards against pid reuse)."""
+    try:
+        with open(f"/proc/{wrapper_pid}/cmdline", "rb") as f:
+            cmdline = f.read().split(b"\0")
+    except OSError:
+        return False
+    return str(exit_file).encode() in cmdline
+
+
+@dataclasses.dataclass
+class _Try:
+    launch: TaskLaunch
+    log_file: Path
+    started_at: dt.datetime | None
+    process: subprocess.Popen | None = None  # the wrapper, when this instance started it
+    wrapper_pid: int | None = None
+    outcome: dict | None = None  # known final outcome (adopted from an exit file, or a start failure)
+    start_error: str | None = None
+    adopted: bool = False
+    cancelled: bool = False
+    reported_running: bool = False
+
+    @property
+    def exit_file(self) -> Path:
+        return exit_file_path(self.log_file)
+
+
+class LocalExecutor:
+    """Runs tries as local `spark-submit` subprocesses, at most `parallelism` at a time."""
+
+    name = "local"
+
+    def __init__(self, parallelism: int, log_folder: str, clock=None):
+        if parallelism < 1:
+            raise ValueError("parallelism must be at least 1")
+        self.parallelism = parallelism
+        self.log_folder = Path(log_folder)
+        self.clock = clock or SystemClock()
+        self._tries: dict[TaskKey, _Try] = {}
+        self._spark_submit: str | None = None
+
+    # -- protocol -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.log_folder.mkdir(parents=True, exist_ok=True)
+
+    def launch(self, launches: list[TaskLaunch]) -> None:
+        for launch in launches:
+            if launch.key in self._tries:
+                continue  # already running here: one process per try
+            if self._adopt_one(launch):
+                continue  # finished or still running under another instance's wrapper
+            self._start(launch)
+
+    def sync(self) -> list[TaskReport]:
+        reports: list[TaskReport] = []
+        for key, t in list(self._tries.items()):
+            outcome = self._poll(t)
+            if t.start_error is not None:
+                reports.append(self._report(t, "failed", self.clock.now(), message=t.start_error))
+                del self._tries[key]
+                continue
+            if not t.reported_running:
+                t.reported_running = True
+                reports.append(self._report(t, "running", t.started_at))
+            if outcome is not None:
+                reports.append(self._final_report(t, outcome))
+                del self._tries[key]
+        return reports
+
+    def cancel(self, key: TaskKey) -> None:
+        t = self._tries.get(key)
+        if t is None or t.outcome is not None:
+            return
+        if not self._alive(t):
+            return  # finished on its own; the next sync reports how
+        t.cancelled = True
+        try:
+            # the wrapper stops the job's whole process tree and still records the outcome
+            os.kill(t.process.pid if t.process is not None else t.wrapper_pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    def adopt(self, launches: list[TaskLaunch]) -> list[TaskLaunch]:
+        return [launch for launch in launches if launch.key not in self._tries and not self._adopt_one(launch)]
+
+    def free_slots(self) -> int:
+        busy = sum(1 for t in self._tries.values() if t.outcome is None and t.start_error is None)
+        return max(0, self.parallelism - busy)
+
+    def has_work(self) -> bool:
+        return bool(self._tries)
+
+    def end(self) -> None:
+        """Stop every running try: SIGTERM to each wrapper, then SIGKILL what is left after a while."""
+        running = [t for t in self._tries.values() if t.outcome is None and t.start_error is None]
+        for t in running:
+            self.cancel(t.launch.key)
+        deadline = time.monotonic() + _END_WAIT_S
+        for t in running:
+            while self._alive(t) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if self._alive(t):
+                self._kill_hard(t)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _start(self, launch: TaskLaunch) -> None:
+        log_file = log_path(self.log_folder, launch.key)
+        t = _Try(launch=launch, log_file=log_file, started_at=self.clock.now())
+        self._tries[launch.key] = t
+        try:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
+            if self._spark_submit is None:
+                self._spark_submit = find_spark_submit()
+            cmd = [sys.executable, "-m", "dagline.executors.wrapper", "--exit-file", str(t.exit_file),
+                   "--pid-file", str(pid_file_path(log_file))]  # fmt: skip
+            if launch.timeout_s:
+                cmd += ["--timeout", f"{launch.timeout_s:g}"]
+            cmd += ["--", *spark_submit_command(launch, self._spark_submit)]
+            env = dict(os.environ)
+            env.update(
+                SPARK_LOCAL_IP="127.0.0.1",
+                PYSPARK_PYTHON=sys.executable,
+                PYSPARK_DRIVER_PYTHON=sys.executable,
+            )
+            key = launch.key
+            header = (
+                f"[dagline] {t.started_at.isoformat()} try {key.try_number} of {key.dag_id}/{key.run_id}/"
+                f"{key.task_id} in {launch.working_dir or os.getcwd()}: "
+                f"{subprocess.list2cmdline(cmd[cmd.index('--') + 1 :])}\n"
+            )
+            with open(log_file, "ab") as log:
+                log.write(header.encode())
+                log.flush()
+                t.process = subprocess.Popen(
+                    cmd,
+                    cwd=launch.working_dir or None,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # a Ctrl-C at the scheduler's terminal does not hit the jobs
+                )
+            t.wrapper_pid = t.process.pid
+        except OSError as exc:
+            t.start_error = f"could not start the job: {exc}"
+
+    def _adopt_one(self, launch: TaskLaunch) -> bool:
+        """Track a try started by an earlier executor instance, if its files say it exists."""
+        log_file = log_path(self.log_folder, launch.key)
+        exit_file = exit_file_path(log_file)
+        outcome = read_outcome(exit_file)
+        if outcome is not None:
+            started = _parse_time(outcome.get("started_at"))
+            self._tries[launch.key] = _Try(launch, log_file, started, outcome=outcome, adopted=True)
+            return True
+        try:
+            pids = json.loads(pid_file_path(log_file).read_text(encoding="utf-8"))
+            wrapper_pid = int(pids["wrapper_pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        if not _wrapper_alive(wrapper_pid, exit_file):
+            # the wrapper may have finished between our two reads
+            outcome = read_outcome(exit_file)
+            if outcome is None:
+                return False
+            started = _parse_time(outcome.get("started_at"))
+            self._tries[launch.key] = _Try(launch, log_file, started, outcome=outcome, adopted=True)
+            return True
+        started = _parse_time(pids.get("started_at"))
+        self._tries[launch.key] = _Try(launch, log_file, started, wrapper_pid=wrapper_pid, adopted=True)
+        return True
+
+    def _poll(self, t: _Try) -> dict | None:
+        """The try's outcome if it has finished, else None."""
+        if t.outcome is not None or t.start_error is not None:
+            return t.outcome
+        if t.process is not None:
+            returncode = t.process.poll()
+            if returncode is None:
+                return None
+            t.outcome = read_outcome(t.exit_file) or {
+                "exit_code": returncode,
+                "lost": f"the task wrapper exited with code {returncode} without recording an outcome",
+            }
+            return t.outcome
+        outcome = read_outcome(t.exit_file)
+        if outcome is None and not _wrapper_alive(t.wrapper_pid, t.exit_file):
+            outcome = read_outcome(t.exit_file) or {
+                "exit_code": -1,
+                "lost": f"the task wrapper (pid {t.wrapper_pid}) died without recording an outcome",
+            }
+        t.outcome = outcome
+        return outcome
+
+    def _alive(self, t: _Try) -> bool:
+        if t.process is not None:
+            return t.process.poll() is None
+        return t.wrapper_pid is not None and _wrapper_alive(t.wrapper_pid, t.exit_file)
+
+    def _kill_hard(self, t: _Try) -> None:
+        pids = [t.process.pid if t.process is not None else t.wrapper_pid]
+        try:
+            pids.append(int(json.loads(pid_file_path(t.log_file).read_text(encoding="utf-8"))["pid"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        for pgid in pids:
+            if pgid:
+                try:
+                    os.killpg(pgid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        if t.process is not None:
+            t.process.wait()
+
+    def _report(self, t: _Try, state: str, at: dt.datetime | None, message: str | None = None) -> TaskReport:
+        pid = t.process.pid if t.process is not None else t.wrapper_pid
+        if pid is None and t.outcome is not None:
+            pid = t.outcome.get("pid")
+        return TaskReport(
+            ti_id=t.launch.ti_id,
+            try_number=t.launch.key.try_number,
+            state=state,
+            at=at or self.clock.now(),
+            external_id=f"local:{pid}" if pid else None,
+            message=message,
+            started_at=t.started_at,
+        )
+
+    def _final_report(self, t: _Try, outcome: dict) -> TaskReport:
+        at = _parse_time(outcome.get("finished_at")) if t.adopted else None
+        if outcome.get("exit_code") == 0 and not outcome.get("timed_out") and "lost" not in outcome:
+            return self._report(t, "success", at or self.clock.now())
+        return self._report(t, "failed", at or self.clock.now(), message=self._failure_message(t, outcome))
+
+    def _failure_message(self, t: _Try, outcome: dict) -> str:
+        code = outcome.get("exit_code")
+        if "lost" in outcome:
+            reason = outcome["lost"]
+        elif outcome.get("timed_out"):
+            timeout = t.launch.timeout_s
+            reason = f"timed out after {timeout:g}s (executionTimeout)" if timeout else "timed out (executionTimeout)"
+        elif t.cancelled:
+            reason = "cancelled"
+        elif outcome.get("signal"):
+            reason = f"stopped: the task wrapper received {outcome['signal']}"
+        elif isinstance(code, int) and code < 0:
+            try:
+                reason = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                reason = f"killed by signal {-code}"
+        elif code == 127 and not outcome.get("pid"):
+            reason = "the job could not be started (exit code 127)"
+        else:
+            reason = f"exit code {code}"
+        line = last_log_line(t.log_file)
+        return f"{reason}: {line}" if line else reason

@@ -1,0 +1,215 @@
+"""The task wrapper: runs one try's command on the host and records its outcome in a file.
+
+    python -m dagline.executors.wrapper --exit-file PATH [--pid-file PATH] [--timeout SECONDS] -- CMD...
+
+The local executor starts every try through this wrapper instead of running `spark-submit` itself.
+The wrapper starts CMD in a new session and process group (stdout and stderr are inherited: the
+executor points them at the try's log file), waits for it, enforces `--timeout` (executionTimeout)
+by stopping the whole job, and then writes the outcome atomically (a temporary file, then a rename)
+as JSON to the exit file:
+
+    {"exit_code": 1, "timed_out": false, "signal": null,
+     "started_at": "2026-01-02T01:00:00.123456+00:00", "finished_at": "...", "pid": 4242}
+
+Why a separate process: the outcome survives the scheduler replica that launched the try. If that
+replica dies, the wrapper keeps running, and another replica on the host can later read the exit
+file (or, while the wrapper still lives, find it through the pid file) and adopt the try instead of
+running it a second time.
+
+Stopping a job: `spark-submit` execs a JVM that starts a Python driver, and PySpark's worker daemon
+moves itself into its own process group. So the wrapper marks itself a child subreaper (Linux),
+sends SIGTERM to the job's process group and to every other descendant, waits `KILL_GRACE_S`, then
+sends SIGKILL. When the job's main process has exited, leftover descendants are killed too: a
+finished try leaves nothing behind. SIGTERM, SIGINT and SIGHUP sent to the wrapper are forwarded
+the same way (that is how a try is cancelled), and the signal is recorded in the outcome.
+
+`exit_code` is the main process's return code as `subprocess` reports it: negative when a signal
+ended it (-9 for SIGKILL), 127 when CMD could not be started. `pid` is CMD's process id, which is
+also its process group id. The wrapper uses only the standard library, so it starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+KILL_GRACE_S = 5.0  # between SIGTERM and SIGKILL when stopping a job
+POLL_S = 0.2
+
+_received_signal: int | None = None
+
+
+def _now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat()
+
+
+def _write_json_atomically(path: str, data: dict) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _set_child_subreaper() -> None:
+    """Make orphaned descendants (e.g. PySpark's daemon after the JVM dies) our children (Linux only)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except Exception:  # noqa: BLE001 - best effort; the process-group kill still works
+        pass
+
+
+def _descendants(root: int) -> set[int]:
+    """Process ids below `root`, read from /proc (empty where /proc is absent)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set()
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        # the command name (field 2) may contain spaces and parentheses: split after the last ')'
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) >= 2:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found: set[int] = set()
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _signal_job(pgid: int, sig: int) -> None:
+    """Send `sig` to the job's process group and to every other descendant of this wrapper."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pid in _descendants(os.getpid()):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _reap() -> None:
+    """Collect exited adopted orphans so they do not stay zombies (we are their subreaper)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _on_signal(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
+    global _received_signal
+    if _received_signal is None:
+        _received_signal = signum
+
+
+def _log(message: str) -> None:
+    print(f"[dagline] {message}", file=sys.stderr, flush=True)
+
+
+def run(cmd: list[str], exit_file: str, timeout_s: float | None, pid_file: str | None = None) -> int:
+    """Run `cmd` to the end (or the timeout), write the outcome to `exit_file`, return an exit status."""
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, _on_signal)
+    _set_child_subreaper()
+    started_at = _now_iso()
+    began = time.monotonic()
+    outcome = {"exit_code": 127, "timed_out": False, "signal": None, "started_at": started_at, "pid": 0}
+    try:
+        child = subprocess.Popen(cmd, start_new_session=True)
+    except OSError as exc:
+        _log(f"cannot start {cmd[0]!r}: {exc}")
+        _write_json_atomically(exit_file, {**outcome, "finished_at": _now_iso()})
+        return 127
+    outcome["pid"] = child.pid
+    if pid_file:
+        _write_json_atomically(pid_file, {"wrapper_pid": os.getpid(), "pid": child.pid, "started_at": started_at})
+
+    deadline = began + timeout_s if timeout_s else None
+    stop_reason: str | None = None
+    kill_at: float | None = None
+    while True:
+        try:
+            returncode = child.wait(timeout=POLL_S)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if stop_reason is None and deadline is not None and now >= deadline:
+            stop_reason = f"timed out after {timeout_s:g}s"
+            outcome["timed_out"] = True
+        if stop_reason is None and _received_signal is not None:
+            stop_reason = f"received {signal.Signals(_received_signal).name}"
+            outcome["signal"] = signal.Signals(_received_signal).name
+        if stop_reason is not None and kill_at is None:
+            _log(f"{stop_reason}: stopping the job (SIGTERM, then SIGKILL after {KILL_GRACE_S:g}s)")
+            _signal_job(child.pid, signal.SIGTERM)
+            kill_at = now + KILL_GRACE_S
+        elif kill_at is not None and now >= kill_at:
+            _log("the job did not stop in time: SIGKILL")
+            _signal_job(child.pid, signal.SIGKILL)
+            kill_at = float("inf")
+
+    # The main process is gone; nothing it started may outlive the try.
+    leftovers = _descendants(os.getpid())
+    try:
+        os.killpg(child.pid, 0)
+        group_alive = True
+    except (ProcessLookupError, PermissionError):
+        group_alive = False
+    if leftovers or group_alive:
+        _signal_job(child.pid, signal.SIGKILL)
+    _reap()
+
+    outcome["exit_code"] = returncode
+    outcome["finished_at"] = _now_iso()
+    _write_json_atomically(exit_file, outcome)
+    how = f"exit code {returncode}" if returncode >= 0 else f"killed by {signal.Signals(-returncode).name}"
+    _log(f"{how} after {time.monotonic() - began:.1f}s" + (f" ({stop_reason})" if stop_reason else ""))
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m dagline.executors.wrapper",
+        description="Run a task's command in its own process group and record its outcome as JSON.",
+    )
+    parser.add_argument("--exit-file", required=True, help="where the outcome JSON is written at the end")
+    parser.add_argument("--pid-file", help="where {wrapper_pid, pid, started_at} is written at the start")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds; 0 or absent: no timeout")
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    args = parser.parse_args(argv)
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        parser.error("no command given after --")
+    return run(cmd, args.exit_file, args.timeout or None, args.pid_file)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""Pools: named numbers of slots. `default` (128 slots) exists from the first migration."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import func, select, update, insert
+from sqlalchemy.engine import Connection
+
+from dagline.db.engine import Database
+from dagline.db.models import pool_t, ti_t
+from dagline.db.transitions import record_events
+from dagline.deps import TIState
+from dagline.errors import InvalidInput
+
+
+def set_pool(db: Database, name: str, slots: int, *, now: dt.datetime, description: str | None = None,
+             who: str = "cli") -> str:
+    """Create or resize a pool; returns 'created', 'updated' or 'unchanged'. Shrinking below the slots in
+    use takes effect as running tasks end: nothing running is stopped."""
+    if not name or len(name) > 256:
+        raise InvalidInput("a pool name must be 1 to 256 characters", field="NAME")
+    if slots < 0:
+        raise InvalidInput(f"must be 0 or more, got {slots}", field="SLOTS")
+    with db.begin() as conn:
+        row = conn.execute(select(pool_t).where(pool_t.c.name == name).with_for_update()).first()
+        if row is None:
+            conn.execute(insert(pool_t).values(name=name, slots=slots, description=description))
+            action = "created"
+        elif row.slots == slots and (description is None or description == row.description):
+            return "unchanged"
+        else:
+            values = {"slots": slots}
+            if description is not None:
+                values["description"] = description
+            conn.execute(update(pool_t).where(pool_t.c.name == name).values(**values))
+            action = "updated"
+        record_events(conn, [{"at": now, "who": who, "entity": "pool", "detail": f"pool {name}",
+                              "from_state": None if row is None else str(row.slots), "to_state": str(slots)}])
+    return action
+
+
+def list_pools(conn: Connection) -> list[dict]:
+    used = dict(conn.execute(
+        select(ti_t.c.pool, func.sum(ti_t.c.pool_slots)).where(ti_t.c.state.in_(TIState.ACTIVE))
+        .group_by(ti_t.c.pool)).all())
+    return [
+        {"name": r.name, "slots": r.slots, "used_slots": int(used.get(r.name) or 0), "description": r.description}
+        for r in conn.execute(select(pool_t).order_by(pool_t.c.name))
+    ]

@@ -1,0 +1,88 @@
+"""Read models for people and programs: the rows behind `dags list`, `runs list`, `tasks list`,
+`backfill list`, as dicts whose keys are the CLI's JSON contract (see shared/CLI.md)."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
+
+from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, ti_t
+from dagline.deps import RunState
+from dagline.times import isoformat
+
+
+def list_dags(conn: Connection) -> list[dict]:
+    latest = (
+        select(dag_run_t.c.dag_id, func.max(dag_run_t.c.logical_date).label("ld"))
+        .where(dag_run_t.c.state != RunState.OVERRIDDEN).group_by(dag_run_t.c.dag_id).subquery()
+    )
+    last_state = dict(conn.execute(
+        select(dag_run_t.c.dag_id, dag_run_t.c.state)
+        .join(latest, (latest.c.dag_id == dag_run_t.c.dag_id) & (latest.c.ld == dag_run_t.c.logical_date))
+        .where(dag_run_t.c.state != RunState.OVERRIDDEN)).all())
+    rows = conn.execute(
+        select(dag_t, dag_version_t.c.version)
+        .join(dag_version_t, dag_version_t.c.id == dag_t.c.current_version_id, isouter=True)
+        .where(dag_t.c.is_active.is_(True)).order_by(dag_t.c.dag_id)).all()
+    return [{
+        "dag_id": r.dag_id, "paused": r.is_paused, "schedule": r.schedule, "timezone": r.timezone,
+        "version": r.version,
+        "next_run_after": isoformat(r.next_dagrun_create_after or r.next_dagrun_data_interval_end),
+        "last_run_state": last_state.get(r.dag_id),
+    } for r in rows]
+
+
+RUN_FIELDS = ("id", "dag_id", "run_id", "logical_date", "data_interval_start", "data_interval_end", "run_type",
+              "state", "previous_run_id", "dag_version", "backfill_id", "start_date", "end_date")
+
+
+def run_dict(r) -> dict:
+    return {
+        "id": r.id, "dag_id": r.dag_id, "run_id": r.run_id, "logical_date": isoformat(r.logical_date),
+        "data_interval_start": isoformat(r.data_interval_start), "data_interval_end": isoformat(r.data_interval_end),
+        "run_type": r.run_type, "state": r.state, "previous_run_id": r.previous_run_id, "dag_version": r.version,
+        "backfill_id": r.backfill_id, "start_date": isoformat(r.start_date), "end_date": isoformat(r.end_date),
+    }
+
+
+def list_runs(conn: Connection, dag_id: str | None = None, state: str | None = None,
+              backfill_id: int | None = None, limit: int | None = None) -> list[dict]:
+    stmt = select(dag_run_t, dag_version_t.c.version).join(dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
+    if dag_id is not None:
+        stmt = stmt.where(dag_run_t.c.dag_id == dag_id)
+    if state is not None:
+        stmt = stmt.where(dag_run_t.c.state == state)
+    if backfill_id is not None:
+        stmt = stmt.where(dag_run_t.c.backfill_id == backfill_id)
+    stmt = stmt.order_by(dag_run_t.c.dag_id, dag_run_t.c.logical_date, dag_run_t.c.id)
+    return [run_dict(r) for r in conn.execute(stmt)][-limit if limit else None:]
+
+
+def list_tasks(conn: Connection, run_pk: int) -> list[dict]:
+    rows = conn.execute(select(ti_t).where(ti_t.c.dag_run_id == run_pk).order_by(ti_t.c.id)).all()
+    return [{
+        "task_id": r.task_id, "state": r.state, "try_number": r.try_number, "max_tries": r.max_tries,
+        "pool": r.pool, "start_date": isoformat(r.start_date), "end_date": isoformat(r.end_date),
+        "external_id": r.external_id,
+    } for r in rows]
+
+
+def backfill_dict(conn: Connection, b) -> dict:
+    counts = dict(conn.execute(
+        select(dag_run_t.c.state, func.count()).where(dag_run_t.c.backfill_id == b.id)
+        .group_by(dag_run_t.c.state)).all())
+    return {
+        "id": b.id, "dag_id": b.dag_id, "from_date": isoformat(b.from_date), "to_date": isoformat(b.to_date),
+        "reprocess": b.reprocess, "max_active_runs": b.max_active_runs, "run_backwards": b.run_backwards,
+        "state": b.state, "total": b.total, "queued": counts.get("queued", 0), "running": counts.get("running", 0),
+        "succeeded": counts.get("success", 0), "failed": counts.get("failed", 0),
+        "skipped_existing": b.skipped_existing, "overridden": b.overridden, "request_id": b.request_id,
+        "created_at": isoformat(b.created_at), "completed_at": isoformat(b.completed_at),
+    }
+
+
+def list_backfills(conn: Connection, dag_id: str | None = None) -> list[dict]:
+    stmt = select(backfill_t).order_by(backfill_t.c.id)
+    if dag_id is not None:
+        stmt = stmt.where(backfill_t.c.dag_id == dag_id)
+    return [backfill_dict(conn, b) for b in conn.execute(stmt)]

@@ -1,0 +1,106 @@
+"""Operations on runs that people ask for: trigger a manual run, clear task instances to run again."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.engine import Connection
+
+from dagline.dagstore import DagCache, require_dag
+from dagline.db.claims import lock_dag
+from dagline.db.engine import Database
+from dagline.db.models import dag_run_t, ti_t
+from dagline.db.transitions import change_runs, change_tis
+from dagline.deps import RunState, TIState
+from dagline.errors import InvalidInput, OperationFailed
+from dagline.timeline import NewRun, insert_runs, live_run_at, timetable_for
+
+
+def trigger_run(
+    db: Database, dag_id: str, *, now: dt.datetime, logical_date: dt.datetime | None = None,
+    conf: dict | None = None, who: str = "cli",
+):
+    """Create a manual run (queued; it starts once its logical date has come). Returns the run row."""
+    if conf is not None and not isinstance(conf, dict):
+        raise InvalidInput("must be a JSON object, e.g. '{\"out\": \"/tmp/x\"}'", field="--conf")
+    cache = DagCache()
+    with db.begin() as conn:
+        require_dag(conn, dag_id)
+        lock_dag(conn, dag_id)
+        version_id, dag = cache.current(conn, dag_id)
+        when = logical_date or now
+        existing = live_run_at(conn, dag_id, when)
+        if existing is not None:
+            raise OperationFailed(
+                f"DAG {dag_id!r} already has run {existing.run_id!r} ({existing.state}) at logical date "
+                f"{when.isoformat()}; clear it (`dagline tasks clear {existing.id}`) or backfill with --reprocess")
+        interval = timetable_for(dag).manual_interval(when)
+        [run_pk] = insert_runs(conn, dag=dag, version_id=version_id, run_type="manual",
+                               runs=[NewRun(when, interval, when, conf=conf)], now=now, who=who)
+        return conn.execute(select(dag_run_t).where(dag_run_t.c.id == run_pk)).one()
+
+
+def find_run(conn: Connection, run_ref: str):
+    """A run by numeric id or by run id string (`scheduled__2026-...`)."""
+    cond = dag_run_t.c.run_id == run_ref
+    if str(run_ref).isdigit():
+        cond = or_(dag_run_t.c.id == int(run_ref), cond)
+    rows = conn.execute(select(dag_run_t).where(cond).order_by(dag_run_t.c.id)).all()
+    if not rows:
+        raise OperationFailed(f"unknown run {run_ref!r} (see `dagline runs list`)")
+    if len(rows) > 1:
+        numeric = [r for r in rows if str(r.id) == str(run_ref)]
+        if numeric:
+            return numeric[0]
+        raise OperationFailed(f"run id {run_ref!r} exists in several DAGs ({', '.join(r.dag_id for r in rows)}): "
+                              "use the numeric id")
+    return rows[0]
+
+
+def clear_tasks(
+    db: Database, run_ref: str, task_ids: list[str] | None = None, *, downstream: bool = False,
+    failed_only: bool = False, now: dt.datetime, who: str = "cli",
+) -> tuple[list[str], list[str]]:
+    """Reset task instances so they run again on the run's own DAG version; the run returns to running.
+    Returns (cleared task ids, task ids left alone because they are queued or running)."""
+    cache = DagCache()
+    with db.begin() as conn:
+        run = find_run(conn, run_ref)
+        if run.state == RunState.OVERRIDDEN:
+            raise OperationFailed(f"run {run.run_id!r} was overridden by a backfill; clear the run that replaced it")
+        require_dag(conn, run.dag_id)
+        lock_dag(conn, run.dag_id)
+        dag = cache.get(conn, run.dag_version_id)
+        tis = {row.task_id: row for row in conn.execute(select(ti_t).where(ti_t.c.dag_run_id == run.id))}
+        wanted = list(task_ids or tis)
+        unknown = [t for t in wanted if t not in tis]
+        if unknown:
+            raise InvalidInput(f"run {run.run_id!r} has no task {', '.join(map(repr, unknown))} "
+                               f"(it has: {', '.join(tis)})", field="TASK_ID")
+        selected = set(wanted)
+        if downstream:
+            stack = list(wanted)
+            while stack:
+                for child in dag.downstream.get(stack.pop(), ()):
+                    if child not in selected and child in tis:
+                        selected.add(child)
+                        stack.append(child)
+        if failed_only:
+            selected = {t for t in selected if tis[t].state in (TIState.FAILED, TIState.UPSTREAM_FAILED)}
+        busy = sorted(t for t in selected if tis[t].state in TIState.ACTIVE)
+        cleared = []
+        for task_id in sorted(selected - set(busy)):
+            ti = tis[task_id]
+            if ti.state == TIState.NONE:
+                continue
+            retries = dag.tasks[task_id].retries if task_id in dag.tasks else ti.max_tries - 1
+            if change_tis(conn, [ti.id], expected=ti.state, to=TIState.NONE, at=now, who=who, detail="cleared",
+                          values={"max_tries": ti.try_number + retries + 1, "next_retry_at": None,
+                                  "start_date": None, "end_date": None}):
+                cleared.append(task_id)
+        if cleared and run.state in RunState.FINISHED:
+            change_runs(conn, [run.id], expected=run.state, to=RunState.RUNNING, at=now, who=who,
+                        values={"end_date": None}, detail="task instances cleared")
+        conn.execute(update(dag_run_t).where(dag_run_t.c.id == run.id).values(last_scheduling_decision=None))
+    return cleared, busy

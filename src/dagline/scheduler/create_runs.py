@@ -1,0 +1,43 @@
+"""Loop step 1: create scheduled runs for due DAGs and advance their `next_dagrun`."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy.engine import Connection
+
+from dagline.dagstore import DagCache
+from dagline.db.claims import lock_due_dags
+from dagline.timeline import (
+    NewRun,
+    active_scheduled_runs,
+    insert_runs,
+    latest_schedule_end,
+    live_run_at,
+    refresh_next_dagrun,
+    timetable_for,
+)
+
+
+def create_scheduled_runs(
+    conn: Connection, *, now: dt.datetime, dags: DagCache, who: str, limit: int, per_dag: int,
+    dag_ids: list[str] | None = None,
+) -> int:
+    """Create the due runs of up to `limit` claimed DAGs, each within its `maxActiveRuns`; returns how many."""
+    created = 0
+    for row in lock_due_dags(conn, now, limit, dag_ids):
+        version_id, dag = row.current_version_id, dags.get(conn, row.current_version_id)
+        table = timetable_for(dag)
+        room = min(per_dag, dag.spec.max_active_runs - active_scheduled_runs(conn, row.dag_id))
+        after = latest_schedule_end(conn, row.dag_id)
+        new_runs: list[NewRun] = []
+        info = table.next_run(after, catchup=dag.spec.catchup, now=now)
+        while info is not None and info.run_after <= now and len(new_runs) < room:
+            if live_run_at(conn, row.dag_id, info.logical_date) is None:  # a manual run may hold the date
+                new_runs.append(NewRun(info.logical_date, info.data_interval, info.run_after))
+            info = table.next_run(info.data_interval.end, catchup=dag.spec.catchup, now=now)
+        if new_runs:
+            insert_runs(conn, dag=dag, version_id=version_id, run_type="scheduled", runs=new_runs, now=now, who=who)
+            created += len(new_runs)
+        refresh_next_dagrun(conn, row.dag_id, dag)
+    return created

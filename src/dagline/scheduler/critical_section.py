@@ -1,0 +1,103 @@
+"""Loop step 4, the critical section: queue scheduled task instances within every limit.
+
+Holding the pool rows (`NOWAIT`: if another replica holds them it is doing this very step, so this
+replica queues nothing this round), it picks `scheduled` TIs by priority then logical date and
+admits each only if its pool has `poolSlots` free, its DAG is under `maxActiveTasks`, its task is
+under `maxActiveTisPerDag`, and the executor has a free slot. Admitted TIs become `queued` with
+their try number incremented; the loop launches them after this transaction commits.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime as dt
+import logging
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
+
+from dagline.dagstore import DagCache
+from dagline.db.claims import PoolsBusy, lock_pools_nowait, lock_schedulable_tis
+from dagline.db.models import ti_t
+from dagline.db.transitions import change_tis
+from dagline.deps import TIState
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class QueuedTI:
+    ti_id: int
+    dag_run_id: int
+    dag_id: str
+    task_id: str
+    try_number: int
+    dag_version_id: int
+
+
+_warned_pools: set[str] = set()
+
+
+def queue_task_instances(
+    conn: Connection, *, now: dt.datetime, dags: DagCache, who: str, job_id: int | None,
+    executor_slots: int, limit: int, backfill_id: int | None = None,
+) -> list[QueuedTI]:
+    if executor_slots <= 0:
+        return []
+    try:
+        pools = lock_pools_nowait(conn)
+    except PoolsBusy:
+        log.debug("another replica is in the critical section; queueing nothing this round")
+        return []
+    candidates = lock_schedulable_tis(conn, limit, backfill_id)
+    if not candidates:
+        return []
+    active = TIState.ACTIVE
+    pool_used = collections.Counter({
+        row[0]: row[1] or 0 for row in conn.execute(
+            select(ti_t.c.pool, func.sum(ti_t.c.pool_slots)).where(ti_t.c.state.in_(active)).group_by(ti_t.c.pool))
+    })
+    dag_ids = sorted({c.dag_id for c in candidates})
+    dag_active = collections.Counter({
+        row[0]: row[1] for row in conn.execute(
+            select(ti_t.c.dag_id, func.count()).where(ti_t.c.state.in_(active), ti_t.c.dag_id.in_(dag_ids))
+            .group_by(ti_t.c.dag_id))
+    })
+    task_active = collections.Counter({
+        (row[0], row[1]): row[2] for row in conn.execute(
+            select(ti_t.c.dag_id, ti_t.c.task_id, func.count())
+            .where(ti_t.c.state.in_(active), ti_t.c.dag_id.in_(dag_ids)).group_by(ti_t.c.dag_id, ti_t.c.task_id))
+    })
+    max_active_tasks = {dag_id: dags.current(conn, dag_id)[1].spec.max_active_tasks for dag_id in dag_ids}
+
+    admitted = []
+    for c in candidates:
+        if len(admitted) >= executor_slots:
+            break
+        slots = pools.get(c.pool)
+        if slots is None:
+            if c.pool not in _warned_pools:
+                _warned_pools.add(c.pool)
+                log.warning("pool %r does not exist: its tasks wait until `dagline pools set %s N`", c.pool, c.pool)
+            continue
+        if pool_used[c.pool] + c.pool_slots > slots:
+            continue
+        if dag_active[c.dag_id] >= max_active_tasks[c.dag_id]:
+            continue
+        task = dags.get(conn, c.dag_version_id).tasks[c.task_id]
+        if task.max_active_tis_per_dag is not None and task_active[(c.dag_id, c.task_id)] >= task.max_active_tis_per_dag:
+            continue
+        admitted.append(c)
+        pool_used[c.pool] += c.pool_slots
+        dag_active[c.dag_id] += 1
+        task_active[(c.dag_id, c.task_id)] += 1
+
+    if not admitted:
+        return []
+    version_of = {c.id: c.dag_version_id for c in admitted}
+    changed = change_tis(
+        conn, [c.id for c in admitted], expected=TIState.SCHEDULED, to=TIState.QUEUED, at=now, who=who,
+        values={"try_number": ti_t.c.try_number + 1, "queued_at": now, "queued_by_job_id": job_id},
+    )
+    return [QueuedTI(r.id, r.dag_run_id, r.dag_id, r.task_id, r.try_number, version_of[r.id]) for r in changed]

@@ -1,0 +1,126 @@
+"""Loop step 3 and the mini-scheduler: decide the task instances of locked running runs.
+
+For every run: walk its tasks in topological order; a TI in `none` is decided by its trigger rule
+(and `dependsOnPast`, which looks at the same task in the run's `previous`), a TI in `up_for_retry`
+becomes `scheduled` once its retry time has passed. Decisions propagate within the walk, so a
+failure marks the whole downstream `upstream_failed` in one pass. A run whose TIs are all finished
+gets its outcome. All changes are compare-and-sets with events.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime as dt
+from collections.abc import Sequence
+
+from sqlalchemy import select, update
+from sqlalchemy.engine import Connection
+
+from dagline.dagstore import DagCache
+from dagline.db.models import dag_run_t, dag_t, ti_t
+from dagline.db.transitions import change_runs, change_tis
+from dagline.deps import (
+    Decision,
+    RunState,
+    TIState,
+    UpstreamCounts,
+    depends_on_past_met,
+    evaluate_trigger_rule,
+    run_outcome,
+)
+from dagline.timeline import refresh_next_dagrun
+
+_DECISION_STATE = {
+    Decision.RUN: TIState.SCHEDULED,
+    Decision.SKIP: TIState.SKIPPED,
+    Decision.UPSTREAM_FAILED: TIState.UPSTREAM_FAILED,
+}
+
+
+@dataclasses.dataclass
+class ExamineResult:
+    tis_changed: int = 0
+    runs_finished: int = 0
+
+
+def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCache, who: str) -> ExamineResult:
+    """Decide the TIs of these (locked) running runs and finish the runs that are done."""
+    result = ExamineResult()
+    if not runs:
+        return result
+    run_ids = [run.id for run in runs]
+    tis_by_run: dict[int, dict[str, object]] = collections.defaultdict(dict)
+    for ti in conn.execute(
+        select(ti_t.c.id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state, ti_t.c.next_retry_at)
+        .where(ti_t.c.dag_run_id.in_(run_ids))
+    ):
+        tis_by_run[ti.dag_run_id][ti.task_id] = ti
+
+    dag_by_run = {run.id: dags.get(conn, run.dag_version_id) for run in runs}
+    previous_states = _previous_states(conn, runs, dag_by_run)
+
+    changes: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
+    outcomes: dict[str, list[int]] = collections.defaultdict(list)
+    for run in runs:
+        dag = dag_by_run[run.id]
+        tis = tis_by_run.get(run.id, {})
+        states = {task_id: ti.state for task_id, ti in tis.items()}
+        for task_id, task in dag.tasks.items():
+            ti = tis.get(task_id)
+            if ti is None:
+                continue
+            state = states[task_id]
+            if state == TIState.UP_FOR_RETRY:
+                if ti.next_retry_at is None or ti.next_retry_at <= now:
+                    changes[(state, TIState.SCHEDULED)].append(ti.id)
+                    states[task_id] = TIState.SCHEDULED
+                continue
+            if state != TIState.NONE:
+                continue
+            if task.depends_on_past and not depends_on_past_met(previous_states.get((run.previous_run_id, task_id))):
+                continue
+            counts = UpstreamCounts.from_states(states[u] for u in task.upstream if u in states)
+            decision = evaluate_trigger_rule(task.trigger_rule, counts)
+            if decision == Decision.WAIT:
+                continue
+            new_state = _DECISION_STATE[decision]
+            changes[(state, new_state)].append(ti.id)
+            states[task_id] = new_state
+        outcome = run_outcome(states, [t for t in dag.leaves if t in states]) if states else RunState.SUCCESS
+        if outcome is not None:
+            outcomes[outcome].append(run.id)
+
+    for (expected, to), ids in changes.items():
+        values = {"end_date": now, "start_date": now} if to in TIState.FINISHED else {}
+        if to == TIState.SCHEDULED:
+            values = {"next_retry_at": None}
+        result.tis_changed += len(change_tis(conn, ids, expected=expected, to=to, at=now, who=who, values=values))
+    finished = []
+    for outcome, ids in outcomes.items():
+        finished += change_runs(conn, ids, expected=RunState.RUNNING, to=outcome, at=now, who=who,
+                                values={"end_date": now})
+    result.runs_finished = len(finished)
+    conn.execute(update(dag_run_t).where(dag_run_t.c.id.in_(run_ids)).values(last_scheduling_decision=now))
+    _after_runs_finished(conn, finished, dags)
+    return result
+
+
+def _previous_states(conn: Connection, runs: Sequence, dag_by_run: dict) -> dict[tuple[int, str], str]:
+    """(previous run id, task id) -> state, for runs that have `dependsOnPast` tasks."""
+    wanted = {
+        run.previous_run_id for run in runs
+        if run.previous_run_id is not None and any(t.depends_on_past for t in dag_by_run[run.id].tasks.values())
+    }
+    if not wanted:
+        return {}
+    rows = conn.execute(select(ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state).where(ti_t.c.dag_run_id.in_(wanted)))
+    return {(row.dag_run_id, row.task_id): row.state for row in rows}
+
+
+def _after_runs_finished(conn: Connection, finished: Sequence, dags: DagCache) -> None:
+    """A finished scheduled or manual run frees a `maxActiveRuns` place: let the DAG create runs again."""
+    for dag_id in sorted({r.dag_id for r in finished if r.run_type != "backfill"}):
+        version_id = conn.execute(select(dag_t.c.current_version_id).where(dag_t.c.dag_id == dag_id)).scalar()
+        if version_id is not None:
+            refresh_next_dagrun(conn, dag_id, dags.get(conn, version_id))

@@ -1,0 +1,98 @@
+"""Loop step 5: apply the executor's reports to task instances (compare-and-set on state and try).
+
+A report names (ti id, try number). `running` moves a queued TI to running; `success` and `failed`
+finish it (through `running`, so the event log always shows the try ran). A failed try becomes
+`up_for_retry` with its `next_retry_at`, or `failed` when it was the last try. Reports about an old
+try, or a TI that someone else already moved on, change nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import socket
+from collections.abc import Sequence
+
+from sqlalchemy import select
+from sqlalchemy.engine import Connection
+
+from dagline.dagstore import DagCache
+from dagline.db.models import UTCDateTime, dag_run_t, ti_t
+from dagline.db.transitions import change_tis, per_id
+from dagline.deps import TIState, next_state_after_failure, retry_delay
+from dagline.executors.base import TaskReport
+
+HOSTNAME = socket.gethostname()
+
+
+def apply_reports(
+    conn: Connection, reports: Sequence[TaskReport], *, dags: DagCache, who: str
+) -> set[int]:
+    """Apply reports; returns the ids of runs in which a TI finished or failed (for the mini-scheduler)."""
+    if not reports:
+        return set()
+    rows = {
+        row.id: row for row in conn.execute(
+            select(ti_t.c.id, ti_t.c.try_number, ti_t.c.dag_run_id, ti_t.c.task_id, dag_run_t.c.dag_version_id)
+            .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
+            .where(ti_t.c.id.in_({r.ti_id for r in reports})))
+    }
+    current = [r for r in reports if r.ti_id in rows and rows[r.ti_id].try_number == r.try_number]
+    started = {r.ti_id: r for r in current if r.state == "running"}
+    finished = {r.ti_id: r for r in current if r.state in ("success", "failed")}
+    affected: set[int] = set()
+
+    # queued -> running, for every try that started (a final report implies it ran)
+    starting = {**{i: r for i, r in finished.items()}, **started}
+    if starting:
+        tries = {i: r.try_number for i, r in starting.items()}
+        change_tis(
+            conn, list(starting), expected=TIState.QUEUED, to=TIState.RUNNING, at=min(r.at for r in starting.values()),
+            who=who, tries=tries,
+            values={
+                "start_date": per_id(UTCDateTime(), {i: r.started_at or r.at for i, r in starting.items()}),
+                "external_id": per_id(ti_t.c.external_id.type, {i: r.external_id for i, r in starting.items()}),
+                "hostname": HOSTNAME,
+            },
+        )
+    succeeded = {i: r for i, r in finished.items() if r.state == "success"}
+    if succeeded:
+        done = change_tis(
+            conn, list(succeeded), expected=TIState.RUNNING, to=TIState.SUCCESS,
+            at=max(r.at for r in succeeded.values()), who=who, tries={i: r.try_number for i, r in succeeded.items()},
+            values={"end_date": per_id(UTCDateTime(), {i: r.at for i, r in succeeded.items()})},
+        )
+        affected.update(row.dag_run_id for row in done)
+    for ti_id, report in finished.items():
+        if report.state != "failed":
+            continue
+        row = rows[ti_id]
+        affected.update(_fail_try(conn, row, report, dags=dags, who=who))
+    return affected
+
+
+def _fail_try(conn: Connection, row, report: TaskReport, *, dags: DagCache, who: str) -> set[int]:
+    task = dags.get(conn, row.dag_version_id).tasks[row.task_id]
+    max_tries = conn.execute(select(ti_t.c.max_tries).where(ti_t.c.id == row.id)).scalar_one()
+    to = next_state_after_failure(report.try_number, max_tries)
+    values = {"end_date": report.at}
+    if to == TIState.UP_FOR_RETRY:
+        delay = retry_delay(report.try_number, task.retry_delay.as_timedelta(), task.retry_exponential_backoff)
+        values["next_retry_at"] = report.at + delay
+    detail = report.message or "failed"
+    if to == TIState.UP_FOR_RETRY:
+        detail += f"; retry {report.try_number + 1} of {max_tries} at {values['next_retry_at'].isoformat()}"
+    changed = change_tis(conn, [row.id], expected=TIState.RUNNING, to=to, at=report.at, who=who,
+                         tries={row.id: report.try_number}, values=values, detail=detail)
+    return {r.dag_run_id for r in changed}
+
+
+def fail_unlaunchable(conn: Connection, failures, *, at: dt.datetime, dags: DagCache, who: str) -> set[int]:
+    """Fail queued tries that could not be launched (e.g. a template that does not render): no retry
+    can help them, so they go straight to `failed`."""
+    affected: set[int] = set()
+    for queued, message in failures:
+        changed = change_tis(conn, [queued.ti_id], expected=TIState.QUEUED, to=TIState.FAILED, at=at, who=who,
+                             tries={queued.ti_id: queued.try_number}, values={"end_date": at, "start_date": at},
+                             detail=message)
+        affected.update(r.dag_run_id for r in changed)
+    return affected

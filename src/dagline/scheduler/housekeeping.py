@@ -1,0 +1,72 @@
+"""Loop step 6 (on intervals): replica heartbeat, execution timeouts, finishing backfills."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+
+from sqlalchemy import and_, exists, insert, select, update
+from sqlalchemy.engine import Connection
+
+from dagline.dagstore import DagCache
+from dagline.db.models import backfill_t, dag_run_t, scheduler_job_t, ti_t
+from dagline.db.transitions import change_tis, record_events
+from dagline.deps import RunState, TIState, next_state_after_failure
+from dagline.executors.base import TaskKey
+
+
+def register_job(conn: Connection, *, executor: str, now: dt.datetime) -> int:
+    """Register this replica in `scheduler_job`; returns its id."""
+    return conn.execute(insert(scheduler_job_t).values(
+        hostname=socket.gethostname(), pid=os.getpid(), executor=executor, state="running",
+        started_at=now, latest_heartbeat=now,
+    ).returning(scheduler_job_t.c.id)).scalar_one()
+
+
+def heartbeat(conn: Connection, job_id: int, now: dt.datetime) -> None:
+    conn.execute(update(scheduler_job_t).where(scheduler_job_t.c.id == job_id).values(latest_heartbeat=now))
+
+
+def end_job(conn: Connection, job_id: int, now: dt.datetime) -> None:
+    conn.execute(update(scheduler_job_t).where(scheduler_job_t.c.id == job_id).values(state="stopped", ended_at=now))
+
+
+def time_out_tasks(conn: Connection, *, now: dt.datetime, dags: DagCache, who: str) -> list[TaskKey]:
+    """Fail (or retry) running tries past their task's `executionTimeout`, whichever executor runs them;
+    returns their keys so the loop can ask the executor to stop the jobs."""
+    rows = conn.execute(
+        select(ti_t.c.id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.max_tries, ti_t.c.start_date,
+               dag_run_t.c.dag_version_id, dag_run_t.c.run_id, dag_run_t.c.dag_id)
+        .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
+        .where(ti_t.c.state == TIState.RUNNING, ti_t.c.start_date.is_not(None))
+    ).all()
+    keys = []
+    for row in rows:
+        timeout = dags.get(conn, row.dag_version_id).tasks[row.task_id].execution_timeout
+        if timeout is None or row.start_date + timeout.as_timedelta() > now:
+            continue
+        to = next_state_after_failure(row.try_number, row.max_tries)
+        values = {"end_date": now}
+        if to == TIState.UP_FOR_RETRY:
+            values["next_retry_at"] = now
+        changed = change_tis(conn, [row.id], expected=TIState.RUNNING, to=to, at=now, who=who,
+                             tries={row.id: row.try_number}, values=values,
+                             detail=f"timed out: running longer than its executionTimeout")
+        if changed:
+            keys.append(TaskKey(row.dag_id, row.run_id, row.task_id, row.try_number))
+    return keys
+
+
+def finish_backfills(conn: Connection, *, now: dt.datetime, who: str) -> int:
+    """Mark running backfills whose runs have all finished as completed."""
+    unfinished = exists().where(and_(dag_run_t.c.backfill_id == backfill_t.c.id,
+                                     dag_run_t.c.state.in_(RunState.ACTIVE)))
+    done = conn.execute(
+        update(backfill_t).where(backfill_t.c.state == "running", ~unfinished)
+        .values(state="completed", completed_at=now).returning(backfill_t.c.id, backfill_t.c.dag_id)
+    ).all()
+    record_events(conn, [{"at": now, "who": who, "entity": "backfill", "dag_id": r.dag_id,
+                          "detail": f"backfill {r.id}", "from_state": "running", "to_state": "completed"}
+                         for r in done])
+    return len(done)

@@ -1,0 +1,199 @@
+"""The timeline: inserting runs in logical-date order and keeping every run's `previous` link true.
+
+Scheduled, manual and backfill runs all live on one timeline per DAG. Inserting or replacing runs
+(always with the DAG row locked by the caller) creates their task instances and then relinks the
+live runs from the earliest inserted date on, so `previous` is always "the latest earlier run that is
+not overridden". `dependsOnPast` follows `previous`, so it holds across inserted backfills.
+
+`refresh_next_dagrun` recomputes where the schedule stands: after the latest scheduled or backfill
+run (fast-forwarding beyond backfills; gaps they left are not filled). Manual runs sit on the
+timeline but do not move the schedule (as in Airflow 2): a run triggered by hand mid-interval does
+not take the place of that interval's scheduled run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Sequence
+
+from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy.engine import Connection
+
+from dagline.db.models import dag_run_t, dag_t, ti_t
+from dagline.db.transitions import change_runs, record_events
+from dagline.deps import RunState, TIState
+from dagline.spec import Dag
+from dagline.timetable import DataInterval, Timetable, make_timetable
+from dagline.times import isoformat
+
+SCHEDULE_DRIVING_TYPES = ("scheduled", "backfill")
+
+_timetables: dict[str, Timetable] = {}
+
+
+def timetable_for(dag: Dag) -> Timetable:
+    """The (cached) timetable of a DAG version."""
+    key = f"{dag.dag_id}@{dag.version}"
+    table = _timetables.get(key)
+    if table is None:
+        table = make_timetable(dag.spec.schedule, dag.timezone, dag.start_date, dag.end_date)
+        _timetables[key] = table
+    return table
+
+
+@dataclasses.dataclass(frozen=True)
+class NewRun:
+    logical_date: dt.datetime
+    data_interval: DataInterval
+    run_after: dt.datetime
+    conf: dict | None = None
+    replaces: int | None = None  # id of the live run at this date that the new one overrides
+
+
+def make_run_id(run_type: str, logical_date: dt.datetime) -> str:
+    return f"{run_type}__{isoformat(logical_date)}"
+
+
+def insert_runs(
+    conn: Connection,
+    *,
+    dag: Dag,
+    version_id: int,
+    run_type: str,
+    runs: Sequence[NewRun],
+    now: dt.datetime,
+    who: str,
+    backfill_id: int | None = None,
+) -> list[int]:
+    """Create queued runs with their task instances and link them into the timeline.
+    The caller holds the DAG row lock (or is the one SQLite writer). Returns the new run ids in order."""
+    if not runs:
+        return []
+    replaced = [r.replaces for r in runs if r.replaces is not None]
+    if replaced:
+        done = change_runs(conn, replaced, expected="success", to=RunState.OVERRIDDEN, at=now, who=who,
+                           detail=f"replaced by a {run_type} run")
+        done += change_runs(conn, replaced, expected="failed", to=RunState.OVERRIDDEN, at=now, who=who,
+                            detail=f"replaced by a {run_type} run")
+        if len(done) != len(replaced):
+            raise RuntimeError("a run chosen for replacement changed state meanwhile; nothing was written")
+    run_ids = _unique_run_ids(conn, dag.dag_id, [make_run_id(run_type, r.logical_date) for r in runs])
+    rows = [
+        {
+            "dag_id": dag.dag_id, "run_id": run_id, "logical_date": r.logical_date,
+            "data_interval_start": r.data_interval.start, "data_interval_end": r.data_interval.end,
+            "run_after": r.run_after, "run_type": run_type, "state": RunState.QUEUED,
+            "dag_version_id": version_id, "backfill_id": backfill_id, "conf": r.conf,
+            "created_at": now, "queued_at": now,
+        }
+        for r, run_id in zip(runs, run_ids)
+    ]
+    ids = [row.id for row in conn.execute(
+        insert(dag_run_t).returning(dag_run_t.c.id, sort_by_parameter_order=True), rows)]
+    ti_rows = []
+    for run_pk, r in zip(ids, runs):
+        for task in dag.tasks.values():
+            if task.start_date is not None and task.start_date > r.logical_date:
+                continue  # the task did not exist yet at this logical date
+            ti_rows.append({
+                "dag_run_id": run_pk, "dag_id": dag.dag_id, "task_id": task.task_id, "state": TIState.NONE,
+                "try_number": 0, "max_tries": task.retries + 1, "pool": task.pool,
+                "pool_slots": task.pool_slots, "priority_weight": task.priority_weight,
+            })
+    if ti_rows:
+        conn.execute(insert(ti_t), ti_rows)
+    record_events(conn, [
+        {"at": now, "who": who, "entity": "dag_run", "dag_id": dag.dag_id, "dag_run_id": run_pk,
+         "from_state": None, "to_state": RunState.QUEUED,
+         "detail": f"{run_type} run created" + (f", overrides run {r.replaces}" if r.replaces else "")}
+        for run_pk, r in zip(ids, runs)
+    ])
+    relink(conn, dag.dag_id, min(r.logical_date for r in runs))
+    return ids
+
+
+def relink(conn: Connection, dag_id: str, from_date: dt.datetime) -> int:
+    """Set `previous` of every live run at or after `from_date` to the live run just before it.
+    Returns how many links changed."""
+    live = dag_run_t.c.state != RunState.OVERRIDDEN
+    previous = conn.execute(
+        select(dag_run_t.c.id).where(dag_run_t.c.dag_id == dag_id, live, dag_run_t.c.logical_date < from_date)
+        .order_by(dag_run_t.c.logical_date.desc(), dag_run_t.c.id.desc()).limit(1)
+    ).scalar()
+    rows = conn.execute(
+        select(dag_run_t.c.id, dag_run_t.c.previous_run_id)
+        .where(dag_run_t.c.dag_id == dag_id, live, dag_run_t.c.logical_date >= from_date)
+        .order_by(dag_run_t.c.logical_date, dag_run_t.c.id)
+    ).all()
+    changes = []
+    for row in rows:
+        if row.previous_run_id != previous:
+            changes.append({"b_id": row.id, "b_prev": previous})
+        previous = row.id
+    if changes:
+        conn.execute(
+            update(dag_run_t).where(dag_run_t.c.id == bindparam("b_id")).values(previous_run_id=bindparam("b_prev")),
+            changes,
+        )
+    return len(changes)
+
+
+def _unique_run_ids(conn: Connection, dag_id: str, wanted: list[str]) -> list[str]:
+    taken: set[str] = set()
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start:start + 500]
+        taken.update(conn.execute(
+            select(dag_run_t.c.run_id).where(dag_run_t.c.dag_id == dag_id, dag_run_t.c.run_id.in_(chunk))
+        ).scalars())
+    result = []
+    for run_id in wanted:
+        candidate, n = run_id, 1
+        while candidate in taken:
+            n += 1
+            candidate = f"{run_id}.{n}"
+        taken.add(candidate)
+        result.append(candidate)
+    return result
+
+
+def live_run_at(conn: Connection, dag_id: str, logical_date: dt.datetime):
+    return conn.execute(
+        select(dag_run_t).where(dag_run_t.c.dag_id == dag_id, dag_run_t.c.logical_date == logical_date,
+                                dag_run_t.c.state != RunState.OVERRIDDEN)
+    ).first()
+
+
+def latest_schedule_end(conn: Connection, dag_id: str) -> dt.datetime | None:
+    """End of the data interval of the latest scheduled or backfill run: the schedule continues after it."""
+    return conn.execute(
+        select(dag_run_t.c.data_interval_end)
+        .where(dag_run_t.c.dag_id == dag_id, dag_run_t.c.state != RunState.OVERRIDDEN,
+               dag_run_t.c.run_type.in_(SCHEDULE_DRIVING_TYPES))
+        .order_by(dag_run_t.c.logical_date.desc(), dag_run_t.c.id.desc()).limit(1)
+    ).scalar()
+
+
+def active_scheduled_runs(conn: Connection, dag_id: str) -> int:
+    """Queued or running runs that count against creating new scheduled runs (backfills do not)."""
+    return conn.execute(
+        select(func.count()).select_from(dag_run_t)
+        .where(dag_run_t.c.dag_id == dag_id, dag_run_t.c.state.in_(RunState.ACTIVE),
+               dag_run_t.c.run_type != "backfill")
+    ).scalar_one()
+
+
+def refresh_next_dagrun(conn: Connection, dag_id: str, dag: Dag) -> None:
+    """Recompute the DAG row's next interval. `next_dagrun_create_after` is left empty while the DAG
+    is at `maxActiveRuns` (it is refreshed when one of its runs finishes), so the run-creation step
+    only ever claims DAGs it can act on."""
+    info = timetable_for(dag).next_run(latest_schedule_end(conn, dag_id), catchup=True)
+    create_after = None
+    if info is not None and active_scheduled_runs(conn, dag_id) < dag.spec.max_active_runs:
+        create_after = info.run_after
+    conn.execute(update(dag_t).where(dag_t.c.dag_id == dag_id).values(
+        next_dagrun=info.logical_date if info else None,
+        next_dagrun_data_interval_start=info.data_interval.start if info else None,
+        next_dagrun_data_interval_end=info.data_interval.end if info else None,
+        next_dagrun_create_after=create_after,
+    ))

@@ -1,0 +1,103 @@
+"""Instants and durations as dagline reads and writes them.
+
+Every stored or compared time is an aware UTC `datetime`. Input times may be a date or a date-time;
+without an offset they are read in a given IANA zone (the DAG's, else UTC). Durations are ISO-8601
+(`PT5M`, `P1D`); `parse_duration` returns a `pendulum.Duration` so calendar parts (days, months) stay
+calendar parts when added in a time zone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import pendulum
+
+UTC = dt.timezone.utc
+
+_DURATION_RE = re.compile(
+    r"^P(?!$)(?:(?P<years>\d+)Y)?(?:(?P<months>\d+)M)?(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
+    r"(?:T(?=\d)(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?$"
+)
+
+
+def parse_duration(text: str) -> pendulum.Duration:
+    """Parse an ISO-8601 duration such as ``PT5M`` or ``P1DT6H``; raise ValueError otherwise.
+
+    A zero duration is refused: no schedule, delay or timeout means anything with it.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"expected an ISO-8601 duration string such as 'PT5M', got {text!r}")
+    match = _DURATION_RE.match(text.strip().upper())
+    if not match:
+        raise ValueError(f"{text!r} is not an ISO-8601 duration (examples: 'PT5M', 'PT6H', 'P1D')")
+    parts = {k: (float(v) if k == "seconds" else int(v)) for k, v in match.groupdict().items() if v}
+    seconds = parts.pop("seconds", 0.0)
+    duration = pendulum.duration(
+        years=parts.get("years", 0),
+        months=parts.get("months", 0),
+        weeks=parts.get("weeks", 0),
+        days=parts.get("days", 0),
+        hours=parts.get("hours", 0),
+        minutes=parts.get("minutes", 0),
+        seconds=int(seconds),
+        microseconds=int(round((seconds - int(seconds)) * 1_000_000)),
+    )
+    if duration.years == 0 and duration.months == 0 and duration.total_seconds() == 0:
+        raise ValueError(f"{text!r} is a zero duration")
+    return duration
+
+
+def duration_seconds(duration: pendulum.Duration) -> float:
+    """Length of a duration in seconds, counting a month as 30 days and a year as 365 (for timeouts)."""
+    return duration.total_seconds() + duration.months * 30 * 86400 + duration.years * 365 * 86400
+
+
+def validate_timezone(name: str) -> str:
+    """Return `name` if it is a known IANA zone, else raise ValueError."""
+    try:
+        pendulum.timezone(name)
+    except Exception:
+        raise ValueError(f"unknown time zone {name!r} (expected an IANA name such as 'Europe/Amsterdam')") from None
+    return name
+
+
+def parse_instant(text: str | dt.datetime | dt.date, timezone: str = "UTC") -> dt.datetime:
+    """Read a date or date-time; without an offset it is local time in `timezone`. Returns UTC."""
+    if isinstance(text, dt.datetime):
+        value = text
+    elif isinstance(text, dt.date):
+        value = dt.datetime(text.year, text.month, text.day)
+    else:
+        raw = str(text).strip()
+        try:
+            value = dt.datetime.fromisoformat(raw.replace("Z", "+00:00") if raw.endswith("Z") else raw)
+        except ValueError:
+            raise ValueError(
+                f"{raw!r} is not an ISO-8601 date or date-time (examples: '2026-03-01', '2026-03-01T02:00:00+01:00')"
+            ) from None
+    if value.tzinfo is None:
+        local = pendulum.datetime(
+            value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond,
+            tz=pendulum.timezone(timezone), fold=value.fold,
+        )
+        return to_utc(local)
+    return to_utc(value)
+
+
+def to_utc(value: dt.datetime) -> dt.datetime:
+    """An aware datetime in UTC as a plain `datetime` (naive input is taken to be UTC already)."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    converted = value.astimezone(UTC)
+    return dt.datetime(
+        converted.year, converted.month, converted.day, converted.hour, converted.minute,
+        converted.second, converted.microsecond, tzinfo=UTC,
+    )
+
+
+def isoformat(value: dt.datetime | None) -> str | None:
+    """UTC ISO-8601 with offset, as the CLI's JSON prints times (`2026-03-29T00:00:00+00:00`)."""
+    if value is None:
+        return None
+    return to_utc(value).isoformat()
