@@ -54,6 +54,14 @@ def _instant(value: str | None, field: str, timezone: str = "UTC") -> dt.datetim
         raise InvalidInput(str(exc), field=field) from None
 
 
+def _is_plain_date(value: str) -> bool:
+    try:
+        dt.date.fromisoformat(value.strip())
+        return len(value.strip()) == 10
+    except ValueError:
+        return False
+
+
 def _dag_timezone(db, dag_id: str) -> str:
     with db.begin() as conn:
         tz = conn.execute(select(dag_t.c.timezone).where(dag_t.c.dag_id == dag_id)).scalar()
@@ -361,8 +369,12 @@ def _create_backfill(obj: Context, dag_id, start, end, reprocess, max_active_run
 
     database = obj.db()
     tz = _dag_timezone(database, dag_id)
+    end_instant = _instant(end, "--end", tz)
+    if _is_plain_date(end):  # `--end 2026-03-07` includes the whole of that day
+        end_instant = _instant((dt.date.fromisoformat(end.strip()) + dt.timedelta(days=1)).isoformat(), "--end", tz)
+        end_instant -= dt.timedelta(microseconds=1)
     return create_backfill(
-        database, dag_id, start=_instant(start, "--start", tz), end=_instant(end, "--end", tz), now=now_value,
+        database, dag_id, start=_instant(start, "--start", tz), end=end_instant, now=now_value,
         reprocess=reprocess, max_active_runs=max_active_runs, run_backwards=run_backwards, dry_run=dry_run,
         request_id=request_id,
     )

@@ -328,8 +328,12 @@ def _describe(error: Mapping[str, Any], model: type[BaseModel]) -> str:
 
 
 def _invalid_input(exc: ValidationError, model: type[BaseModel], source: str | None, prefix: Sequence = ()) -> InvalidInput:
-    """All of pydantic's errors in one InvalidInput: the first one's path is `field`."""
-    problems = [(format_path([*prefix, *error["loc"]]), _describe(error, model)) for error in exc.errors()]
+    """All of pydantic's errors in one InvalidInput: the first one's path is `field`.
+
+    Unknown fields come first: a misspelt key is usually also the cause of a "missing" error.
+    """
+    errors = sorted(exc.errors(), key=lambda error: error["type"] != "extra_forbidden")
+    problems = [(format_path([*prefix, *error["loc"]]), _describe(error, model)) for error in errors]
     return _problems_error(problems, source)
 
 
