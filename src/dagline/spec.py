@@ -327,7 +327,9 @@ def _describe(error: Mapping[str, Any], model: type[BaseModel]) -> str:
     return error["msg"]
 
 
-def _invalid_input(exc: ValidationError, model: type[BaseModel], source: str | None, prefix: Sequence = ()) -> InvalidInput:
+def _invalid_input(
+    exc: ValidationError, model: type[BaseModel], source: str | None, prefix: Sequence[str] = ()
+) -> InvalidInput:
     """All of pydantic's errors in one InvalidInput: the first one's path is `field`.
 
     Unknown fields come first: a misspelt key is usually also the cause of a "missing" error.
@@ -394,12 +396,16 @@ def _cross_field_problems(spec: DagSpec) -> list[tuple[str, str]]:
     if spec.schedule is not None and start is None:
         problems.append(("spec.startDate", f"required when a schedule is set (schedule is {spec.schedule!r})"))
     if start and end and end < start:
-        problems.append(("spec.endDate", f"endDate {spec.end_date.isoformat()} is before startDate {spec.start_date.isoformat()}"))
+        problems.append((
+            "spec.endDate", f"endDate {spec.end_date.isoformat()} is before startDate {spec.start_date.isoformat()}"
+        ))
 
     first_index: dict[str, int] = {}
     for index, task in enumerate(spec.tasks):
         if task.id in first_index:
-            problems.append((f"spec.tasks[{index}].id", f"duplicate task id {task.id!r} (also spec.tasks[{first_index[task.id]}])"))
+            problems.append((
+                f"spec.tasks[{index}].id", f"duplicate task id {task.id!r} (also spec.tasks[{first_index[task.id]}])"
+            ))
         else:
             first_index[task.id] = index
 
@@ -612,16 +618,12 @@ def parse_dag_document(data: Any, source: str | None = None) -> DagDocument:
 
 def parse_dag_yaml(text: str, source: str = "<string>") -> list[DagDocument]:
     """The DAG documents in a YAML text (several may be separated by `---`); other kinds are skipped."""
-    documents = [(index, data) for index, data in enumerate(_yaml_documents(text, source), 1) if data is not None]
+    documents = [data for data in _yaml_documents(text, source) if data is not None]
     if not documents:
         raise InvalidInput("empty file: no YAML document", source=source)
-    several = len(documents) > 1
     result = []
-    for index, data in documents:
-        where = f"{source} (document {index})" if several else source
-        if isinstance(data, Mapping) and "kind" not in data:
-            raise InvalidInput("required field is missing (a DAG document has kind: DAG)", field="kind", source=where)
-        if isinstance(data, Mapping) and isinstance(data["kind"], str) and data["kind"] != "DAG":
+    for data in documents:
+        if isinstance(data, Mapping) and isinstance(data.get("kind"), str) and data["kind"] != "DAG":
             continue  # Backfill, Pool, DagRun... manifests may share the folder
         result.append(parse_dag_document(data, source))
     return result
@@ -666,7 +668,9 @@ def _refuse_duplicates(loaded: Sequence[LoadedDag]) -> None:
         if dag_id in first:
             other = first[dag_id].source_path
             where = f"{other} and {item.source_path}" if other != item.source_path else f"{other}, twice"
-            raise InvalidInput(f"DAG {dag_id!r} is defined more than once: {where}", field="metadata.name", source=dag_id)
+            raise InvalidInput(
+                f"DAG {dag_id!r} is defined more than once: {where}", field="metadata.name", source=dag_id
+            )
         first[dag_id] = item
 
 

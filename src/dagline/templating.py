@@ -62,11 +62,15 @@ def check_template(text: str) -> None:
 
 
 def referenced_params(text: str) -> set[str]:
-    """Names read from `params` with a constant key (`params.out`, `params['out']`) in a parsable template."""
+    """Names read from `params` with a constant key (`params.out`, `params['out']`) in a parsable template.
+
+    Method calls such as `params.get('out', '/tmp')` are not reads of a param named `get`.
+    """
+    ast = _parse(text)
+    called = {id(call.node) for call in ast.find_all(nodes.Call)}
     names = set()
-    for node in _parse(text).find_all((nodes.Getattr, nodes.Getitem)):
-        target = node.node
-        if not (isinstance(target, nodes.Name) and target.name == "params"):
+    for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
+        if not (isinstance(node.node, nodes.Name) and node.node.name == "params") or id(node) in called:
             continue
         if isinstance(node, nodes.Getattr):
             names.add(node.attr)

@@ -5,6 +5,9 @@ duration 0 is reported by the next `sync()` as one 'success' report (`started_at
 launched, `at` = when it was synced). With a duration (a fixed number of seconds, or a `(min, max)`
 range drawn from a seeded random generator per try), `sync()` reports 'running' first and 'success'
 once that much wall time (`time.monotonic`) has passed since the launch; stamps come from the clock.
+A task whose rendered Spark conf sets `dagline.noop.outcome: failed` fails instead (the key is a
+template like any conf value, e.g. `"{{ 'failed' if try_number == 1 else 'success' }}"`), so a DAG's
+failure paths (retries, trigger rules) can be rehearsed without Spark.
 It keeps no state outside the process, so `adopt` simply takes every try over (as if launched now).
 Cost per call is O(reports) plus a heap operation per try, so 1,000-TI benchmarks stay cheap.
 """
@@ -20,6 +23,13 @@ import time
 
 from dagline.clock import SystemClock
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
+
+
+OUTCOME_KEY = "dagline.noop.outcome"
+
+
+def _conf(launch: TaskLaunch) -> dict[str, str]:
+    return dict(launch.job.conf)
 
 
 @dataclasses.dataclass
@@ -102,6 +112,8 @@ class NoopExecutor:
         for t in finished:
             if t.cancelled:
                 reports.append(self._report(t, "failed", now, "cancelled"))
+            elif _conf(t.launch).get(OUTCOME_KEY, "success").strip().lower() in ("failed", "fail", "failure"):
+                reports.append(self._report(t, "failed", now, f"failed on purpose ({OUTCOME_KEY})"))
             else:
                 reports.append(self._report(t, "success", now))
         return reports

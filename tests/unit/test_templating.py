@@ -1,0 +1,160 @@
+"""Sandboxed Jinja for Spark arguments and conf: checking at load, rendering at launch."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pendulum
+import pytest
+
+from dagline.spec import SparkSpec
+from dagline.templating import (
+    TEMPLATE_VARIABLES,
+    build_context,
+    check_template,
+    referenced_params,
+    render,
+    render_spark,
+)
+
+UTC = dt.timezone.utc
+
+
+def context(**overrides):
+    values = dict(
+        dag_id="sales-daily", task_id="extract", run_id="scheduled__2026-03-01T02:00:00+00:00",
+        logical_date=dt.datetime(2026, 3, 1, 2, 0, tzinfo=UTC),
+        data_interval_start=dt.datetime(2026, 3, 1, 2, 0, tzinfo=UTC),
+        data_interval_end=dt.datetime(2026, 3, 2, 2, 0, tzinfo=UTC),
+        try_number=2, params={"out": "/data/out", "tables": ["a", "b"]}, conf={"full": True},
+    )
+    values.update(overrides)
+    return build_context(**values)
+
+
+def test_the_variables():
+    assert TEMPLATE_VARIABLES == {
+        "ds", "ds_nodash", "logical_date", "data_interval_start", "data_interval_end",
+        "run_id", "dag_id", "task_id", "try_number", "params", "conf",
+    }
+    assert set(context()) == TEMPLATE_VARIABLES
+
+
+@pytest.mark.parametrize("template, expected", [
+    ("{{ ds }}", "2026-03-01"),
+    ("{{ ds_nodash }}", "20260301"),
+    ("{{ logical_date }}", "2026-03-01 02:00:00+00:00"),  # pendulum 3's str(); .isoformat() has the T
+    ("{{ logical_date.isoformat() }}", "2026-03-01T02:00:00+00:00"),
+    ("{{ data_interval_start.isoformat() }}", "2026-03-01T02:00:00+00:00"),
+    ("{{ data_interval_end.isoformat() }}", "2026-03-02T02:00:00+00:00"),
+    ("{{ run_id }}", "scheduled__2026-03-01T02:00:00+00:00"),
+    ("{{ dag_id }}", "sales-daily"),
+    ("{{ task_id }}", "extract"),
+    ("{{ try_number }}", "2"),
+    ("{{ params.out }}", "/data/out"),
+    ("{{ params['tables'] | join(',') }}", "a,b"),
+    ("{{ conf.full }}", "True"),
+    ("{{ conf.get('missing', 'fallback') }}", "fallback"),
+    ("{{ logical_date.strftime('%Y/%m') }}", "2026/03"),
+    ("{{ data_interval_end.subtract(days=1).to_date_string() }}", "2026-03-01"),
+    ("plain text", "plain text"),
+])
+def test_render_every_variable(template, expected):
+    check_template(template)
+    assert render(template, context()) == expected
+
+
+def test_ds_is_the_local_date_in_the_dag_time_zone():
+    # 2026-03-02 00:00 in Amsterdam is 2026-03-01 23:00 UTC: `ds` is the local day, not the UTC one.
+    midnight = dt.datetime(2026, 3, 1, 23, 0, tzinfo=UTC)
+    ctx = context(logical_date=midnight, data_interval_start=midnight,
+                  data_interval_end=midnight + dt.timedelta(days=1), timezone="Europe/Amsterdam")
+    assert ctx["ds"] == "2026-03-02"
+    assert ctx["ds_nodash"] == "20260302"
+    assert isinstance(ctx["logical_date"], pendulum.DateTime)
+    assert ctx["logical_date"].timezone_name == "Europe/Amsterdam"
+    assert render("{{ logical_date.isoformat() }} {{ data_interval_end.hour }}", ctx) == "2026-03-02T00:00:00+01:00 0"
+    assert context(logical_date=midnight)["ds"] == "2026-03-01"  # the same instant, in UTC
+
+
+def test_naive_times_are_utc():
+    ctx = context(logical_date=dt.datetime(2026, 3, 1, 23, 0), timezone="Europe/Amsterdam")
+    assert ctx["ds"] == "2026-03-02"
+
+
+def test_missing_conf_is_empty():
+    assert context(conf=None)["conf"] == {}
+    assert render("{{ conf.get('x', 1) }}", context(conf=None)) == "1"
+
+
+def test_render_spark_renders_arguments_and_conf():
+    spark = SparkSpec(
+        main_application_file="jobs/extract.py",
+        arguments=["--date", "{{ ds }}", "--out", "{{ params.out }}/{{ ds_nodash }}", "--try", "{{ try_number }}"],
+        conf={"spark.app.name": "{{ dag_id }}.{{ task_id }}", "spark.sql.shuffle.partitions": "4"},
+    )
+    arguments, conf = render_spark(spark, context())
+    assert arguments == ["--date", "2026-03-01", "--out", "/data/out/20260301", "--try", "2"]
+    assert conf == {"spark.app.name": "sales-daily.extract", "spark.sql.shuffle.partitions": "4"}
+    assert spark.arguments[1] == "{{ ds }}"  # the spec is not changed
+
+
+@pytest.mark.parametrize("template", [
+    "{{ ''.__class__.__mro__ }}",
+    "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "{{ params.__class__ }}",
+    "{{ cycler.__init__.__globals__ }}",
+    "{{ logical_date.__init__.__globals__ }}",
+])
+def test_sandbox_blocks_python_internals(template):
+    with pytest.raises(ValueError, match="cannot render template"):
+        render(template, context())
+
+
+def test_sandbox_blocks_changing_params_and_conf():
+    ctx = context()
+    for template in ("{{ params.update({'out': '/'}) }}", "{{ params.tables.append('c') }}", "{{ conf.clear() }}"):
+        with pytest.raises(ValueError, match="cannot render template"):
+            render(template, ctx)
+    assert ctx["params"] == {"out": "/data/out", "tables": ["a", "b"]}
+
+
+@pytest.mark.parametrize("template", ["{{ params.nope }}", "{{ conf['absent'] }}", "{{ params.out.nope }}"])
+def test_undefined_values_fail_instead_of_rendering_empty(template):
+    with pytest.raises(ValueError) as caught:
+        render(template, context())
+    assert template in str(caught.value)
+
+
+def test_a_template_runtime_error_is_a_value_error():
+    with pytest.raises(ValueError, match="ZeroDivisionError"):
+        render("{{ 1 / 0 }}", context())
+
+
+@pytest.mark.parametrize("template", [
+    "{{ ds }}", "{{ params.out }}/{{ conf.get('x', 'y') }}", "{% set day = ds %}{{ day }}",
+    "{% for t in params.tables %}{{ t }}{% endfor %}", "{{ range(3) | list }}", "no template at all", "",
+])
+def test_check_template_accepts_known_variables(template):
+    check_template(template)
+
+
+@pytest.mark.parametrize("template, unknown", [
+    ("{{ execution_date }}", "execution_date"),
+    ("{{ ds }}/{{ macros.ds_add(ds, 1) }}", "macros"),
+    ("{% for t in tables %}{{ t }}{% endfor %}", "tables"),
+])
+def test_check_template_refuses_unknown_variables(template, unknown):
+    with pytest.raises(ValueError, match=f"unknown variable {unknown}"):
+        check_template(template)
+
+
+@pytest.mark.parametrize("template", ["{{ ds ", "{% if ds %}x", "{{ ds | no_such_filter }}", "{{ }}"])
+def test_check_template_refuses_syntax_errors(template):
+    with pytest.raises(ValueError, match="does not parse"):
+        check_template(template)
+
+
+def test_referenced_params():
+    assert referenced_params("{{ params.out }}/{{ params['day'] }}/{{ ds }}") == {"out", "day"}
+    assert referenced_params("{{ params.get('x', 1) }}{{ params.items() | list }}{{ conf.out }}") == set()
