@@ -26,7 +26,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal, NamedTuple
 
 import pendulum
@@ -202,7 +202,7 @@ class DagSpec(_Model):
     @field_validator("schedule")
     @classmethod
     def _valid_schedule(cls, value: str | None) -> str | None:
-        from dagline.timetable import validate_schedule  # timetable builds on times, not on this module
+        from dagline.timetable import validate_schedule  # local: timetable may come to use this module's types
 
         validate_schedule(value)
         return value
@@ -380,12 +380,21 @@ def _topological_order(order: Sequence[str], upstream: Mapping[str, Sequence[str
     left = [task_id for task_id in order if pending[task_id]]
     walk = [left[0]]
     while True:
-        step = next(u for u in upstream[walk[-1]] if u in pending and pending[u])
+        step = next(u for u in upstream[walk[-1]] if u in pending[walk[-1]])  # upstream order: deterministic
         if step in walk:
             cycle = walk[walk.index(step):][::-1]  # upstream -> downstream
             first = min(range(len(cycle)), key=lambda i: position[cycle[i]])
             return result, cycle[first:] + cycle[:first]
         walk.append(step)
+
+
+def _hint(name: str, task_ids: Iterable[str]) -> str:
+    """The task ids to choose from; for a large DAG, the closest ones."""
+    task_ids = list(task_ids)
+    if len(task_ids) <= 20:
+        return f"tasks are: {', '.join(task_ids)}"
+    close = difflib.get_close_matches(name, task_ids, n=3)
+    return f"did you mean {' or '.join(map(repr, close))}?" if close else f"none of the DAG's {len(task_ids)} tasks"
 
 
 def _cross_field_problems(spec: DagSpec) -> list[tuple[str, str]]:
@@ -409,11 +418,11 @@ def _cross_field_problems(spec: DagSpec) -> list[tuple[str, str]]:
         else:
             first_index[task.id] = index
 
-    known = ", ".join(first_index)
     for index, task in enumerate(spec.tasks):
         for name in task.upstream:
             if name not in first_index:
-                problems.append((f"spec.tasks[{index}].upstream", f"unknown task {name!r} (tasks are: {known})"))
+                hint = _hint(name, first_index)
+                problems.append((f"spec.tasks[{index}].upstream", f"unknown task {name!r} ({hint})"))
 
     if len(first_index) == len(spec.tasks):
         upstream = {task.id: task.upstream for task in spec.tasks}
@@ -425,14 +434,14 @@ def _cross_field_problems(spec: DagSpec) -> list[tuple[str, str]]:
             ))
 
     for index, task in enumerate(spec.tasks):
-        templates = [(f"arguments[{i}]", text) for i, text in enumerate(task.spark.arguments)]
-        templates += [(f"conf[{json.dumps(key)}]", text) for key, text in task.spark.conf.items()]
+        templates = [(("arguments", i), text) for i, text in enumerate(task.spark.arguments)]
+        templates += [(("conf", key), text) for key, text in task.spark.conf.items()]
         for where, text in templates:
             missing = sorted(referenced_params(text) - spec.params.keys())
             if missing:
                 defined = ", ".join(spec.params) or "none"
                 problems.append((
-                    f"spec.tasks[{index}].spark.{where}",
+                    format_path(["spec", "tasks", index, "spark", *where]),
                     f"template {text!r} uses unknown param {', '.join(missing)} (params are: {defined})",
                 ))
     return problems
@@ -528,6 +537,7 @@ class Dag:
 
     @classmethod
     def from_document(cls, document: DagDocument) -> Dag:
+        """The resolved DAG of a parsed document (checked again across fields, which is cheap)."""
         return cls._build(document.metadata.name, document.spec, source=document.metadata.name)
 
     @classmethod
@@ -579,7 +589,11 @@ class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ign
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: dict[Any, yaml.Node] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor` keys may be overridden: that is what they are for
             key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, Hashable):
+                continue  # the base class reports it
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r} (first at line {seen[key].start_mark.line + 1})",
@@ -630,6 +644,8 @@ def parse_dag_yaml(text: str, source: str = "<string>") -> list[DagDocument]:
 
 
 class LoadedDag(NamedTuple):
+    """A DAG and the file it came from."""
+
     dag: Dag
     source_path: str  # absolute
 
@@ -687,11 +703,11 @@ def load_dag_file(path: str | os.PathLike[str]) -> list[LoadedDag]:
 def load_dag_paths(paths: Iterable[str | os.PathLike[str]]) -> list[LoadedDag]:
     """The DAGs of files and folders, all validated before any is returned; dag ids must be unique."""
     paths = [os.fspath(path) for path in paths]
-    files = dict.fromkeys(file for path in paths for file in _yaml_files(path))  # a file named twice counts once
-    unique = {}
-    for file in files:
-        unique.setdefault(os.path.abspath(file), file)
-    loaded = [item for file in unique.values() for item in _load_file(file)]
+    files: dict[str, str] = {}  # absolute -> as given: a file named twice is read once
+    for path in paths:
+        for file in _yaml_files(path):
+            files.setdefault(os.path.abspath(file), file)
+    loaded = [item for file in files.values() for item in _load_file(file)]
     if not loaded:
         raise InvalidInput(f"no DAG found in {', '.join(paths) or 'no paths'}")
     _refuse_duplicates(loaded)

@@ -537,7 +537,8 @@ def test_one_bad_file_fails_the_whole_load(tmp_path):
 
 
 def test_no_dag_at_all_is_an_error(tmp_path):
-    write(tmp_path / "pool.yaml", "apiVersion: dagline.io/v1alpha1\nkind: Pool\nmetadata: {name: p}\nspec: {slots: 4}\n")
+    pool = {"apiVersion": "dagline.io/v1alpha1", "kind": "Pool", "metadata": {"name": "p"}, "spec": {"slots": 4}}
+    write(tmp_path / "pool.yaml", yaml.safe_dump(pool))
     with pytest.raises(InvalidInput, match="no DAG found"):
         load_dag_paths([tmp_path])
     with pytest.raises(InvalidInput, match="no DAG document"):

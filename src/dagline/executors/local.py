@@ -407,5 +407,7 @@ class LocalExecutor:
             reason = "the job could not be started (exit code 127)"
         else:
             reason = f"exit code {code}"
+        if outcome.get("timed_out") or t.cancelled or outcome.get("signal"):
+            return reason  # the log ends with the consequences of stopping the job: no help there
         line = last_log_line(t.log_file)
         return f"{reason}: {line}" if line else reason

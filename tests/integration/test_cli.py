@@ -1,0 +1,218 @@
+"""The `dagline` command as other programs drive it: exit codes, JSON fields, messages naming the
+cause, and bad input leaving every stored thing as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import func, select
+
+from dagline.cli import main
+from dagline.db.models import Base
+
+GOOD = """
+apiVersion: dagline.io/v1alpha1
+kind: DAG
+metadata: {name: sales}
+spec:
+  schedule: "@daily"
+  startDate: "2026-03-01"
+  tasks:
+    - id: extract
+      spark: {mainApplicationFile: extract.py, arguments: ["--ds", "{{ ds }}"]}
+    - id: load
+      upstream: [extract]
+      spark: {mainApplicationFile: load.py}
+"""
+
+
+def cli(db, *args, expect: int = 0):
+    result = CliRunner().invoke(main, ["--db", db.url, *args], catch_exceptions=False)
+    assert result.exit_code == expect, (result.output, result.stderr if hasattr(result, "stderr") else "")
+    return result
+
+
+def snapshot(db) -> dict:
+    """Row counts of every table: what a failed command must leave unchanged."""
+    with db.begin() as conn:
+        return {t.name: conn.execute(select(func.count()).select_from(t)).scalar_one()
+                for t in Base.metadata.sorted_tables}
+
+
+@pytest.fixture
+def applied(db, tmp_path):
+    path = tmp_path / "sales.yaml"
+    path.write_text(GOOD)
+    cli(db, "dags", "apply", str(path))
+    return path
+
+
+def test_apply_list_show_and_json_fields(db, applied):
+    rows = json.loads(cli(db, "dags", "list", "--json").output)
+    assert list(rows[0]) == ["dag_id", "paused", "schedule", "timezone", "version", "next_run_after", "last_run_state"]
+    assert rows[0]["next_run_after"] == "2026-03-02T00:00:00+00:00"
+    shown = json.loads(cli(db, "dags", "show", "sales", "--json").output)
+    assert shown["spec"]["tasks"][1]["upstream"] == ["extract"]
+    assert "unchanged" in cli(db, "dags", "apply", str(applied)).output
+
+
+def test_next_runs_for_a_file_and_a_stored_dag(db, applied):
+    rows = json.loads(cli(db, "dags", "next-runs", str(applied), "--count", "2", "--json").output)
+    assert rows == [
+        {"logical_date": "2026-03-01T00:00:00+00:00", "data_interval_start": "2026-03-01T00:00:00+00:00",
+         "data_interval_end": "2026-03-02T00:00:00+00:00", "run_after": "2026-03-02T00:00:00+00:00"},
+        {"logical_date": "2026-03-02T00:00:00+00:00", "data_interval_start": "2026-03-02T00:00:00+00:00",
+         "data_interval_end": "2026-03-03T00:00:00+00:00", "run_after": "2026-03-03T00:00:00+00:00"},
+    ]
+    after = json.loads(cli(db, "dags", "next-runs", "sales", "--after", "2026-06-01T12:00", "--count", "1",
+                           "--json").output)
+    assert after[0]["logical_date"] == "2026-06-02T00:00:00+00:00"
+
+
+def test_trigger_schedule_list_runs_and_tasks(db, applied):
+    run_id = cli(db, "dags", "trigger", "sales", "--logical-date", "2026-03-05", "--conf", '{"x": 1}',
+                 "--now", "2026-03-06").output.strip()
+    assert run_id == "manual__2026-03-05T00:00:00+00:00"
+    cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", "2026-03-03T00:00:00Z")
+    runs = json.loads(cli(db, "runs", "list", "sales", "--json").output)
+    assert list(runs[0]) == ["id", "dag_id", "run_id", "logical_date", "data_interval_start", "data_interval_end",
+                             "run_type", "state", "previous_run_id", "dag_version", "backfill_id", "start_date",
+                             "end_date"]
+    assert [(r["run_type"], r["state"]) for r in runs] == [("scheduled", "success"), ("scheduled", "success"),
+                                                          ("manual", "queued")]
+    tasks = json.loads(cli(db, "tasks", "list", runs[0]["run_id"], "--json").output)
+    assert list(tasks[0]) == ["task_id", "state", "try_number", "max_tries", "pool", "start_date", "end_date",
+                              "external_id"]
+    assert [t["state"] for t in tasks] == ["success", "success"]
+    failed_runs = json.loads(cli(db, "runs", "list", "--state", "failed", "--json").output)
+    assert failed_runs == []
+    grid = cli(db, "runs", "grid", "sales", "--no-color").output
+    assert "extract" in grid and "■" in grid
+
+
+def test_clear_runs_tasks_again_on_the_same_run(db, applied):
+    cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", "2026-03-02T00:00:00Z")
+    out = cli(db, "tasks", "clear", "1", "extract", "--downstream", "--now", "2026-03-02T01:00:00Z").output
+    assert "cleared 2" in out
+    tasks = json.loads(cli(db, "tasks", "list", "1", "--json").output)
+    assert [(t["state"], t["try_number"], t["max_tries"]) for t in tasks] == [("none", 1, 2), ("none", 1, 2)]
+    cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", "2026-03-02T01:00:00Z")
+    tasks = json.loads(cli(db, "tasks", "list", "1", "--json").output)
+    assert [(t["state"], t["try_number"]) for t in tasks] == [("success", 2), ("success", 2)]
+
+
+def test_pools_and_backfill_commands(db, applied):
+    cli(db, "pools", "set", "spark", "4")
+    pools = json.loads(cli(db, "pools", "list", "--json").output)
+    assert {p["name"]: p["slots"] for p in pools} == {"default": 128, "spark": 4}
+    dry = json.loads(cli(db, "backfill", "create", "sales", "--start", "2026-03-01", "--end", "2026-03-03",
+                         "--dry-run", "--json", "--now", "2026-04-01").output)
+    assert dry["backfill_id"] is None and [r["action"] for r in dry["runs"]] == ["create"] * 3
+    assert snapshot(db)["dag_run"] == 0
+    out = cli(db, "backfill", "run", "sales", "--start", "2026-03-01", "--end", "2026-03-03", "--executor", "noop",
+              "--now", "2026-04-01", "--request-id", "r1")
+    assert "backfill 1" in out.output
+    listed = json.loads(cli(db, "backfill", "list", "--json").output)
+    assert (listed[0]["state"], listed[0]["total"], listed[0]["succeeded"]) == ("completed", 3, 3)
+    before = snapshot(db)
+    again = cli(db, "backfill", "create", "sales", "--start", "2026-03-01", "--end", "2026-03-03",
+                "--request-id", "r1", "--now", "2026-04-01")
+    assert "nothing new" in again.output and snapshot(db) == before
+
+
+@pytest.mark.parametrize("body, field, cause", [
+    ("spec: [", None, "YAML"),
+    (GOOD.replace("schedule:", "sprak: 1\n  schedule:"), "spec.sprak", "unknown field"),
+    (GOOD.replace('"@daily"', '"61 * * * *"'), "spec.schedule", ""),
+    (GOOD.replace('startDate:', 'timezone: Mars/Olympus\n  startDate:'), "spec.timezone", "time zone"),
+    (GOOD.replace("upstream: [extract]", "upstream: [extrct]"), "spec.tasks[1].upstream", "extrct"),
+    (GOOD.replace("- id: load", "- id: extract"), "spec.tasks[1].id", "duplicate"),
+    (GOOD.replace("spark: {mainApplicationFile: extract.py,", "upstream: [load]\n      spark: {mainApplicationFile: extract.py,"),
+     "spec.tasks", "cycle"),
+    (GOOD.replace("- id: load", "- id: load\n      retryDelay: 5 minutes"), "spec.tasks[1].retryDelay", "duration"),
+    (GOOD.replace("{{ ds }}", "{{ ds "), "spec.tasks[0].spark.arguments", "template"),
+])
+def test_invalid_specs_exit_2_name_the_field_and_change_nothing(db, applied, tmp_path, body, field, cause):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(body)
+    before = snapshot(db)
+    result = CliRunner().invoke(main, ["--db", db.url, "dags", "apply", str(applied), str(bad)])
+    assert result.exit_code == 2, result.output
+    message = result.output
+    assert "bad.yaml" in message
+    if field:
+        assert field in message
+    assert cause.lower() in message.lower()
+    assert snapshot(db) == before
+
+
+@pytest.mark.parametrize("args, code, cause", [
+    (["backfill", "create", "sales", "--start", "2026-03-05", "--end", "2026-03-01"], 2, "--start"),
+    (["backfill", "create", "nope", "--start", "2026-03-01", "--end", "2026-03-02"], 1, "unknown DAG 'nope'"),
+    (["dags", "trigger", "nope"], 1, "unknown DAG"),
+    (["tasks", "list", "999"], 1, "unknown run '999'"),
+    (["tasks", "clear", "999"], 1, "unknown run"),
+    (["dags", "trigger", "sales", "--conf", "{not json"], 2, "--conf"),
+    (["dags", "trigger", "sales", "--logical-date", "yesterday"], 2, "--logical-date"),
+    (["scheduler", "--now", "soon"], 2, "--now"),
+    (["pools", "set", "p", "-1"], 2, "SLOTS"),
+])
+def test_bad_requests_exit_non_zero_with_the_cause_and_change_nothing(db, applied, args, code, cause):
+    before = snapshot(db)
+    result = CliRunner().invoke(main, ["--db", db.url, *args])
+    assert result.exit_code == code, result.output
+    assert cause in result.output
+    assert snapshot(db) == before
+
+
+def test_backfill_over_a_paused_or_deleted_dag_is_refused(db, applied):
+    from dagline.dagstore import deactivate
+    from dagline.times import parse_instant
+
+    cli(db, "dags", "pause", "sales")
+    before = snapshot(db)
+    result = cli(db, "backfill", "create", "sales", "--start", "2026-03-01", "--end", "2026-03-02", expect=1)
+    assert "paused" in result.output and snapshot(db) == before
+    cli(db, "dags", "unpause", "sales")
+    deactivate(db, "sales", now=parse_instant("2026-03-03"))
+    result = cli(db, "backfill", "create", "sales", "--start", "2026-03-01", "--end", "2026-03-02", expect=1)
+    assert "deleted" in result.output
+
+
+def test_an_unreachable_database_is_a_clear_error():
+    result = CliRunner().invoke(main, ["--db", "postgresql://nobody@127.0.0.1:1/none", "dags", "list"])
+    assert result.exit_code == 1
+    assert "cannot reach the database at postgresql+psycopg2://nobody@127.0.0.1:1/none" in result.output
+
+
+def test_a_database_without_the_schema_says_to_upgrade(tmp_path):
+    result = CliRunner().invoke(main, ["--db", f"sqlite:///{tmp_path}/new.db", "dags", "list"])
+    assert result.exit_code == 1
+    assert "run `dagline db upgrade`" in result.output
+
+
+def test_a_second_scheduler_on_sqlite_is_refused(sqlite_db, tmp_path):
+    """A real second process: the first holds the SQLite scheduler lock."""
+    env = dict(os.environ, DAGLINE_SCHEDULER_POLL_INTERVAL_S="0.05")
+    first = subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", sqlite_db.url, "scheduler",
+                              "--executor", "noop"], env=env, stderr=subprocess.PIPE)
+    try:
+        lock = sqlite_db.sqlite_path + ".scheduler.lock"
+        deadline = time.monotonic() + 30
+        while not (os.path.exists(lock) and open(lock).read().startswith("pid")):  # the first took its lock
+            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
+            time.sleep(0.05)
+        second = subprocess.run([sys.executable, "-m", "dagline.cli", "--db", sqlite_db.url, "scheduler",
+                                 "--executor", "noop", "--until-idle"], capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1
+        assert "another scheduler (pid" in second.stderr and "one scheduler per SQLite file" in second.stderr
+    finally:
+        first.terminate()
+        first.wait(30)
+    assert first.returncode == 0  # SIGTERM is a graceful stop
