@@ -88,12 +88,14 @@ class BackfillResult:
 def create_backfill(
     db: Database, dag_id: str, *, start: dt.datetime, end: dt.datetime, now: dt.datetime,
     reprocess: str = "none", max_active_runs: int | None = None, run_backwards: bool = False,
-    dry_run: bool = False, request_id: str | None = None, who: str = "cli",
+    dry_run: bool = False, request_id: str | None = None, conf: dict | None = None, who: str = "cli",
 ) -> BackfillResult:
     if reprocess not in REPROCESS:
         raise InvalidInput(f"unknown reprocess mode {reprocess!r} (choose none, failed or completed)", field="--reprocess")
     if start > end:
         raise InvalidInput(f"the start {start.isoformat()} is after the end {end.isoformat()}", field="--start")
+    if conf is not None and not isinstance(conf, dict):
+        raise InvalidInput("must be a JSON object", field="--conf")
     if max_active_runs is not None and max_active_runs < 1:
         raise InvalidInput("must be at least 1", field="--max-active-runs")
     cache = DagCache()
@@ -129,7 +131,7 @@ def create_backfill(
             total=len(plan.to_run), skipped_existing=plan.count("keep_existing") + plan.count("keep_active"),
             overridden=plan.count("replace"), created_at=now,
         ).returning(backfill_t.c.id)).scalar_one()
-        new_runs = [NewRun(e.logical_date, e.data_interval, e.run_after, replaces=e.existing_run_id
+        new_runs = [NewRun(e.logical_date, e.data_interval, e.run_after, conf=conf, replaces=e.existing_run_id
                            if e.action == "replace" else None) for e in plan.to_run]
         insert_runs(conn, dag=dag, version_id=version_id, run_type="backfill", runs=new_runs, now=now, who=who,
                     backfill_id=backfill_id)

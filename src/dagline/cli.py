@@ -288,10 +288,7 @@ def dags_trigger(obj: Context, dag_id, logical_date, conf, now):
     from dagline.runs import trigger_run
 
     database = obj.db()
-    try:
-        conf_value = json.loads(conf) if conf is not None else None
-    except json.JSONDecodeError as exc:
-        raise InvalidInput(f"not valid JSON: {exc}", field="--conf") from None
+    conf_value = _json_object(conf, "--conf")
     when = _instant(logical_date, "--logical-date", _dag_timezone(database, dag_id))
     run = trigger_run(database, dag_id, now=_clock(now).now(), logical_date=when, conf=conf_value)
     click.echo(run.run_id)
@@ -356,6 +353,7 @@ def _backfill_options(f):
         click.option("--run-backwards", is_flag=True, help="Newest logical dates first."),
         click.option("--dry-run", is_flag=True, help="Print the plan, write nothing."),
         click.option("--request-id", default=None, help="Idempotency key: the same id never creates twice."),
+        click.option("--conf", default=None, metavar="JSON", help="Conf of every run created (overrides params)."),
         json_option,
         now_option,
     ]):
@@ -363,8 +361,17 @@ def _backfill_options(f):
     return f
 
 
+def _json_object(value: str | None, field: str) -> dict | None:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"not valid JSON: {exc}", field=field) from None
+
+
 def _create_backfill(obj: Context, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
-                     request_id, now_value):
+                     request_id, conf, now_value):
     from dagline.backfill import create_backfill
 
     database = obj.db()
@@ -376,7 +383,7 @@ def _create_backfill(obj: Context, dag_id, start, end, reprocess, max_active_run
     return create_backfill(
         database, dag_id, start=_instant(start, "--start", tz), end=end_instant, now=now_value,
         reprocess=reprocess, max_active_runs=max_active_runs, run_backwards=run_backwards, dry_run=dry_run,
-        request_id=request_id,
+        request_id=request_id, conf=_json_object(conf, "--conf"),
     )
 
 
@@ -405,10 +412,10 @@ def _print_plan(result, as_json: bool) -> None:
 @_backfill_options
 @click.pass_obj
 def backfill_create(obj: Context, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
-                    request_id, as_json, now):
+                    request_id, conf, as_json, now):
     """Plan and insert backfill runs for every interval whose logical date lies in [start, end]."""
     result = _create_backfill(obj, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
-                              request_id, _clock(now).now())
+                              request_id, conf, _clock(now).now())
     _print_plan(result, as_json)
 
 
@@ -419,7 +426,7 @@ def backfill_create(obj: Context, dag_id, start, end, reprocess, max_active_runs
 @log_folder_option
 @click.pass_obj
 def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run, request_id,
-                 as_json, now, executor, parallelism, log_folder):
+                 conf, as_json, now, executor, parallelism, log_folder):
     """Create a backfill, then run a scheduler for its runs until they finish, with a progress bar."""
     from dagline.progress import ProgressBar
     from dagline.queries import backfill_dict
@@ -427,7 +434,7 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
 
     clock = _clock(now)
     result = _create_backfill(obj, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
-                              request_id, clock.now())
+                              request_id, conf, clock.now())
     _print_plan(result, as_json)
     if result.backfill_id is None:
         return

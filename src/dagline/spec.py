@@ -48,7 +48,7 @@ from dagline.errors import InvalidInput
 from dagline.templating import check_template, referenced_params
 from dagline.times import parse_duration, parse_instant, validate_timezone
 
-API_VERSION = "dagline.io/v1alpha1"
+API_VERSION = "dagline.io/v1alpha1"  # for the Kubernetes code; `DagDocument.api_version` spells it out
 
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _TASK_ID_RE = re.compile(r"^[a-zA-Z0-9_.-]+$")
@@ -123,7 +123,7 @@ class _Model(BaseModel):
 
 
 class DriverSpec(_Model):
-    """Resources of the Spark driver (unset: the executor's or Spark's defaults)."""
+    """Resources of the Spark driver (unset: Spark's defaults)."""
 
     cores: int | None = Field(None, ge=1)
     memory: SparkMemory | None = Field(None, description="Spark memory size, e.g. 512m or 1g")
@@ -530,10 +530,10 @@ class Dag:
     end_date: dt.datetime | None
     tasks: dict[str, Task]  # topological order; ties keep the spec's order
     downstream: dict[str, tuple[str, ...]]
-    roots: tuple[str, ...]  # tasks without upstream
     leaves: tuple[str, ...]  # tasks without downstream
     version: str
     spec_json: dict[str, Any]
+    roots: tuple[str, ...]  # tasks without upstream
 
     @classmethod
     def from_document(cls, document: DagDocument) -> Dag:
@@ -573,10 +573,10 @@ class Dag:
             end_date=parse_instant(spec.end_date, spec.timezone) if spec.end_date else None,
             tasks=tasks,
             downstream={task_id: tuple(down) for task_id, down in downstream.items()},
-            roots=tuple(task_id for task_id, task in tasks.items() if not task.upstream),
             leaves=tuple(task_id for task_id in order if not downstream[task_id]),
             version=_version_of(spec_json),
             spec_json=spec_json,
+            roots=tuple(task_id for task_id, task in tasks.items() if not task.upstream),
         )
 
 

@@ -217,15 +217,21 @@ def test_runs_a_pyspark_job_of_the_example(executor, tmp_path):
 
 
 @pytest.mark.spark
-def test_a_crashing_job_fails_with_its_exit_code_and_traceback(executor, tmp_path):
-    app = script(tmp_path, "crash.py", """\
+def test_a_crashing_job_fails_with_its_exit_code_and_traceback(tmp_path, monkeypatch):
+    dag_folder = tmp_path / "dag"
+    dag_folder.mkdir()
+    script(dag_folder, "crash.py", """\
         def load():
             raise RuntimeError("the source table is missing")
         load()
     """)  # fmt: skip
-    launch = launch_of(app)
+    monkeypatch.chdir(tmp_path)
+    executor = LocalExecutor(parallelism=1, log_folder="logs")  # relative to the scheduler, not the job
+    launch = launch_of("crash.py", working_dir=dag_folder)
     executor.launch([launch])
+    assert executor.free_slots() == 0
     reports = wait_final(executor)
+    assert log_path(tmp_path / "logs", launch.key).with_suffix(".log.exit").exists()
 
     assert [r.state for r in reports] == ["running", "failed"]
     message = reports[-1].message

@@ -366,6 +366,37 @@ def test_a_key_given_twice_is_refused():
     assert "at line 40" in caught.value.reason and "first at line 39" in caught.value.reason
 
 
+def test_yaml_anchors_and_merge_keys_work():
+    text = """
+apiVersion: dagline.io/v1alpha1
+kind: DAG
+metadata: {name: anchors}
+spec:
+  tasks:
+    - id: a
+      spark: &spark {mainApplicationFile: job.py, arguments: ["--step", a], executor: {instances: 2}}
+    - id: b
+      upstream: [a]
+      spark:
+        <<: *spark
+        arguments: ["--step", b]
+"""
+    dag = Dag.from_document(parse_dag_yaml(text)[0])
+    assert dag.tasks["b"].spark.arguments == ["--step", "b"]
+    assert dag.tasks["b"].spark.executor.instances == 2
+
+
+def test_unknown_upstream_in_a_large_dag_suggests_close_ids():
+    data = yaml.safe_load(minimal("large"))
+    ids = ["extract_orders", "extract_customers"] + [f"report_{n:02d}" for n in range(30)]
+    data["spec"]["tasks"] = [{"id": task_id, "spark": {"mainApplicationFile": "job.py"}} for task_id in ids]
+    data["spec"]["tasks"][5]["upstream"] = ["extract_order"]
+    with pytest.raises(InvalidInput) as caught:
+        parse_dag_yaml(yaml.safe_dump(data))
+    assert caught.value.field == "spec.tasks[5].upstream"
+    assert caught.value.reason.startswith("unknown task 'extract_order' (did you mean 'extract_orders'")
+
+
 @pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "---\n---\n"])
 def test_empty_file_is_refused(text):
     with pytest.raises(InvalidInput, match="empty file"):

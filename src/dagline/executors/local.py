@@ -154,10 +154,15 @@ def _wrapper_alive(wrapper_pid: int, exit_file: Path) -> bool:
     """True if `wrapper_pid` is alive and is the wrapper of this try (guards against pid reuse)."""
     try:
         with open(f"/proc/{wrapper_pid}/cmdline", "rb") as f:
-            cmdline = f.read().split(b"\0")
+            argv = [os.fsdecode(a) for a in f.read().split(b"\0")]
     except OSError:
+        return False  # gone (a zombie has an empty cmdline too)
+    if "--exit-file" not in argv[:-1]:
         return False
-    return str(exit_file).encode() in cmdline
+    theirs = argv[argv.index("--exit-file") + 1]
+    if not os.path.isabs(theirs):
+        theirs = os.path.join(f"/proc/{wrapper_pid}/cwd", theirs)
+    return os.path.realpath(theirs) == os.path.realpath(exit_file)
 
 
 @dataclasses.dataclass
@@ -187,7 +192,7 @@ class LocalExecutor:
         if parallelism < 1:
             raise ValueError("parallelism must be at least 1")
         self.parallelism = parallelism
-        self.log_folder = Path(log_folder)
+        self.log_folder = Path(os.path.abspath(log_folder))  # jobs run in their DAG's folder, not ours
         self.clock = clock or SystemClock()
         self._tries: dict[TaskKey, _Try] = {}
         self._spark_submit: str | None = None

@@ -58,7 +58,7 @@ def render_job(task: Task, dag, *, run_id: str, logical_date: dt.datetime,
     context = build_context(
         dag_id=dag.dag_id, task_id=task.task_id, run_id=run_id, logical_date=logical_date,
         data_interval_start=data_interval[0], data_interval_end=data_interval[1], try_number=try_number,
-        params=dag.spec.params, conf=conf, timezone=dag.timezone,
+        params={**dag.spec.params, **conf}, conf=conf, timezone=dag.timezone,  # a run's conf overrides params
     )
     arguments, conf_values = render_spark(task.spark, context)
     spark = task.spark
