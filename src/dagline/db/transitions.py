@@ -56,6 +56,7 @@ def change_tis(
                        ti_t.c.pool, ti_t.c.pool_slots)
         )
         changed.extend(conn.execute(stmt).all())
+    changed = _in_given_order(changed, ids)
     record_events(conn, [
         {"at": at, "who": who, "entity": "task_instance", "dag_id": r.dag_id, "dag_run_id": r.dag_run_id,
          "ti_id": r.id, "task_id": r.task_id, "try_number": r.try_number, "from_state": expected,
@@ -89,6 +90,7 @@ def change_runs(
             .returning(dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.run_type, dag_run_t.c.backfill_id)
         )
         changed.extend(conn.execute(stmt).all())
+    changed = _in_given_order(changed, ids)
     record_events(conn, [
         {"at": at, "who": who, "entity": "dag_run", "dag_id": r.dag_id, "dag_run_id": r.id,
          "from_state": expected, "to_state": to, "detail": detail}
@@ -100,6 +102,12 @@ def change_runs(
 def per_id(column_type, values: Mapping[int, Any], id_column=ti_t.c.id):
     """A CASE expression giving each row (by id) its own value in one UPDATE."""
     return case({key: literal(value, column_type) for key, value in values.items()}, value=id_column)
+
+
+def _in_given_order(rows: list, ids: list[int]) -> list:
+    """RETURNING gives no order; events follow the order of the decision (priority, run order)."""
+    position = {pk: i for i, pk in enumerate(ids)}
+    return sorted(rows, key=lambda row: position[row.id])
 
 
 def _chunks(items: list, size: int):
