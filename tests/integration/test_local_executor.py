@@ -180,7 +180,8 @@ def executor(tmp_path):
 
 
 @pytest.mark.spark
-def test_runs_a_pyspark_job_of_the_example(executor, tmp_path):
+def test_runs_a_pyspark_job_of_the_example(executor, tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no __pycache__ in the example's folder
     ds, out = "2026-01-03", tmp_path / "data"
     launch = TaskLaunch(
         ti_id=7,
