@@ -429,7 +429,7 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
                  conf, as_json, now, executor, parallelism, log_folder):
     """Create a backfill, then run a scheduler for its runs until they finish, with a progress bar."""
     from dagline.progress import ProgressBar
-    from dagline.queries import backfill_dict
+    from dagline.queries import backfill_dict, backfill_task_counts
     from dagline.scheduler.loop import Scheduler
 
     clock = _clock(now)
@@ -442,8 +442,8 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
 
     def status():
         with database.begin() as conn:
-            return backfill_dict(conn, conn.execute(
-                select(backfill_t).where(backfill_t.c.id == result.backfill_id)).one())
+            row = conn.execute(select(backfill_t).where(backfill_t.c.id == result.backfill_id)).one()
+            return backfill_dict(conn, row), backfill_task_counts(conn, row.id)
 
     bar = ProgressBar(sys.stderr)
     sched = Scheduler(database, _make_executor(executor, parallelism, log_folder, clock), clock=clock,
@@ -452,13 +452,13 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
     state = {"last": None}
 
     def on_loop(_stats):
-        state["last"] = status()
-        bar.update(state["last"])
+        state["last"], tasks = status()
+        bar.update(state["last"], tasks)
 
     sched.run(until_idle=True, should_stop=lambda: state["last"] is not None and state["last"]["state"] != "running",
               on_loop=on_loop)
-    final = status()
-    bar.finish(final)
+    final, tasks = status()
+    bar.finish(final, tasks)
     if final["failed"]:
         raise OperationFailed(f"backfill {final['id']}: {final['failed']} of {final['total']} runs failed "
                               f"(see `dagline runs list {dag_id} --state failed` and `dagline tasks logs`)")

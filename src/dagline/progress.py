@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dagline.deps import TIState
+
 
 class ProgressBar:
     def __init__(self, stream, width: int = 30):
@@ -10,16 +12,20 @@ class ProgressBar:
         self.tty = hasattr(stream, "isatty") and stream.isatty()
         self._last = None
 
-    def _line(self, s: dict) -> str:
+    def _line(self, s: dict, tasks: dict[str, int]) -> str:
         done = s["succeeded"] + s["failed"]
-        total = max(s["total"], 1)
-        filled = int(self.width * done / total)
+        tasks_total = sum(tasks.values())
+        tasks_done = sum(n for state, n in tasks.items() if state in TIState.FINISHED)
+        # the bar moves with tasks, so a long run does not look stuck
+        fraction = tasks_done / tasks_total if tasks_total else done / max(s["total"], 1)
+        filled = int(self.width * fraction)
         bar = "#" * filled + "-" * (self.width - filled)
-        return (f"backfill {s['id']} [{bar}] {done}/{s['total']} runs  "
-                f"success {s['succeeded']}  failed {s['failed']}  running {s['running']}  queued {s['queued']}")
+        running = tasks.get("running", 0) + tasks.get("queued", 0)
+        return (f"backfill {s['id']} [{bar}] runs {done}/{s['total']} (failed {s['failed']})  "
+                f"tasks {tasks_done}/{tasks_total} (running {running})")
 
-    def update(self, status: dict) -> None:
-        line = self._line(status)
+    def update(self, status: dict, tasks: dict[str, int] | None = None) -> None:
+        line = self._line(status, tasks or {})
         if line == self._last:
             return
         self._last = line
@@ -29,8 +35,8 @@ class ProgressBar:
             self.stream.write(line + "\n")
         self.stream.flush()
 
-    def finish(self, status: dict) -> None:
-        self.update(status)
+    def finish(self, status: dict, tasks: dict[str, int] | None = None) -> None:
+        self.update(status, tasks)
         if self.tty:
             self.stream.write("\n")
         self.stream.write(f"backfill {status['id']}: {status['state']}\n")

@@ -39,24 +39,16 @@ def change_tis(
     task_id, try_number, pool, pool_slots). `values` may hold column values or SQL expressions.
     With `tries` (ti id -> try number), a row changes only while it is still on that try: executor
     reports are per try, and a report about an old try must not touch the next one."""
-    ids = list(ids)
-    if not ids:
-        return []
-    changed: list[Any] = []
-    for chunk in _chunks(ids, 500):
-        if tries is not None:
-            match = tuple_(ti_t.c.id, ti_t.c.try_number).in_([(i, tries[i]) for i in chunk])
-        else:
-            match = ti_t.c.id.in_(chunk)
-        stmt = (
-            update(ti_t)
-            .where(match, ti_t.c.state == expected)
-            .values(state=to, **dict(values or {}))
-            .returning(ti_t.c.id, ti_t.c.dag_id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.try_number,
-                       ti_t.c.pool, ti_t.c.pool_slots)
-        )
-        changed.extend(conn.execute(stmt).all())
-    changed = _in_given_order(changed, ids)
+
+    def match(chunk):
+        if tries is None:
+            return ti_t.c.id.in_(chunk)
+        return tuple_(ti_t.c.id, ti_t.c.try_number).in_([(i, tries[i]) for i in chunk])
+
+    changed = _compare_and_set(
+        conn, ti_t, list(ids), match, expected, to, values,
+        (ti_t.c.id, ti_t.c.dag_id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.pool,
+         ti_t.c.pool_slots))
     record_events(conn, [
         {"at": at, "who": who, "entity": "task_instance", "dag_id": r.dag_id, "dag_run_id": r.dag_run_id,
          "ti_id": r.id, "task_id": r.task_id, "try_number": r.try_number, "from_state": expected,
@@ -78,19 +70,9 @@ def change_runs(
     detail: str | None = None,
 ) -> list[Any]:
     """Move runs from `expected` to `to`; returns the changed rows (id, dag_id, run_type, backfill_id)."""
-    ids = list(ids)
-    if not ids:
-        return []
-    changed: list[Any] = []
-    for chunk in _chunks(ids, 500):
-        stmt = (
-            update(dag_run_t)
-            .where(dag_run_t.c.id.in_(chunk), dag_run_t.c.state == expected)
-            .values(state=to, **dict(values or {}))
-            .returning(dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.run_type, dag_run_t.c.backfill_id)
-        )
-        changed.extend(conn.execute(stmt).all())
-    changed = _in_given_order(changed, ids)
+    changed = _compare_and_set(
+        conn, dag_run_t, list(ids), dag_run_t.c.id.in_, expected, to, values,
+        (dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.run_type, dag_run_t.c.backfill_id))
     record_events(conn, [
         {"at": at, "who": who, "entity": "dag_run", "dag_id": r.dag_id, "dag_run_id": r.id,
          "from_state": expected, "to_state": to, "detail": detail}
@@ -99,15 +81,22 @@ def change_runs(
     return changed
 
 
+def _compare_and_set(conn, table, ids: list[int], match, expected: str, to: str, values, returning) -> list[Any]:
+    """`UPDATE table SET state = to ... WHERE <match> AND state = expected RETURNING ...`, in chunks;
+    the changed rows come back in the order of `ids` (RETURNING has none), so events follow the
+    order of the decision (priority, run order)."""
+    changed: list[Any] = []
+    for chunk in _chunks(ids, 500):
+        stmt = (update(table).where(match(chunk), table.c.state == expected)
+                .values(state=to, **dict(values or {})).returning(*returning))
+        changed.extend(conn.execute(stmt).all())
+    position = {pk: i for i, pk in enumerate(ids)}
+    return sorted(changed, key=lambda row: position[row.id])
+
+
 def per_id(column_type, values: Mapping[int, Any], id_column=ti_t.c.id):
     """A CASE expression giving each row (by id) its own value in one UPDATE."""
     return case({key: literal(value, column_type) for key, value in values.items()}, value=id_column)
-
-
-def _in_given_order(rows: list, ids: list[int]) -> list:
-    """RETURNING gives no order; events follow the order of the decision (priority, run order)."""
-    position = {pk: i for i, pk in enumerate(ids)}
-    return sorted(rows, key=lambda row: position[row.id])
 
 
 def _chunks(items: list, size: int):
