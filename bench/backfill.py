@@ -18,9 +18,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from common import chain_dag_yaml, fresh_database  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
-from common import chain_dag_yaml, fresh_database  # noqa: E402
 from dagline.backfill import create_backfill  # noqa: E402
 from dagline.dagstore import apply_dags  # noqa: E402
 from dagline.db.models import dag_run_t, ti_t  # noqa: E402

@@ -58,4 +58,5 @@ def percentiles(values: list[float]) -> dict:
     def pick(q):
         return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
 
-    return {"p50": round(statistics.median(ordered), 1), "p95": pick(0.95), "p99": pick(0.99), "max": round(ordered[-1], 1)}
+    return {"p50": round(statistics.median(ordered), 1), "p95": pick(0.95), "p99": pick(0.99),
+            "max": round(ordered[-1], 1)}

@@ -91,7 +91,8 @@ def create_backfill(
     dry_run: bool = False, request_id: str | None = None, conf: dict | None = None, who: str = "cli",
 ) -> BackfillResult:
     if reprocess not in REPROCESS:
-        raise InvalidInput(f"unknown reprocess mode {reprocess!r} (choose none, failed or completed)", field="--reprocess")
+        raise InvalidInput(f"unknown reprocess mode {reprocess!r} (choose none, failed or completed)",
+                           field="--reprocess")
     if start > end:
         raise InvalidInput(f"the start {start.isoformat()} is after the end {end.isoformat()}", field="--start")
     if conf is not None and not isinstance(conf, dict):

@@ -60,7 +60,9 @@ class ApplyResult:
 
 def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: str = "cli") -> list[ApplyResult]:
     """Upsert DAGs in one transaction: a new version only when the spec changed."""
-    from dagline.timeline import refresh_next_dagrun  # the timeline builds on this module
+    from dagline.timeline import (
+        refresh_next_dagrun,  # the timeline builds on this module
+    )
 
     results = []
     with db.begin() as conn:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import func, select, update, insert
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from dagline.db.engine import Database

@@ -47,7 +47,8 @@ def run_dict(r) -> dict:
 
 def list_runs(conn: Connection, dag_id: str | None = None, state: str | None = None,
               backfill_id: int | None = None, limit: int | None = None) -> list[dict]:
-    stmt = select(dag_run_t, dag_version_t.c.version).join(dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
+    stmt = select(dag_run_t, dag_version_t.c.version).join(
+        dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
     if dag_id is not None:
         stmt = stmt.where(dag_run_t.c.dag_id == dag_id)
     if state is not None:

@@ -202,7 +202,9 @@ class DagSpec(_Model):
     @field_validator("schedule")
     @classmethod
     def _valid_schedule(cls, value: str | None) -> str | None:
-        from dagline.timetable import validate_schedule  # local: timetable may come to use this module's types
+        from dagline.timetable import (
+            validate_schedule,  # local: timetable may come to use this module's types
+        )
 
         validate_schedule(value)
         return value

@@ -24,8 +24,8 @@ from dagline.db.models import dag_run_t, dag_t, ti_t
 from dagline.db.transitions import change_runs, record_events
 from dagline.deps import RunState, TIState
 from dagline.spec import Dag
-from dagline.timetable import DataInterval, Timetable, make_timetable
 from dagline.times import isoformat
+from dagline.timetable import DataInterval, Timetable, make_timetable
 
 SCHEDULE_DRIVING_TYPES = ("scheduled", "backfill")
 
@@ -87,12 +87,12 @@ def insert_runs(
             "dag_version_id": version_id, "backfill_id": backfill_id, "conf": r.conf,
             "created_at": now, "queued_at": now,
         }
-        for r, run_id in zip(runs, run_ids)
+        for r, run_id in zip(runs, run_ids, strict=True)
     ]
     ids = [row.id for row in conn.execute(
         insert(dag_run_t).returning(dag_run_t.c.id, sort_by_parameter_order=True), rows)]
     ti_rows = []
-    for run_pk, r in zip(ids, runs):
+    for run_pk, r in zip(ids, runs, strict=True):
         for task in dag.tasks.values():
             if task.start_date is not None and task.start_date > r.logical_date:
                 continue  # the task did not exist yet at this logical date
@@ -107,7 +107,7 @@ def insert_runs(
         {"at": now, "who": who, "entity": "dag_run", "dag_id": dag.dag_id, "dag_run_id": run_pk,
          "from_state": None, "to_state": RunState.QUEUED,
          "detail": f"{run_type} run created" + (f", overrides run {r.replaces}" if r.replaces else "")}
-        for run_pk, r in zip(ids, runs)
+        for run_pk, r in zip(ids, runs, strict=True)
     ])
     relink(conn, dag.dag_id, min(r.logical_date for r in runs))
     return ids

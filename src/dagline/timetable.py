@@ -187,7 +187,8 @@ class Timetable:
         self.end_date = end_date
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.summary!r}, tz={self.timezone!r}, start={self.start_date}, end={self.end_date})"
+        return (f"{type(self).__name__}({self.summary!r}, tz={self.timezone!r}, start={self.start_date}, "
+                f"end={self.end_date})")
 
     def _past_end(self, instant: dt.datetime) -> bool:
         return self.end_date is not None and instant > self.end_date

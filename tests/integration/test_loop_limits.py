@@ -10,7 +10,7 @@ from dagline.executors.noop import NoopExecutor
 from dagline.runs import trigger_run
 from dagline.scheduler.loop import Scheduler
 
-from .harness import apply, assert_invariants, backfill, events, run_row, runs, schedule, t, ti_states, write_dag
+from .harness import apply, assert_invariants, backfill, events, runs, schedule, t, ti_states, write_dag
 
 DAG = """
 apiVersion: dagline.io/v1alpha1

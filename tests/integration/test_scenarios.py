@@ -9,7 +9,17 @@ from dagline.errors import OperationFailed
 from dagline.runs import trigger_run
 
 from .harness import (
-    apply, assert_invariants, backfill, events, run_row, runs, schedule, t, ti_states, tis, write_dag,
+    apply,
+    assert_invariants,
+    backfill,
+    events,
+    run_row,
+    runs,
+    schedule,
+    t,
+    ti_states,
+    tis,
+    write_dag,
 )
 
 DAILY = """
@@ -290,10 +300,10 @@ spec:
 def test_pool_slots_and_task_limits_are_never_exceeded(db, tmp_path):
     from sqlalchemy import select
 
+    from dagline.clock import FixedClock
     from dagline.db.models import ti_t
     from dagline.executors.noop import NoopExecutor
     from dagline.pools import set_pool
-    from dagline.clock import FixedClock
 
     tasks = []
     for i in range(10):

@@ -17,6 +17,7 @@ import pendulum
 import pytest
 from croniter import croniter
 
+from dagline.times import UTC
 from dagline.timetable import (
     CronTimetable,
     DagRunInfo,
@@ -27,7 +28,6 @@ from dagline.timetable import (
     make_timetable,
     validate_schedule,
 )
-from dagline.times import UTC
 
 AMS = "Europe/Amsterdam"
 NYC = "America/New_York"

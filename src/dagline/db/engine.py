@@ -185,7 +185,8 @@ def open_database(url: str | None = None, *, check_schema: bool = True) -> Datab
     try:
         db.check_reachable()
     except SQLAlchemyError as exc:
-        raise OperationFailed(f"cannot reach the database at {redact(db.url)}: {_first_line(getattr(exc, 'orig', exc))}") from exc
+        reason = _first_line(getattr(exc, "orig", exc))
+        raise OperationFailed(f"cannot reach the database at {redact(db.url)}: {reason}") from exc
     if check_schema:
         require_current_schema(db)
     return db

@@ -88,7 +88,8 @@ class Dag(Base):
     __tablename__ = "dag"
 
     dag_id: Mapped[str] = mapped_column(String(63), primary_key=True)
-    current_version_id: Mapped[int | None] = mapped_column(Id)  # -> dag_version.id (no FK: the two tables refer to each other)
+    # -> dag_version.id; no foreign key, as the two tables refer to each other
+    current_version_id: Mapped[int | None] = mapped_column(Id)
     is_paused: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     is_active: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
     schedule: Mapped[str | None] = mapped_column(String(100))

@@ -24,7 +24,6 @@ import time
 from dagline.clock import SystemClock
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
 
-
 OUTCOME_KEY = "dagline.noop.outcome"
 
 

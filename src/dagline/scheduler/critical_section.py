@@ -86,7 +86,8 @@ def queue_task_instances(
         if dag_active[c.dag_id] >= max_active_tasks[c.dag_id]:
             continue
         task = dags.get(conn, c.dag_version_id).tasks[c.task_id]
-        if task.max_active_tis_per_dag is not None and task_active[(c.dag_id, c.task_id)] >= task.max_active_tis_per_dag:
+        task_limit = task.max_active_tis_per_dag
+        if task_limit is not None and task_active[(c.dag_id, c.task_id)] >= task_limit:
             continue
         admitted.append(c)
         pool_used[c.pool] += c.pool_slots

@@ -52,7 +52,7 @@ def time_out_tasks(conn: Connection, *, now: dt.datetime, dags: DagCache, who: s
             values["next_retry_at"] = now
         changed = change_tis(conn, [row.id], expected=TIState.RUNNING, to=to, at=now, who=who,
                              tries={row.id: row.try_number}, values=values,
-                             detail=f"timed out: running longer than its executionTimeout")
+                             detail="timed out: running longer than its executionTimeout")
         if changed:
             keys.append(TaskKey(row.dag_id, row.run_id, row.task_id, row.try_number))
     return keys

@@ -1,0 +1,139 @@
+"""Plumbing shared by the `dagline` commands: the root group, options, time parsing, output.
+
+Exit status: 0 ok, 1 a failed operation, 2 bad usage or invalid input. Errors go to stderr as one
+paragraph naming the cause; every command validates before it writes, and writes in one transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+
+import click
+from sqlalchemy import select
+
+from dagline.clock import FixedClock, SystemClock
+from dagline.db import engine as dbengine
+from dagline.db.models import dag_t
+from dagline.errors import DaglineError, InvalidInput
+from dagline.times import parse_instant
+
+
+class Context:
+    def __init__(self, db_url: str | None):
+        self.db_url = db_url
+        self._db = None
+
+    def db(self, *, check_schema: bool = True):
+        if self._db is None:
+            self._db = dbengine.open_database(self.db_url, check_schema=check_schema)
+        return self._db
+
+
+def make_clock(now: str | None):
+    if now is None:
+        return SystemClock()
+    try:
+        return FixedClock(parse_instant(now, "UTC"))
+    except ValueError as exc:
+        raise InvalidInput(str(exc), field="--now") from None
+
+
+def read_instant(value: str | None, field: str, timezone: str = "UTC") -> dt.datetime | None:
+    if value is None:
+        return None
+    try:
+        return parse_instant(value, timezone)
+    except ValueError as exc:
+        raise InvalidInput(str(exc), field=field) from None
+
+
+def is_plain_date(value: str) -> bool:
+    try:
+        dt.date.fromisoformat(value.strip())
+        return len(value.strip()) == 10
+    except ValueError:
+        return False
+
+
+def dag_timezone(db, dag_id: str) -> str:
+    with db.begin() as conn:
+        tz = conn.execute(select(dag_t.c.timezone).where(dag_t.c.dag_id == dag_id)).scalar()
+    return tz or "UTC"
+
+
+def resolve_log_folder(value: str | None) -> str:
+    return os.path.abspath(value or os.environ.get("DAGLINE_LOG_FOLDER") or "logs")
+
+
+def emit_json(rows) -> None:
+    click.echo(json.dumps(rows, indent=2))
+
+
+def print_table(rows: list[dict], columns: list[str]) -> None:
+    if not rows:
+        click.echo("(none)")
+        return
+    cells = [[("" if r.get(c) is None else str(r.get(c))) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    click.echo("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for row in cells:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+class DaglineGroup(click.Group):
+    """Maps dagline's errors to their exit codes with a one-paragraph message."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except DaglineError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+now_option = click.option("--now", "now", default=None, metavar="ISO-8601",
+                          help="Act as if it were this instant (default: the wall clock).")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+@click.group(cls=DaglineGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--db", "db_url", default=None, metavar="URL",
+              help="Database URL (default: $DAGLINE_DB_URL, else sqlite:///dagline.db).")
+@click.option("-v", "--verbose", is_flag=True, help="Log what the scheduler does.")
+@click.version_option(package_name="dagline")
+@click.pass_context
+def main(ctx, db_url, verbose):
+    """dagline: schedules DAGs of PySpark jobs, retries them, and backfills the past on one timeline."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ctx.obj = Context(db_url)
+
+
+
+executor_option = click.option("--executor", type=click.Choice(["local", "noop", "spark-k8s"]), default="local",
+                               show_default=True)
+parallelism_option = click.option("--parallelism", type=click.IntRange(min=1), default=2, show_default=True,
+                                  help="Tries the executor runs at once.")
+log_folder_option = click.option("--log-folder", default=None, metavar="DIR",
+                                 help="Task logs (default: $DAGLINE_LOG_FOLDER, else ./logs).")
+
+
+def make_cli_executor(name, parallelism, log_folder, clock):
+    from dagline.executors import make_executor
+
+    if name == "spark-k8s":
+        raise InvalidInput("the spark-k8s executor runs inside the Kubernetes operator, which is not part of this "
+                           "build yet; use local or noop", field="--executor")
+    return make_executor(name, parallelism=parallelism, log_folder=resolve_log_folder(log_folder), clock=clock)
+
+
+def json_object(value: str | None, field: str) -> dict | None:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"not valid JSON: {exc}", field=field) from None

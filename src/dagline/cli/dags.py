@@ -1,0 +1,201 @@
+"""`dagline db` and `dagline dags`: the schema, applying and inspecting DAGs, pausing, triggering."""
+
+from __future__ import annotations
+
+import os
+
+import click
+from sqlalchemy import select
+
+from dagline.cli.base import (
+    Context,
+    dag_timezone,
+    emit_json,
+    json_object,
+    json_option,
+    main,
+    make_clock,
+    now_option,
+    print_table,
+    read_instant,
+)
+from dagline.db import engine as dbengine
+from dagline.db.models import dag_version_t
+from dagline.errors import InvalidInput
+from dagline.times import isoformat
+
+
+@main.group()
+def db():
+    """The database schema."""
+
+
+@db.command("upgrade")
+@click.pass_obj
+def db_upgrade(obj: Context):
+    """Create or migrate the schema (idempotent)."""
+    database = obj.db(check_schema=False)
+    before, after = dbengine.upgrade(database)
+    where = dbengine.redact(database.url)
+    click.echo(f"schema at {after} (was {before or 'empty'}) on {where}" if before != after
+               else f"schema already at {after} on {where}")
+
+
+@main.group()
+def dags():
+    """Apply, inspect, pause and trigger DAGs."""
+
+
+@dags.command("apply")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@now_option
+@click.pass_obj
+def dags_apply(obj: Context, paths, now):
+    """Load DAG spec files or folders; a new version only when a spec changed."""
+    from dagline.dagstore import apply_dags
+    from dagline.spec import load_dag_paths
+
+    loaded = load_dag_paths(list(paths))  # validates everything before anything is written
+    results = apply_dags(obj.db(), loaded, now=make_clock(now).now())
+    for r in results:
+        if r.action == "unchanged":
+            click.echo(f"{r.dag_id}: unchanged (version {r.version})")
+        elif r.action == "created":
+            click.echo(f"{r.dag_id}: created (version {r.version})")
+        else:
+            click.echo(f"{r.dag_id}: {r.action} (version {r.previous_version} -> {r.version})")
+        for warning in r.warnings:
+            click.echo(f"{r.dag_id}: warning: {warning}", err=True)
+
+
+@dags.command("list")
+@json_option
+@click.pass_obj
+def dags_list(obj: Context, as_json):
+    """The DAGs, their schedule and where they stand."""
+    from dagline.queries import list_dags
+
+    with obj.db().begin() as conn:
+        rows = list_dags(conn)
+    if as_json:
+        emit_json(rows)
+    else:
+        print_table(rows, ["dag_id", "paused", "schedule", "timezone", "version", "next_run_after", "last_run_state"])
+
+
+@dags.command("show")
+@click.argument("dag_id")
+@json_option
+@click.pass_obj
+def dags_show(obj: Context, dag_id, as_json):
+    """The stored spec and versions of a DAG."""
+    from dagline.dagstore import require_dag
+
+    with obj.db().begin() as conn:
+        row = require_dag(conn, dag_id, active=False)
+        versions = conn.execute(
+            select(dag_version_t).where(dag_version_t.c.dag_id == dag_id).order_by(dag_version_t.c.id)).all()
+    current = next(v for v in versions if v.id == row.current_version_id)
+    data = {
+        "dag_id": dag_id, "active": row.is_active, "paused": row.is_paused, "version": current.version,
+        "source_path": row.source_path, "next_dagrun": isoformat(row.next_dagrun),
+        "next_run_after": isoformat(row.next_dagrun_create_after or row.next_dagrun_data_interval_end),
+        "versions": [{"version": v.version, "created_at": isoformat(v.created_at), "current": v.id == current.id}
+                     for v in versions],
+        "spec": current.spec,
+    }
+    if as_json:
+        emit_json(data)
+        return
+    import yaml
+
+    click.echo(f"dag_id: {dag_id}\nactive: {row.is_active}\npaused: {row.is_paused}\nsource: {row.source_path}")
+    click.echo(f"next run: {data['next_dagrun']} (created after {data['next_run_after']})")
+    click.echo("versions:")
+    for v in data["versions"]:
+        click.echo(f"  {v['version']}  {v['created_at']}{'  (current)' if v['current'] else ''}")
+    click.echo("spec:")
+    click.echo("  " + yaml.safe_dump(current.spec, sort_keys=False).replace("\n", "\n  ").rstrip())
+
+
+@dags.command("next-runs")
+@click.argument("dag_ref")
+@click.option("--after", default=None, metavar="ISO", help="Start from the first interval starting at or after this.")
+@click.option("--count", default=5, show_default=True, type=click.IntRange(min=1))
+@json_option
+@click.pass_obj
+def dags_next_runs(obj: Context, dag_ref, after, count, as_json):
+    """The intervals the scheduler would create next, in order."""
+    from dagline.spec import load_dag_paths
+    from dagline.timeline import latest_schedule_end, timetable_for
+
+    if os.path.exists(dag_ref):
+        loaded = load_dag_paths([dag_ref])
+        if len(loaded) != 1:
+            raise InvalidInput(f"{dag_ref} holds {len(loaded)} DAGs; give one file or a DAG id", field="DAG_ID_OR_FILE")
+        dag, latest_end = loaded[0].dag, None
+    else:
+        from dagline.dagstore import DagCache, require_dag
+
+        with obj.db().begin() as conn:
+            require_dag(conn, dag_ref)
+            _, dag = DagCache().current(conn, dag_ref)
+            latest_end = latest_schedule_end(conn, dag_ref)
+    table = timetable_for(dag)
+    cursor = read_instant(after, "--after", dag.timezone) if after else latest_end
+    rows = []
+    info = table.next_run(cursor, catchup=True)
+    while info is not None and len(rows) < count:
+        rows.append({"logical_date": isoformat(info.logical_date),
+                     "data_interval_start": isoformat(info.data_interval.start),
+                     "data_interval_end": isoformat(info.data_interval.end), "run_after": isoformat(info.run_after)})
+        if not table.periodic:
+            break
+        info = table.next_run(info.data_interval.end, catchup=True)
+    if as_json:
+        emit_json(rows)
+    else:
+        print_table(rows, ["logical_date", "data_interval_start", "data_interval_end", "run_after"])
+
+
+@dags.command("pause")
+@click.argument("dag_id")
+@now_option
+@click.pass_obj
+def dags_pause(obj: Context, dag_id, now):
+    """Stop creating and starting runs of a DAG (running tasks finish)."""
+    from dagline.dagstore import set_paused
+
+    changed = set_paused(obj.db(), dag_id, True, now=make_clock(now).now())
+    click.echo(f"{dag_id}: paused" if changed else f"{dag_id}: already paused")
+
+
+@dags.command("unpause")
+@click.argument("dag_id")
+@now_option
+@click.pass_obj
+def dags_unpause(obj: Context, dag_id, now):
+    """Resume a paused DAG."""
+    from dagline.dagstore import set_paused
+
+    changed = set_paused(obj.db(), dag_id, False, now=make_clock(now).now())
+    click.echo(f"{dag_id}: unpaused" if changed else f"{dag_id}: already active")
+
+
+@dags.command("trigger")
+@click.argument("dag_id")
+@click.option("--logical-date", default=None, metavar="ISO", help="Default: now.")
+@click.option("--conf", default=None, metavar="JSON", help="The run's conf, a JSON object.")
+@now_option
+@click.pass_obj
+def dags_trigger(obj: Context, dag_id, logical_date, conf, now):
+    """Create a manual run; prints its run id."""
+    from dagline.runs import trigger_run
+
+    database = obj.db()
+    conf_value = json_object(conf, "--conf")
+    when = read_instant(logical_date, "--logical-date", dag_timezone(database, dag_id))
+    run = trigger_run(database, dag_id, now=make_clock(now).now(), logical_date=when, conf=conf_value)
+    click.echo(run.run_id)
+
+

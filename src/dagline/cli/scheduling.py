@@ -1,0 +1,229 @@
+"""`dagline scheduler` and `dagline backfill`: running replicas, and backfilling the past."""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+import sys
+
+import click
+from sqlalchemy import select
+
+from dagline.cli.base import (
+    Context,
+    dag_timezone,
+    emit_json,
+    executor_option,
+    is_plain_date,
+    json_object,
+    json_option,
+    log_folder_option,
+    main,
+    make_cli_executor,
+    make_clock,
+    now_option,
+    parallelism_option,
+    print_table,
+    read_instant,
+)
+from dagline.db.models import backfill_t
+from dagline.errors import OperationFailed
+from dagline.times import isoformat
+
+
+@main.command("scheduler")
+@executor_option
+@parallelism_option
+@click.option("--until-idle", is_flag=True, help="Return once nothing is runnable or running.")
+@log_folder_option
+@now_option
+@click.pass_obj
+def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_folder, now):
+    """Run one scheduler replica."""
+    from dagline.scheduler.loop import Scheduler
+    from dagline.scheduler.settings import SchedulerSettings
+
+    clock = make_clock(now)
+    sched = Scheduler(obj.db(), make_cli_executor(executor, parallelism, log_folder, clock), clock=clock,
+                      settings=SchedulerSettings.from_env())
+    signal.signal(signal.SIGTERM, lambda *_: sched.request_stop())
+    try:
+        sched.run(until_idle=until_idle)
+    except KeyboardInterrupt:
+        click.echo("interrupted: stopped", err=True)
+
+
+@main.group()
+def backfill():
+    """Reprocess ranges of the past as runs on the timeline."""
+
+
+def _backfill_options(f):
+    for option in reversed([
+        click.argument("dag_id"),
+        click.option("--start", required=True, metavar="ISO", help="First logical date (included)."),
+        click.option("--end", required=True, metavar="ISO", help="Last logical date (included)."),
+        click.option("--reprocess", type=click.Choice(["none", "failed", "completed"]), default="none",
+                     show_default=True, help="Which existing runs to replace."),
+        click.option("--max-active-runs", type=int, default=None, help="Runs of this backfill at once."),
+        click.option("--run-backwards", is_flag=True, help="Newest logical dates first."),
+        click.option("--dry-run", is_flag=True, help="Print the plan, write nothing."),
+        click.option("--request-id", default=None, help="Idempotency key: the same id never creates twice."),
+        click.option("--conf", default=None, metavar="JSON", help="Conf of every run created (overrides params)."),
+        json_option,
+        now_option,
+    ]):
+        f = option(f)
+    return f
+
+
+def _create_backfill(obj: Context, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
+                     request_id, conf, now_value):
+    from dagline.backfill import create_backfill
+
+    database = obj.db()
+    tz = dag_timezone(database, dag_id)
+    end_instant = read_instant(end, "--end", tz)
+    if is_plain_date(end):  # `--end 2026-03-07` includes the whole of that day
+        end_instant = read_instant((dt.date.fromisoformat(end.strip()) + dt.timedelta(days=1)).isoformat(), "--end", tz)
+        end_instant -= dt.timedelta(microseconds=1)
+    return create_backfill(
+        database, dag_id, start=read_instant(start, "--start", tz), end=end_instant, now=now_value,
+        reprocess=reprocess, max_active_runs=max_active_runs, run_backwards=run_backwards, dry_run=dry_run,
+        request_id=request_id, conf=json_object(conf, "--conf"),
+    )
+
+
+def _print_plan(result, as_json: bool) -> None:
+    entries = [{"logical_date": isoformat(e.logical_date), "data_interval_start": isoformat(e.data_interval.start),
+                "data_interval_end": isoformat(e.data_interval.end), "action": e.action,
+                "existing_run_id": e.existing_run_id, "existing_state": e.existing_state}
+               for e in result.plan.entries]
+    if as_json:
+        emit_json({"backfill_id": result.backfill_id, "created": result.created, "runs": entries})
+        return
+    print_table(entries, ["logical_date", "action", "existing_run_id", "existing_state"])
+    plan = result.plan
+    summary = (f"{plan.count('create')} to create, {plan.count('replace')} to replace, "
+               f"{plan.count('keep_existing')} kept, {plan.count('keep_active')} still active, "
+               f"{plan.count('not_due')} not due yet")
+    if result.backfill_id is None:
+        click.echo(f"dry run: {summary}; nothing written")
+    elif result.created:
+        click.echo(f"backfill {result.backfill_id}: {summary}")
+    else:
+        click.echo(f"backfill {result.backfill_id} exists for this request id: nothing new created")
+
+
+@backfill.command("create")
+@_backfill_options
+@click.pass_obj
+def backfill_create(obj: Context, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
+                    request_id, conf, as_json, now):
+    """Plan and insert backfill runs for every interval whose logical date lies in [start, end]."""
+    result = _create_backfill(obj, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
+                              request_id, conf, make_clock(now).now())
+    _print_plan(result, as_json)
+
+
+@backfill.command("run")
+@_backfill_options
+@executor_option
+@parallelism_option
+@log_folder_option
+@click.pass_obj
+def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run, request_id,
+                 conf, as_json, now, executor, parallelism, log_folder):
+    """Create a backfill, then run a scheduler for its runs until they finish, with a progress bar."""
+    from dagline.progress import ProgressBar
+    from dagline.queries import backfill_dict, backfill_task_counts
+    from dagline.scheduler.loop import Scheduler
+
+    clock = make_clock(now)
+    result = _create_backfill(obj, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
+                              request_id, conf, clock.now())
+    _print_plan(result, as_json)
+    if result.backfill_id is None:
+        return
+    database = obj.db()
+
+    def status():
+        with database.begin() as conn:
+            row = conn.execute(select(backfill_t).where(backfill_t.c.id == result.backfill_id)).one()
+            return backfill_dict(conn, row), backfill_task_counts(conn, row.id)
+
+    bar = ProgressBar(sys.stderr)
+    sched = Scheduler(database, make_cli_executor(executor, parallelism, log_folder, clock), clock=clock,
+                      backfill_id=result.backfill_id)
+    signal.signal(signal.SIGTERM, lambda *_: sched.request_stop())
+    state = {"last": None}
+
+    def on_loop(_stats):
+        state["last"], tasks = status()
+        bar.update(state["last"], tasks)
+
+    sched.run(until_idle=True, should_stop=lambda: state["last"] is not None and state["last"]["state"] != "running",
+              on_loop=on_loop)
+    final, tasks = status()
+    bar.finish(final, tasks)
+    if final["failed"]:
+        raise OperationFailed(f"backfill {final['id']}: {final['failed']} of {final['total']} runs failed "
+                              f"(see `dagline runs list {dag_id} --state failed` and `dagline tasks logs`)")
+    if final["state"] == "running":
+        raise OperationFailed(f"backfill {final['id']} stopped with runs still waiting "
+                              f"({final['queued']} queued, {final['running']} running): a limit, a pool or "
+                              "dependsOnPast holds them; `dagline runs grid` shows where")
+
+
+@backfill.command("list")
+@click.option("--dag", "dag_id", default=None)
+@json_option
+@click.pass_obj
+def backfill_list(obj: Context, dag_id, as_json):
+    """Backfills and their progress."""
+    from dagline.queries import list_backfills
+
+    with obj.db().begin() as conn:
+        rows = list_backfills(conn, dag_id)
+    if as_json:
+        emit_json(rows)
+    else:
+        print_table(rows, ["id", "dag_id", "from_date", "to_date", "reprocess", "state", "total", "queued", "running",
+                      "succeeded", "failed", "skipped_existing", "overridden"])
+
+
+@backfill.command("show")
+@click.argument("backfill_id", type=int)
+@json_option
+@click.pass_obj
+def backfill_show(obj: Context, backfill_id, as_json):
+    """One backfill and its runs."""
+    from dagline.queries import backfill_dict, list_runs
+
+    with obj.db().begin() as conn:
+        row = conn.execute(select(backfill_t).where(backfill_t.c.id == backfill_id)).first()
+        if row is None:
+            raise OperationFailed(f"unknown backfill {backfill_id} (see `dagline backfill list`)")
+        data = backfill_dict(conn, row)
+        data["runs"] = list_runs(conn, backfill_id=backfill_id)
+    if as_json:
+        emit_json(data)
+        return
+    for key, value in data.items():
+        if key != "runs":
+            click.echo(f"{key}: {value}")
+    print_table(data["runs"], ["id", "run_id", "state", "start_date", "end_date"])
+
+
+@backfill.command("cancel")
+@click.argument("backfill_id", type=int)
+@now_option
+@click.pass_obj
+def backfill_cancel(obj: Context, backfill_id, now):
+    """Cancel a backfill: runs not yet started are failed; running ones finish."""
+    from dagline.backfill import cancel_backfill
+
+    n = cancel_backfill(obj.db(), backfill_id, now=make_clock(now).now())
+    click.echo(f"backfill {backfill_id}: cancelled ({n} runs not started were failed)")
+
+
