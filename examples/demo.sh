@@ -17,10 +17,17 @@ dagline backfill run sales-daily --start 2026-03-01 --end 2026-03-07 --paralleli
 echo
 dagline runs grid sales-daily
 echo
-echo "== output (Parquet partitioned by date, and a JSON report a day) under /tmp/dagline-demo:"
-find /tmp/dagline-demo -maxdepth 3 -type d -name 'ds=*' | sort | head -40
-echo "reports:"; ls /tmp/dagline-demo/reports/*/report.json
+echo "== output under /tmp/dagline-demo (Parquet partitioned by date, one JSON report a day):"
+for dataset in raw/orders clean/orders marts/revenue_by_region marts/top_products reports; do
+  printf '  %-26s %s partitions: %s\n' "$dataset" "$(ls -d /tmp/dagline-demo/$dataset/ds=* | wc -l)" \
+    "$(ls /tmp/dagline-demo/$dataset | sed 's/ds=//' | paste -sd' ')"
+done
 echo
-echo "one report: /tmp/dagline-demo/reports/ds=2026-03-07/report.json"
-cat /tmp/dagline-demo/reports/ds=2026-03-07/report.json; echo
-echo "task logs: dagline tasks logs <RUN_ID> <TASK_ID>   (runs: dagline runs list sales-daily)"
+echo "== the report of 2026-03-07 (/tmp/dagline-demo/reports/ds=2026-03-07/report.json):"
+python -c 'import json,sys; r=json.load(open(sys.argv[1])); print(f"  {r[\"orders\"]} orders, revenue {r[\"revenue\"]}, best region {r[\"regions\"][0][\"region\"]}, top product {r[\"top_products\"][0][\"product\"]}")' \
+  /tmp/dagline-demo/reports/ds=2026-03-07/report.json
+echo
+echo "== look further (same database and logs as the demo):"
+echo "  export DAGLINE_DB_URL=$DAGLINE_DB_URL DAGLINE_LOG_FOLDER=$DAGLINE_LOG_FOLDER"
+echo "  dagline runs list sales-daily"
+echo "  dagline tasks logs backfill__2026-03-07T01:00:00+00:00 daily_report"
