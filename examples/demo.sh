@@ -24,8 +24,12 @@ for dataset in raw/orders clean/orders marts/revenue_by_region marts/top_product
 done
 echo
 echo "== the report of 2026-03-07 (/tmp/dagline-demo/reports/ds=2026-03-07/report.json):"
-python -c 'import json,sys; r=json.load(open(sys.argv[1])); print(f"  {r[\"orders\"]} orders, revenue {r[\"revenue\"]}, best region {r[\"regions\"][0][\"region\"]}, top product {r[\"top_products\"][0][\"product\"]}")' \
-  /tmp/dagline-demo/reports/ds=2026-03-07/report.json
+python - /tmp/dagline-demo/reports/ds=2026-03-07/report.json <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+print(f"  {report['orders']} orders, revenue {report['revenue']}, best region {report['regions'][0]['region']}, "
+      f"top product {report['top_products'][0]['product']}")
+PY
 echo
 echo "== look further (same database and logs as the demo):"
 echo "  export DAGLINE_DB_URL=$DAGLINE_DB_URL DAGLINE_LOG_FOLDER=$DAGLINE_LOG_FOLDER"
