@@ -187,7 +187,10 @@ def refresh_next_dagrun(conn: Connection, dag_id: str, dag: Dag) -> None:
     """Recompute the DAG row's next interval. `next_dagrun_create_after` is left empty while the DAG
     is at `maxActiveRuns` (it is refreshed when one of its runs finishes), so the run-creation step
     only ever claims DAGs it can act on."""
-    info = timetable_for(dag).next_run(latest_schedule_end(conn, dag_id), catchup=True)
+    table = timetable_for(dag)
+    info = table.next_run(latest_schedule_end(conn, dag_id), catchup=True)
+    while info is not None and table.periodic and live_run_at(conn, dag_id, info.logical_date) is not None:
+        info = table.next_run(info.data_interval.end, catchup=True)  # a manual run holds that date
     create_after = None
     if info is not None and active_scheduled_runs(conn, dag_id) < dag.spec.max_active_runs:
         create_after = info.run_after

@@ -339,3 +339,18 @@ def test_pool_slots_and_task_limits_are_never_exceeded(db, tmp_path):
     assert peak_active <= 5        # maxActiveTasks across the DAG's runs
     assert peak_limited == 1       # maxActiveTisPerDag
     assert_invariants(db)
+
+
+def test_a_manual_run_on_a_scheduled_date_takes_that_interval(db, tmp_path):
+    apply(db, daily(tmp_path))
+    trigger_run(db, "daily", now=t("2026-03-01T00:00:00Z"), logical_date=t("2026-03-02T01:00:00Z"))
+    schedule(db, "2026-03-04T03:00:00+01:00")
+    rows = runs(db, "daily")
+    assert [(r["logical_date"][:10], r["run_type"]) for r in rows] == [
+        ("2026-03-01", "scheduled"), ("2026-03-02", "manual"), ("2026-03-03", "scheduled")]
+    with db.begin() as conn:
+        from sqlalchemy import select
+
+        from dagline.db.models import dag_t
+        assert conn.execute(select(dag_t.c.next_dagrun)).scalar_one() == t("2026-03-04T01:00:00Z")
+    assert_invariants(db)
