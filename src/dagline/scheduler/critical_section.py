@@ -69,7 +69,7 @@ def queue_task_instances(
             select(ti_t.c.dag_id, ti_t.c.task_id, func.count())
             .where(ti_t.c.state.in_(active), ti_t.c.dag_id.in_(dag_ids)).group_by(ti_t.c.dag_id, ti_t.c.task_id))
     })
-    max_active_tasks = {dag_id: dags.current(conn, dag_id)[1].spec.max_active_tasks for dag_id in dag_ids}
+    max_active_tasks = {dag_id: dag.spec.max_active_tasks for dag_id, dag in dags.current_many(conn, dag_ids).items()}
 
     admitted = []
     for c in candidates:

@@ -19,8 +19,10 @@ def start_queued_runs(
     conn: Connection, *, now: dt.datetime, dags: DagCache, who: str, limit: int, backfill_id: int | None = None
 ) -> int:
     started = 0
-    for dag_id in lock_dags_with_startable_runs(conn, now, limit, backfill_id):
-        _, dag = dags.current(conn, dag_id)
+    dag_ids = lock_dags_with_startable_runs(conn, now, limit, backfill_id)
+    current = dags.current_many(conn, dag_ids) if dag_ids else {}
+    for dag_id in dag_ids:
+        dag = current[dag_id]
         running = _running_counts(conn, dag_id)
         room = dag.spec.max_active_runs - sum(running.values())
         if room <= 0:
