@@ -17,7 +17,7 @@ import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import BigInteger, bindparam, cast, column, func, insert, select, update, values
 from sqlalchemy.engine import Connection
 
 from dagline.db.models import dag_run_t, dag_t, ti_t
@@ -131,12 +131,27 @@ def relink(conn: Connection, dag_id: str, from_date: dt.datetime) -> int:
         if row.previous_run_id != previous:
             changes.append({"b_id": row.id, "b_prev": previous})
         previous = row.id
-    if changes:
+    _set_previous(conn, changes)
+    return len(changes)
+
+
+def _set_previous(conn: Connection, changes: list[dict]) -> None:
+    """Write new `previous` links. PostgreSQL gets one `UPDATE ... FROM (VALUES ...)` per thousand
+    links (psycopg2 would send an executemany UPDATE row by row); SQLite's executemany is fast."""
+    if not changes:
+        return
+    if conn.dialect.name != "postgresql":
         conn.execute(
             update(dag_run_t).where(dag_run_t.c.id == bindparam("b_id")).values(previous_run_id=bindparam("b_prev")),
             changes,
         )
-    return len(changes)
+        return
+    for start in range(0, len(changes), 1000):
+        chunk = changes[start:start + 1000]
+        links = values(column("b_id", BigInteger), column("b_prev", BigInteger), name="links").data(
+            [(c["b_id"], c["b_prev"]) for c in chunk])
+        conn.execute(update(dag_run_t).where(dag_run_t.c.id == links.c.b_id)
+                     .values(previous_run_id=cast(links.c.b_prev, BigInteger)))
 
 
 def _unique_run_ids(conn: Connection, dag_id: str, wanted: list[str]) -> list[str]:
