@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, ti_t
+from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, event_t, ti_t
 from dagline.deps import RunState
 from dagline.times import isoformat
 
@@ -60,11 +60,18 @@ def list_runs(conn: Connection, dag_id: str | None = None, state: str | None = N
 
 
 def list_tasks(conn: Connection, run_pk: int) -> list[dict]:
+    """Task instances of a run; `message` is why its latest state change happened, when one was given
+    (a failure's exit code and last log line, a timeout, a cancelled backfill...)."""
     rows = conn.execute(select(ti_t).where(ti_t.c.dag_run_id == run_pk).order_by(ti_t.c.id)).all()
+    latest: dict[int, str | None] = {}
+    for ev in conn.execute(select(event_t.c.ti_id, event_t.c.detail)
+                           .where(event_t.c.entity == "task_instance", event_t.c.dag_run_id == run_pk)
+                           .order_by(event_t.c.id)):
+        latest[ev.ti_id] = ev.detail
     return [{
         "task_id": r.task_id, "state": r.state, "try_number": r.try_number, "max_tries": r.max_tries,
         "pool": r.pool, "start_date": isoformat(r.start_date), "end_date": isoformat(r.end_date),
-        "external_id": r.external_id,
+        "external_id": r.external_id, "message": latest.get(r.id),
     } for r in rows]
 
 

@@ -45,3 +45,34 @@ def test_a_day_of_the_example_pipeline_runs_through_the_scheduler(sqlite_db, tmp
             .order_by(event_t.c.id))]
     assert order[0] == "ingest_orders" and order[1] == "clean_orders" and order[-1] == "daily_report"
     assert_invariants(sqlite_db)
+
+
+@pytest.mark.spark
+def test_a_crashing_job_fails_its_task_with_the_cause_and_its_log(sqlite_db, tmp_path):
+    (tmp_path / "crash.py").write_text("import sys\nprint('reading input')\nraise SystemExit('no input for 2026-03-02')\n")
+    (tmp_path / "dag.yaml").write_text("""
+apiVersion: dagline.io/v1alpha1
+kind: DAG
+metadata: {name: crashing}
+spec:
+  schedule: null
+  tasks:
+    - {id: crash, spark: {mainApplicationFile: crash.py}}
+    - {id: after, upstream: [crash], spark: {mainApplicationFile: crash.py}}
+""")
+    runner = CliRunner()
+
+    def cli(*args, code=0):
+        result = runner.invoke(main, ["--db", sqlite_db.url, *args], catch_exceptions=False)
+        assert result.exit_code == code, result.output
+        return result.output
+
+    cli("dags", "apply", str(tmp_path / "dag.yaml"))
+    cli("dags", "trigger", "crashing", "--now", "2026-03-02T00:00:00Z")
+    cli("scheduler", "--until-idle", "--log-folder", str(tmp_path / "logs"), "--now", "2026-03-02T00:00:00Z")
+    [run] = runs(sqlite_db, "crashing")
+    tasks = {t["task_id"]: t for t in json.loads(cli("tasks", "list", str(run["id"]), "--json"))}
+    assert run["state"] == "failed"
+    assert tasks["crash"]["state"] == "failed" and tasks["after"]["state"] == "upstream_failed"
+    assert "exit code 1" in tasks["crash"]["message"] and "no input for 2026-03-02" in tasks["crash"]["message"]
+    assert "reading input" in cli("tasks", "logs", str(run["id"]), "crash", "--log-folder", str(tmp_path / "logs"))

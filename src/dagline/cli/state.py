@@ -92,7 +92,7 @@ def tasks_list(obj: Context, run_ref, as_json):
         emit_json(rows)
     else:
         print_table(rows, ["task_id", "state", "try_number", "max_tries", "pool", "start_date", "end_date",
-                           "external_id"])
+                           "message"])
 
 
 @tasks.command("clear")
