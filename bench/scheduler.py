@@ -20,6 +20,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import chain_dag_yaml, fresh_database, percentiles  # noqa: E402
+from dagline import audit  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
 from dagline.clock import SystemClock  # noqa: E402
@@ -76,6 +77,7 @@ def _measure(db, kind: str, replicas: int, total: int) -> dict:
         last_end = conn.execute(select(func.max(ti_t.c.end_date))).scalar_one()
         tis = {(r.dag_run_id, r.task_id): r for r in conn.execute(
             select(ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.start_date, ti_t.c.end_date, ti_t.c.state))}
+        violations = {name: len(found) for name, found in audit.all_violations(conn).items()}
     lags = []
     for (run, task), ti in tis.items():
         n = int(task[1:])
@@ -85,7 +87,8 @@ def _measure(db, kind: str, replicas: int, total: int) -> dict:
     makespan = (last_end - first_created).total_seconds()
     done = sum(1 for ti in tis.values() if ti.state == "success")
     return {"db": kind, "replicas": replicas, "tasks": total, "succeeded": done, "makespan_s": round(makespan, 3),
-            "hop_lag_ms": percentiles(lags), "tis_per_s": round(done / makespan, 1) if makespan else None}
+            "hop_lag_ms": percentiles(lags), "tis_per_s": round(done / makespan, 1) if makespan else None,
+            "violations": violations}
 
 
 def main() -> None:
