@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import signal
 import sys
 
@@ -40,6 +41,7 @@ from dagline.times import isoformat
 @click.pass_obj
 def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_folder, now):
     """Run one scheduler replica."""
+    logging.getLogger("dagline.scheduler").setLevel(logging.INFO)  # say what it does, even without -v
     from dagline.scheduler.loop import Scheduler
     from dagline.scheduler.settings import SchedulerSettings
 

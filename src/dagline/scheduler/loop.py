@@ -46,6 +46,11 @@ class LoopStats:
     def work(self) -> int:
         return sum(dataclasses.astuple(self))
 
+    def summary(self) -> str:
+        parts = [f"{value} {field.name.replace('_', ' ')}" for field, value in
+                 zip(dataclasses.fields(self), dataclasses.astuple(self), strict=True) if value]
+        return ", ".join(parts)
+
 
 class Scheduler:
     """A replica. `backfill_id` restricts it to one backfill's runs (`dagline backfill run`), in which
@@ -76,6 +81,9 @@ class Scheduler:
             self.job_id = housekeeping.register_job(conn, executor=self.executor.name, now=self.clock.now())
         self.who = f"scheduler:{self.job_id}"
         self.executor.start()
+        scope = f", backfill {self.backfill_id} only" if self.backfill_id is not None else ""
+        log.info("scheduler %s started: %s executor, parallelism %s%s", self.job_id, self.executor.name,
+                 self.executor.parallelism, scope)
 
     def stop(self) -> None:
         try:
@@ -83,6 +91,7 @@ class Scheduler:
             if self.job_id is not None:
                 with self.db.begin() as conn:
                     housekeeping.end_job(conn, self.job_id, self.clock.now())
+                log.info("scheduler %s stopped", self.job_id)
         finally:
             self._lock.release()
 
@@ -96,6 +105,8 @@ class Scheduler:
         try:
             while not self._stop_requested:
                 stats = self.iterate()
+                if stats.work:
+                    log.info("%s", stats.summary())
                 if on_loop is not None:
                     on_loop(stats)
                 if should_stop is not None and should_stop():
