@@ -21,6 +21,7 @@ from dagline.db.claims import lock_running_runs, lock_runs_by_id
 from dagline.db.engine import Database
 from dagline.executors.base import Executor
 from dagline.scheduler import housekeeping
+from dagline.scheduler.adoption import adopt_orphans
 from dagline.scheduler.create_runs import create_scheduled_runs
 from dagline.scheduler.critical_section import queue_task_instances
 from dagline.scheduler.examine import examine_runs
@@ -81,6 +82,9 @@ class Scheduler:
             self.job_id = housekeeping.register_job(conn, executor=self.executor.name, now=self.clock.now())
         self.who = f"scheduler:{self.job_id}"
         self.executor.start()
+        if self.db.is_sqlite:  # the file lock proves every earlier scheduler is gone
+            adopt_orphans(self.db, self.executor, job_id=self.job_id, dags=self.dags, now=self.clock.now(),
+                          who=self.who)
         scope = f", backfill {self.backfill_id} only" if self.backfill_id is not None else ""
         log.info("scheduler %s started: %s executor, parallelism %s%s", self.job_id, self.executor.name,
                  self.executor.parallelism, scope)
