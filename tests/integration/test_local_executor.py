@@ -344,7 +344,7 @@ def test_a_new_executor_adopts_tries_of_a_previous_one(tmp_path):
     first = LocalExecutor(parallelism=2, log_folder=logs)
     first.launch([running])
     pid_file = log_path(logs, running.key).with_suffix(".log.pid")
-    wait_for(pid_file.exists)
+    wait_for(lambda: pid_file.exists() and "pid" in json.loads(pid_file.read_text()))  # the wrapper is up
     del first  # the replica dies; its wrapper keeps the job going
 
     # A try that finished under the dead replica, as its wrapper recorded it.

@@ -80,8 +80,12 @@ def test_a_job_that_died_with_its_scheduler_is_a_zombie_and_is_retried(setup):
     db, tmp_path = setup
     first = _scheduler(db, tmp_path)
     _wait_for(lambda: ti_states(db, _run_id(db)) == {"slow": "running"}, "the job to start")
-    pid_file = next((tmp_path / "logs").rglob("try-1.log.pid"))
-    pids = json.loads(pid_file.read_text())
+    def job_pids():
+        found = list((tmp_path / "logs").rglob("try-1.log.pid"))
+        return json.loads(found[0].read_text()) if found else {}
+
+    _wait_for(lambda: "pid" in job_pids(), "the wrapper to start the job")  # the wrapper adds the job's pid
+    pids = job_pids()
     wrapper_pid = pids["wrapper_pid"]
     first.send_signal(signal.SIGKILL)  # the node dies: the scheduler and the job with it
     for pid in (pids["pid"], wrapper_pid):

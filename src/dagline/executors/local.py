@@ -165,6 +165,20 @@ def _wrapper_alive(wrapper_pid: int, exit_file: Path) -> bool:
     return os.path.realpath(theirs) == os.path.realpath(exit_file)
 
 
+def _claim_pid_file(pid_file: Path, wrapper_pid: int, started_at: dt.datetime) -> None:
+    """Record the wrapper's pid at once, unless the wrapper already wrote its own (fuller) pid file.
+    Without this, a scheduler dying in the moment before the wrapper writes its file would leave a
+    running job that no later scheduler can find. Created whole or not at all (link is atomic)."""
+    tmp = pid_file.with_name(f"{pid_file.name}.{wrapper_pid}.tmp")
+    tmp.write_text(json.dumps({"wrapper_pid": wrapper_pid, "started_at": started_at.isoformat()}))
+    try:
+        os.link(tmp, pid_file)
+    except FileExistsError:
+        pass  # the wrapper was first
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 @dataclasses.dataclass
 class _Try:
     launch: TaskLaunch
@@ -301,6 +315,7 @@ class LocalExecutor:
                     start_new_session=True,  # a Ctrl-C at the scheduler's terminal does not hit the jobs
                 )
             t.wrapper_pid = t.process.pid
+            _claim_pid_file(pid_file_path(log_file), t.wrapper_pid, t.started_at)
         except OSError as exc:
             t.start_error = f"could not start the job: {exc}"
 
