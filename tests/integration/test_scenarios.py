@@ -354,3 +354,18 @@ def test_a_manual_run_on_a_scheduled_date_takes_that_interval(db, tmp_path):
         from dagline.db.models import dag_t
         assert conn.execute(select(dag_t.c.next_dagrun)).scalar_one() == t("2026-03-04T01:00:00Z")
     assert_invariants(db)
+
+
+def test_a_schedule_change_takes_effect_from_the_end_of_the_latest_run(db, tmp_path):
+    path = daily(tmp_path)
+    apply(db, path)
+    schedule(db, "2026-03-03T03:00:00+01:00")  # 03-01 and 03-02 at 02:00 Amsterdam
+    (tmp_path / "dag.yaml").write_text((tmp_path / "dag.yaml").read_text().replace('"0 2 * * *"', '"0 14 * * *"'))
+    apply(db, path)
+    schedule(db, "2026-03-05T00:00:00+01:00")
+    rows = runs(db, "daily")
+    # the last old interval ended 03-03 02:00; the new schedule's first interval starts after it, at 14:00
+    assert [(r["data_interval_start"], r["data_interval_end"]) for r in rows[2:]] == [
+        ("2026-03-03T13:00:00+00:00", "2026-03-04T13:00:00+00:00")]
+    assert rows[2]["dag_version"] != rows[1]["dag_version"]
+    assert [r["previous_run_id"] for r in rows] == [None] + [r["id"] for r in rows[:-1]]
