@@ -20,9 +20,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import chain_dag_yaml, fresh_database, percentiles  # noqa: E402
-from dagline import audit  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
+from dagline import audit  # noqa: E402
 from dagline.clock import SystemClock  # noqa: E402
 from dagline.dagstore import apply_dags  # noqa: E402
 from dagline.db.models import dag_run_t, ti_t  # noqa: E402

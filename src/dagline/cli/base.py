@@ -72,6 +72,14 @@ def emit_json(rows) -> None:
     click.echo(json.dumps(rows, indent=2))
 
 
+def show_rows(rows: list[dict], columns: list[str], as_json: bool) -> None:
+    """A listing: every field as JSON (`--json`), or the chosen columns as a table."""
+    if as_json:
+        emit_json(rows)
+    else:
+        print_table(rows, columns)
+
+
 def print_table(rows: list[dict], columns: list[str]) -> None:
     if not rows:
         click.echo("(none)")

@@ -16,8 +16,8 @@ from dagline.cli.base import (
     main,
     make_clock,
     now_option,
-    print_table,
     read_instant,
+    show_rows,
 )
 from dagline.db import engine as dbengine
 from dagline.db.models import dag_version_t
@@ -77,10 +77,8 @@ def dags_list(obj: Context, as_json):
 
     with obj.db().begin() as conn:
         rows = list_dags(conn)
-    if as_json:
-        emit_json(rows)
-    else:
-        print_table(rows, ["dag_id", "paused", "schedule", "timezone", "version", "next_run_after", "last_run_state"])
+    show_rows(rows, ["dag_id", "paused", "schedule", "timezone", "version", "next_run_after", "last_run_state"],
+              as_json)
 
 
 @dags.command("show")
@@ -152,10 +150,7 @@ def dags_next_runs(obj: Context, dag_ref, after, count, as_json):
         if not table.periodic:
             break
         info = table.next_run(info.data_interval.end, catchup=True)
-    if as_json:
-        emit_json(rows)
-    else:
-        print_table(rows, ["logical_date", "data_interval_start", "data_interval_end", "run_after"])
+    show_rows(rows, ["logical_date", "data_interval_start", "data_interval_end", "run_after"], as_json)
 
 
 @dags.command("pause")

@@ -26,6 +26,7 @@ from dagline.cli.base import (
     parallelism_option,
     print_table,
     read_instant,
+    show_rows,
 )
 from dagline.db.models import backfill_t
 from dagline.errors import OperationFailed
@@ -187,11 +188,8 @@ def backfill_list(obj: Context, dag_id, as_json):
 
     with obj.db().begin() as conn:
         rows = list_backfills(conn, dag_id)
-    if as_json:
-        emit_json(rows)
-    else:
-        print_table(rows, ["id", "dag_id", "from_date", "to_date", "reprocess", "state", "total", "queued", "running",
-                      "succeeded", "failed", "skipped_existing", "overridden"])
+    show_rows(rows, ["id", "dag_id", "from_date", "to_date", "reprocess", "state", "total", "queued", "running",
+                    "succeeded", "failed", "skipped_existing", "overridden"], as_json)
 
 
 @backfill.command("show")

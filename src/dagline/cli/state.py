@@ -10,14 +10,13 @@ from sqlalchemy import select
 
 from dagline.cli.base import (
     Context,
-    emit_json,
     json_option,
     log_folder_option,
     main,
     make_clock,
     now_option,
-    print_table,
     resolve_log_folder,
+    show_rows,
 )
 from dagline.db.models import ti_t
 from dagline.errors import InvalidInput, OperationFailed
@@ -42,11 +41,8 @@ def runs_list(obj: Context, dag_id, state, as_json):
         if dag_id is not None:
             require_dag(conn, dag_id, active=False)
         rows = list_runs(conn, dag_id, state)
-    if as_json:
-        emit_json(rows)
-    else:
-        print_table(rows, ["id", "dag_id", "run_id", "run_type", "state", "previous_run_id", "dag_version",
-                           "backfill_id"])
+    show_rows(rows, ["id", "dag_id", "run_id", "run_type", "state", "previous_run_id", "dag_version",
+                    "backfill_id"], as_json)
 
 
 @runs.command("grid")
@@ -88,11 +84,8 @@ def tasks_list(obj: Context, run_ref, as_json):
 
     with obj.db().begin() as conn:
         rows = list_tasks(conn, find_run(conn, run_ref).id)
-    if as_json:
-        emit_json(rows)
-    else:
-        print_table(rows, ["task_id", "state", "try_number", "max_tries", "pool", "start_date", "end_date",
-                           "message"])
+    show_rows(rows, ["task_id", "state", "try_number", "max_tries", "pool", "start_date", "end_date",
+                    "message"], as_json)
 
 
 @tasks.command("clear")
@@ -173,9 +166,6 @@ def pools_list(obj: Context, as_json):
 
     with obj.db().begin() as conn:
         rows = list_pools(conn)
-    if as_json:
-        emit_json(rows)
-    else:
-        print_table(rows, ["name", "slots", "used_slots", "description"])
+    show_rows(rows, ["name", "slots", "used_slots", "description"], as_json)
 
 
