@@ -32,10 +32,6 @@ def list_dags(conn: Connection) -> list[dict]:
     } for r in rows]
 
 
-RUN_FIELDS = ("id", "dag_id", "run_id", "logical_date", "data_interval_start", "data_interval_end", "run_type",
-              "state", "previous_run_id", "dag_version", "backfill_id", "start_date", "end_date")
-
-
 def run_dict(r) -> dict:
     return {
         "id": r.id, "dag_id": r.dag_id, "run_id": r.run_id, "logical_date": isoformat(r.logical_date),

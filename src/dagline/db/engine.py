@@ -64,10 +64,6 @@ class Database:
     def is_sqlite(self) -> bool:
         return self.dialect == "sqlite"
 
-    @property
-    def supports_row_locks(self) -> bool:
-        return self.dialect == "postgresql"
-
     @contextlib.contextmanager
     def begin(self) -> Iterator[Connection]:
         """One transaction: commits on success, rolls back on any error."""
