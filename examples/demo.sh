@@ -12,7 +12,7 @@ dagline db upgrade
 dagline pools set spark 4 --description "Spark-heavy aggregation tasks"
 dagline dags apply examples/sales_daily
 echo
-echo "== backfilling 7 days of sales-daily (5 PySpark jobs a day, 2 at a time; about 5 minutes on 2 cores)"
+echo "== backfilling 7 days of sales-daily (5 PySpark jobs a day, 2 at a time; 5-7 minutes on 2 cores)"
 dagline backfill run sales-daily --start 2026-03-01 --end 2026-03-07 --parallelism 2
 echo
 dagline runs grid sales-daily
