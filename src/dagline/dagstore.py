@@ -81,7 +81,8 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
                     f"pool(s) {', '.join(missing)} do not exist yet: their tasks wait until "
                     f"`dagline pools set NAME SLOTS` creates them"
                 )
-            refresh_next_dagrun(conn, dag.dag_id, dag)
+            if result.action != "unchanged":
+                refresh_next_dagrun(conn, dag.dag_id, dag)
             results.append(result)
     return results
 

@@ -159,10 +159,7 @@ def dags_next_runs(obj: Context, dag_ref, after, count, as_json):
 @click.pass_obj
 def dags_pause(obj: Context, dag_id, now):
     """Stop creating and starting runs of a DAG (running tasks finish)."""
-    from dagline.dagstore import set_paused
-
-    changed = set_paused(obj.db(), dag_id, True, now=make_clock(now).now())
-    click.echo(f"{dag_id}: paused" if changed else f"{dag_id}: already paused")
+    _set_paused(obj, dag_id, True, now)
 
 
 @dags.command("unpause")
@@ -171,10 +168,15 @@ def dags_pause(obj: Context, dag_id, now):
 @click.pass_obj
 def dags_unpause(obj: Context, dag_id, now):
     """Resume a paused DAG."""
+    _set_paused(obj, dag_id, False, now)
+
+
+def _set_paused(obj: Context, dag_id: str, paused: bool, now: str | None) -> None:
     from dagline.dagstore import set_paused
 
-    changed = set_paused(obj.db(), dag_id, False, now=make_clock(now).now())
-    click.echo(f"{dag_id}: unpaused" if changed else f"{dag_id}: already active")
+    changed = set_paused(obj.db(), dag_id, paused, now=make_clock(now).now())
+    word = "paused" if paused else "unpaused"
+    click.echo(f"{dag_id}: {word}" if changed else f"{dag_id}: already {word}")
 
 
 @dags.command("trigger")

@@ -32,7 +32,8 @@ def apply_reports(
         return set()
     rows = {
         row.id: row for row in conn.execute(
-            select(ti_t.c.id, ti_t.c.try_number, ti_t.c.dag_run_id, ti_t.c.task_id, dag_run_t.c.dag_version_id)
+            select(ti_t.c.id, ti_t.c.try_number, ti_t.c.max_tries, ti_t.c.dag_run_id, ti_t.c.task_id,
+                   dag_run_t.c.dag_version_id)
             .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
             .where(ti_t.c.id.in_({r.ti_id for r in reports})))
     }
@@ -42,7 +43,7 @@ def apply_reports(
     affected: set[int] = set()
 
     # queued -> running, for every try that started (a final report implies it ran)
-    starting = {**{i: r for i, r in finished.items()}, **started}
+    starting = {**finished, **started}
     if starting:
         tries = {i: r.try_number for i, r in starting.items()}
         change_tis(
@@ -72,7 +73,7 @@ def apply_reports(
 
 def _fail_try(conn: Connection, row, report: TaskReport, *, dags: DagCache, who: str) -> set[int]:
     task = dags.get(conn, row.dag_version_id).tasks[row.task_id]
-    max_tries = conn.execute(select(ti_t.c.max_tries).where(ti_t.c.id == row.id)).scalar_one()
+    max_tries = row.max_tries
     to = next_state_after_failure(report.try_number, max_tries)
     values = {"end_date": report.at}
     if to == TIState.UP_FOR_RETRY:
