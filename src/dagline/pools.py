@@ -1,17 +1,21 @@
-"""Pools: named numbers of slots. `default` (128 slots) exists from the first migration."""
+"""Pools: named numbers of slots. `default` (128 slots) exists from the first migration and cannot be
+removed; removing another pool makes its tasks wait (as for a pool never created) until it exists again."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
+from dagline.db.claims import lock_pool
 from dagline.db.engine import Database
 from dagline.db.models import pool_t, ti_t
 from dagline.db.transitions import record_events
 from dagline.deps import TIState
-from dagline.errors import InvalidInput
+from dagline.errors import InvalidInput, OperationFailed
+
+DEFAULT_POOL = "default"
 
 
 def set_pool(db: Database, name: str, slots: int, *, now: dt.datetime, description: str | None = None,
@@ -23,7 +27,7 @@ def set_pool(db: Database, name: str, slots: int, *, now: dt.datetime, descripti
     if slots < 0:
         raise InvalidInput(f"must be 0 or more, got {slots}", field="SLOTS")
     with db.begin() as conn:
-        row = conn.execute(select(pool_t).where(pool_t.c.name == name).with_for_update()).first()
+        row = lock_pool(conn, name)
         if row is None:
             conn.execute(insert(pool_t).values(name=name, slots=slots, description=description))
             action = "created"
@@ -38,6 +42,22 @@ def set_pool(db: Database, name: str, slots: int, *, now: dt.datetime, descripti
         record_events(conn, [{"at": now, "who": who, "entity": "pool", "detail": f"pool {name}",
                               "from_state": None if row is None else str(row.slots), "to_state": str(slots)}])
     return action
+
+
+def remove_pool(db: Database, name: str, *, now: dt.datetime, who: str = "cli") -> bool:
+    """Remove a pool; returns False if there was none. Task instances already queued or running in it
+    finish; scheduled ones wait until a pool of that name exists again. `default` cannot be removed."""
+    if name == DEFAULT_POOL:
+        raise OperationFailed("the default pool cannot be removed; set its slots instead")
+    with db.begin() as conn:
+        row = lock_pool(conn, name)
+        if row is None:
+            return False
+        conn.execute(delete(pool_t).where(pool_t.c.name == name))
+        # The audit replays pool sizes from these events: a removed pool has no slots.
+        record_events(conn, [{"at": now, "who": who, "entity": "pool", "detail": f"pool {name}",
+                              "from_state": str(row.slots), "to_state": "0"}])
+    return True
 
 
 def list_pools(conn: Connection) -> list[dict]:

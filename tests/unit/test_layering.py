@@ -49,5 +49,19 @@ def test_every_module_says_its_role():
     assert missing == []
 
 
+def test_row_locks_are_taken_only_in_the_claims_module():
+    """Every FOR UPDATE (SKIP LOCKED / NOWAIT) is a named function in `dagline.db.claims`, where its
+    invariant, its ORDER BY and its caps can be read in one place."""
+    claims = SRC / "db" / "claims.py"
+    offenders = [
+        f"{path.relative_to(SRC)}:{n}"
+        for path in SRC.rglob("*.py") if path != claims
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "with_for_update" in line or "FOR UPDATE" in line.upper().replace("_", " ")
+    ]
+    assert offenders == []
+    assert "with_for_update" in claims.read_text()
+
+
 def test_operator_folder_is_not_a_package():
     assert not (SRC.parents[1] / "operator" / "__init__.py").exists()

@@ -41,19 +41,33 @@ from dagline.times import isoformat
 @now_option
 @click.pass_obj
 def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_folder, now):
-    """Run one scheduler replica."""
+    """Run one scheduler replica.
+
+    SIGTERM or Ctrl-C stops it gracefully: it finishes the step it is in, queues nothing more, records
+    itself stopped and leaves its running jobs running, for another replica (or the next start) to
+    adopt. A second Ctrl-C stops it at once."""
     logging.getLogger("dagline.scheduler").setLevel(logging.INFO)  # say what it does, even without -v
     from dagline.scheduler.loop import Scheduler
     from dagline.scheduler.settings import SchedulerSettings
 
     clock = make_clock(now)
+    settings = SchedulerSettings.from_env()
     sched = Scheduler(obj.db(), make_cli_executor(executor, parallelism, log_folder, clock), clock=clock,
-                      settings=SchedulerSettings.from_env())
-    signal.signal(signal.SIGTERM, lambda *_: sched.request_stop())
+                      settings=settings)
+
+    def graceful(signum, _frame):
+        if signum == signal.SIGINT and sched.stop_requested:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now (jobs keep running all the same)
+        sched.request_stop()
+
+    previous = {sig: signal.signal(sig, graceful) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         sched.run(until_idle=until_idle)
     except KeyboardInterrupt:
         click.echo("interrupted: stopped", err=True)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @main.group()

@@ -4,6 +4,19 @@ On PostgreSQL these are `FOR UPDATE SKIP LOCKED` / `NOWAIT` claims: two replicas
 rows, and each caller re-checks its caps (max active runs, pool slots...) while holding them. Every
 ORDER BY ends in the primary key so claims are deterministic. On SQLite, SQLAlchemy drops the lock
 clauses; there, `BEGIN IMMEDIATE` (see `engine`) serialises the one scheduler with the CLI instead.
+No other module writes `with_for_update`: a new lock is a new function here, with its docstring.
+
+| claim | rows | how | protects |
+|---|---|---|---|
+| `lock_dag` | one DAG | wait | its timeline (`previous`, `next_dagrun`) |
+| `lock_pool` | one pool | wait | resizing a pool against the critical section |
+| `lock_due_dags` | due DAGs | SKIP LOCKED | one run per interval, `maxActiveRuns` |
+| `lock_dags_with_startable_runs` | DAGs | SKIP LOCKED | `maxActiveRuns` per DAG and backfill |
+| `lock_running_runs`, `lock_runs_by_id` | runs | SKIP LOCKED | one decider per run |
+| `lock_pools_nowait` | all pools | NOWAIT | pool slots and task limits (critical section) |
+| `lock_schedulable_tis` | TIs | SKIP LOCKED | one queueing per try |
+| `claim_stale_replicas` | replicas | SKIP LOCKED | a dead replica is declared dead once |
+| `claim_orphaned_tis` | TIs | SKIP LOCKED | one adopter per orphaned try |
 """
 
 from __future__ import annotations
@@ -12,11 +25,11 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, select
+from sqlalchemy import and_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from dagline.db.models import dag_run_t, dag_t, pool_t, ti_t
+from dagline.db.models import dag_run_t, dag_t, pool_t, scheduler_job_t, ti_t
 
 
 def lock_dag(conn: Connection, dag_id: str) -> Any | None:
@@ -90,6 +103,12 @@ def lock_runs_by_id(conn: Connection, run_ids: Sequence[int]) -> list[Any]:
     return conn.execute(stmt).all()
 
 
+def lock_pool(conn: Connection, name: str) -> Any | None:
+    """Wait for and hold one pool row (or None if there is no such pool). Protects a pool's size while
+    it is created or changed: the critical section, which holds every pool row, sees it before or after."""
+    return conn.execute(select(pool_t).where(pool_t.c.name == name).with_for_update()).first()
+
+
 class PoolsBusy(Exception):
     """Another replica holds the pool rows: it is in the critical section."""
 
@@ -97,7 +116,9 @@ class PoolsBusy(Exception):
 def lock_pools_nowait(conn: Connection) -> dict[str, int]:
     """Hold every pool row, or raise `PoolsBusy` at once (SQLSTATE 55P03) if another replica does.
     Protects pool slots, `maxActiveTasks`, `maxActiveTisPerDag`: the critical section that counts and
-    queues task instances runs in one replica at a time."""
+    queues task instances runs in one replica at a time. After `PoolsBusy` the transaction is aborted:
+    the caller must let it roll back (the exception leaves the `with db.begin()` block) and queue
+    nothing this round; it is not a failure."""
     stmt = select(pool_t.c.name, pool_t.c.slots).order_by(pool_t.c.name).with_for_update(nowait=True)
     try:
         return {row.name: row.slots for row in conn.execute(stmt)}
@@ -126,3 +147,58 @@ def lock_schedulable_tis(conn: Connection, limit: int, backfill_id: int | None =
     if backfill_id is not None:
         stmt = stmt.where(dag_run_t.c.backfill_id == backfill_id)
     return conn.execute(stmt).all()
+
+
+def claim_stale_replicas(conn: Connection, *, job_id: int, now: dt.datetime, timeout_s: float) -> list[Any]:
+    """Declare dead every `running` replica (other than `job_id`) whose latest heartbeat is older than
+    `timeout_s` at database time `now`; returns the rows changed (id, hostname, pid, latest_heartbeat).
+    Protects: a replica is declared dead once, by one peer, with one event (SKIP LOCKED, then a
+    compare-and-set on `state = 'running'`: a replica heartbeating at this moment holds its row and is
+    skipped; one whose heartbeat waited on ours finds its row `dead` and stops).
+    The caller checks first that it has itself been alive for `timeout_s` (`alive_since`), so that
+    after a database outage nobody judges peers that had no chance to heartbeat."""
+    job = scheduler_job_t.c
+    stale = (
+        select(job.id)
+        .where(job.state == "running", job.id != job_id, job.latest_heartbeat < now - dt.timedelta(seconds=timeout_s))
+        .order_by(job.id)
+        .with_for_update(skip_locked=True)
+    )
+    return conn.execute(
+        update(scheduler_job_t).where(job.id.in_(stale.scalar_subquery()), job.state == "running")
+        .values(state="dead", ended_at=now)
+        .returning(job.id, job.hostname, job.pid, job.latest_heartbeat)
+    ).all()
+
+
+def claim_orphaned_tis(
+    conn: Connection, *, job_id: int, limit: int, executor: str | None = None, hostname: str | None = None
+) -> list[Any]:
+    """Take over `queued` and `running` task instances whose replica has ended (`dead` or `stopped`, or
+    none recorded): they become `job_id`'s (`queued_by_job_id`), in id order, at most `limit`.
+    Returns (id, dag_run_id, dag_id, task_id, try_number, state, max_tries, dag_version_id,
+    previous_job_id). Protects: one replica adopts each orphaned try, so a try is followed, launched
+    again or settled by one replica only (SKIP LOCKED; the state and the owner are checked under the
+    lock by the query itself). With `executor`, only tries of replicas that used that executor (a
+    replica can only follow jobs of its own kind); with `hostname`, only those of replicas on that
+    host (the local executor's jobs can be found on their host only)."""
+    job = scheduler_job_t.alias("owner")
+    stmt = (
+        select(ti_t.c.id, ti_t.c.dag_run_id, ti_t.c.dag_id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.state,
+               ti_t.c.max_tries, dag_run_t.c.dag_version_id, ti_t.c.queued_by_job_id.label("previous_job_id"))
+        .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
+        .outerjoin(job, job.c.id == ti_t.c.queued_by_job_id)
+        .where(ti_t.c.state.in_(("queued", "running")),
+               ti_t.c.queued_by_job_id.is_(None) | job.c.state.in_(("dead", "stopped")))
+        .order_by(ti_t.c.id)
+        .limit(limit)
+        .with_for_update(of=ti_t, skip_locked=True)
+    )
+    if executor is not None:
+        stmt = stmt.where(job.c.executor == executor)
+    if hostname is not None:
+        stmt = stmt.where(job.c.hostname == hostname)
+    rows = conn.execute(stmt).all()
+    if rows:
+        conn.execute(update(ti_t).where(ti_t.c.id.in_([r.id for r in rows])).values(queued_by_job_id=job_id))
+    return rows

@@ -231,7 +231,10 @@ class TaskInstance(Base):
 
 
 class SchedulerJob(Base):
-    """A scheduler replica: registered at start, heartbeating while it runs."""
+    """A scheduler replica: registered at start (`running`), heartbeating while it runs, then `stopped`
+    (a graceful stop) or `dead` (marked by a peer that saw its heartbeat go stale). Every time here is the
+    database's clock, never a replica's. `alive_since` is when its current unbroken run of heartbeats
+    began: a replica only judges its peers once it has itself been alive for a whole timeout."""
 
     __tablename__ = "scheduler_job"
 
@@ -242,7 +245,10 @@ class SchedulerJob(Base):
     state: Mapped[str] = mapped_column(String(16), nullable=False)
     started_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     latest_heartbeat: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    alive_since: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     ended_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index(None, "state"),)
 
 
 class Event(Base):

@@ -3,6 +3,8 @@
 `UPDATE ... WHERE id IN (...) AND state = <expected> RETURNING ...` changes only the rows still in the
 expected state, so two replicas acting on the same row cannot both win, and replaying a report is a
 no-op. The rows actually changed are what gets an event; callers learn which ids they won.
+A transaction that records events also announces them (`notify.announce`: one NOTIFY per
+transaction on PostgreSQL, delivered at commit), so idle replicas wake at once.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from sqlalchemy import case, insert, literal, tuple_, update
 from sqlalchemy.engine import Connection
 
 from dagline.db.models import dag_run_t, event_t, ti_t
+from dagline.db.notify import announce
 
 
 def record_events(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Append events (one executemany); each row has at least at, who, entity."""
+    """Append events (one executemany) and announce them; each row has at least at, who, entity."""
     if rows:
         conn.execute(insert(event_t), [dict(row) for row in rows])
+        announce(conn, rows[0]["who"])
 
 
 def change_tis(

@@ -81,6 +81,7 @@ class Executor(Protocol):
 
     name: str
     parallelism: int
+    host_bound: bool  # its jobs can be followed only from the host that started them (adoption stays there)
 
     def start(self) -> None:
         """Prepare to launch (threads, clients)."""
@@ -102,6 +103,10 @@ class Executor(Protocol):
 
     def has_work(self) -> bool:
         """True while launched jobs have not all reported a final state."""
+
+    def detach(self) -> None:
+        """Stop following without stopping anything: running jobs keep running for another replica (or the
+        next scheduler) to adopt. A graceful stop (SIGTERM) detaches."""
 
     def end(self) -> None:
         """Stop: wait for or stop running jobs as the executor's contract says."""

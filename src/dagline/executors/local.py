@@ -15,7 +15,11 @@ meaningful log line.
 
 Because the outcome lives in files next to the log, not in this process, a try survives the replica
 that launched it: `adopt` (and a repeated `launch`) picks up a finished try from its exit file, or a
-still running one from its pid file, instead of starting a second `spark-submit`.
+still running one from its pid file, instead of starting a second `spark-submit`. The wrapper runs
+in its own session, so it outlives its replica however that ends (SIGKILL included); `detach` is
+how a replica leaves on a graceful stop (its jobs keep running, another replica adopts them), `end`
+stops every job. Pid files and /proc are of this machine only: the executor is `host_bound`, a
+replica on another host cannot adopt its tries.
 
 `spark-submit` comes from the installed `pyspark` package, not from PATH, so the job runs with the
 same Spark and the same Python as the scheduler. In local mode the driver runs the executors, so the
@@ -201,6 +205,7 @@ class LocalExecutor:
     """Runs tries as local `spark-submit` subprocesses, at most `parallelism` at a time."""
 
     name = "local"
+    host_bound = True  # its jobs can be found (and adopted) only on the host that started them
 
     def __init__(self, parallelism: int, log_folder: str, clock=None):
         if parallelism < 1:
@@ -262,6 +267,11 @@ class LocalExecutor:
 
     def has_work(self) -> bool:
         return bool(self._tries)
+
+    def detach(self) -> None:
+        """Forget every try and leave the wrappers running: a graceful stop of the replica, whose jobs
+        are adopted by another replica on this host (or the next scheduler) through their files."""
+        self._tries.clear()
 
     def end(self) -> None:
         """Stop every running try: SIGTERM to each wrapper, then SIGKILL what is left after a while."""

@@ -1,83 +1,238 @@
-"""Task instances left behind by schedulers that are gone: adopt them, or settle them.
+"""Task instances whose replica is gone, and this replica's own tries: adopt, launch again, or settle.
 
-A scheduler that stops (Ctrl-C, kill -9, a reboot) may leave task instances `queued` or `running`.
-When a scheduler starts and knows every earlier one is gone (on SQLite its file lock proves it), it
-hands those tries to its executor's `adopt`: a job still running is followed to its end, a finished
-one reports the outcome its wrapper wrote down. What cannot be adopted is settled:
+A replica ends `stopped` (SIGTERM: its jobs keep running), or `dead`: a peer saw its heartbeat go
+stale (`declare_stale_replicas_dead`, PostgreSQL), or, on SQLite, the next scheduler holds the file
+lock that proves every earlier one is gone (`declare_others_dead`). The task instances it left
+`queued` or `running` are orphans. On the housekeeping interval each live replica claims a batch of
+them (`claims.claim_orphaned_tis`, SKIP LOCKED: one adopter per try; it becomes their
+`queued_by_job_id`) and hands them to its executor's `adopt`:
+- a job still running is followed to its end, a finished one reports the outcome its wrapper wrote;
 - a `queued` try that left no trace was never started: it is launched now, as the same try;
-- a `running` try with no job behind it is a zombie: failed, or retried if it has tries left.
-Several replicas on PostgreSQL need heartbeats to tell who is gone: that builds on this module.
+- a `running` try with no job behind it is a zombie: failed, or retried if it has tries left, with
+  an event saying why.
+A replica adopts only tries of replicas that used the same executor, and for a host-bound executor
+(`local`: its jobs are processes of one machine, found through files and /proc) only those of
+replicas on its own host. A replica on another host cannot tell whether such a job still runs, so it
+never settles it: the tries wait for a replica on their host (a warning says so), and their
+`executionTimeout` still holds (any replica enforces it; the job's wrapper stops the job itself).
+
+`reconcile_own_tries` turns the same tools on the replica itself: the database and its executor
+must agree on which tries it runs (see `tries`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
+from collections.abc import Sequence
 
-from sqlalchemy import select, update
+from sqlalchemy import func, or_, select
 from sqlalchemy.engine import Connection
 
 from dagline.dagstore import DagCache
-from dagline.db.engine import Database
+from dagline.db.claims import claim_orphaned_tis, claim_stale_replicas
 from dagline.db.models import dag_run_t, scheduler_job_t, ti_t
+from dagline.db.replicas import HOSTNAME, database_now, mark_all_others_dead
 from dagline.db.transitions import change_tis, record_events
 from dagline.deps import TIState, next_state_after_failure
-from dagline.executors.base import Executor
+from dagline.executors.base import Executor, TaskKey, TaskLaunch
 from dagline.scheduler.critical_section import QueuedTI
 from dagline.scheduler.executor_events import fail_unlaunchable
 from dagline.scheduler.launches import build_launches
+from dagline.scheduler.resilience import Transactions
+from dagline.scheduler.tries import InFlight
 
 log = logging.getLogger(__name__)
 
 
-def mark_other_jobs_dead(conn: Connection, job_id: int, now: dt.datetime, who: str) -> list[int]:
-    """Record that every other registered scheduler is gone (only true where this one is the only one)."""
-    dead = list(conn.execute(
-        update(scheduler_job_t).where(scheduler_job_t.c.id != job_id, scheduler_job_t.c.state == "running")
-        .values(state="dead", ended_at=now).returning(scheduler_job_t.c.id)).scalars())
-    record_events(conn, [{"at": now, "who": who, "entity": "scheduler", "detail": f"scheduler {i}",
-                          "from_state": "running", "to_state": "dead"} for i in dead])
+def declare_stale_replicas_dead(conn: Connection, *, job_id: int, timeout_s: float, who: str) -> list:
+    """Mark `dead` the replicas silent for `timeout_s` (database clock), each once, with an event."""
+    now = database_now(conn)
+    dead = claim_stale_replicas(conn, job_id=job_id, now=now, timeout_s=timeout_s)
+    record_events(conn, [{
+        "at": now, "who": who, "entity": "scheduler", "from_state": "running", "to_state": "dead",
+        "detail": f"scheduler {r.id} (pid {r.pid} on {r.hostname}): no heartbeat since "
+                  f"{r.latest_heartbeat.isoformat()}, {(now - r.latest_heartbeat).total_seconds():.0f}s "
+                  f"(replica timeout {timeout_s:g}s)"} for r in dead])
+    for r in dead:
+        log.warning("scheduler %s (pid %s on %s) sent no heartbeat for %.0fs: declared dead; its task "
+                    "instances will be adopted", r.id, r.pid, r.hostname, (now - r.latest_heartbeat).total_seconds())
     return dead
 
 
-def adopt_orphans(db: Database, executor: Executor, *, job_id: int, dags: DagCache, now: dt.datetime,
-                  who: str) -> dict[str, int]:
-    """Adopt or settle every queued or running TI not launched by `job_id`. Returns counts by outcome."""
-    counts = {"adopted": 0, "relaunched": 0, "zombies": 0}
-    with db.begin() as conn:
-        mark_other_jobs_dead(conn, job_id, now, who)
-        rows = conn.execute(
-            select(ti_t.c.id, ti_t.c.dag_run_id, ti_t.c.dag_id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.state,
-                   ti_t.c.max_tries, dag_run_t.c.dag_version_id)
-            .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
-            .where(ti_t.c.state.in_(TIState.ACTIVE),
-                   (ti_t.c.queued_by_job_id != job_id) | ti_t.c.queued_by_job_id.is_(None))
-            .order_by(ti_t.c.id)
-        ).all()
+def declare_others_dead(conn: Connection, *, job_id: int, who: str) -> list:
+    """SQLite: this replica holds the scheduler file lock, so every other `running` one is gone."""
+    dead = mark_all_others_dead(conn, job_id)
+    record_events(conn, [{
+        "at": r.ended_at, "who": who, "entity": "scheduler", "from_state": "running", "to_state": "dead",
+        "detail": f"scheduler {r.id} (pid {r.pid} on {r.hostname}): gone (a new scheduler holds the SQLite lock)"}
+        for r in dead])
+    return dead
+
+
+@dataclasses.dataclass
+class Settled:
+    """What adoption decided: tries the executor now follows, tries to launch, zombies settled."""
+
+    followed: list[TaskLaunch] = dataclasses.field(default_factory=list)
+    to_launch: list[TaskLaunch] = dataclasses.field(default_factory=list)
+    zombies: int = 0
+
+    def __iadd__(self, other: Settled) -> Settled:
+        self.followed += other.followed
+        self.to_launch += other.to_launch
+        self.zombies += other.zombies
+        return self
+
+    @property
+    def count(self) -> int:
+        return len(self.followed) + len(self.to_launch) + self.zombies
+
+
+class Adopter:
+    """Claims orphans and settles them for one replica (its id, executor, host, clock)."""
+
+    def __init__(self, tx: Transactions, executor: Executor, *, dags: DagCache, job_id: int, who: str,
+                 batch: int, sqlite: bool):
+        self.tx = tx
+        self.executor = executor
+        self.dags = dags
+        self.job_id = job_id
+        self.who = who
+        self.batch = batch
+        self.sqlite = sqlite
+        # On SQLite the one scheduler adopts everything; on PostgreSQL only what it can follow.
+        self.only_executor = None if sqlite else executor.name
+        self.only_host = None if sqlite or not executor.host_bound else HOSTNAME
+        self._last_waiting: list = []
+
+    def adopt_orphans(self, now: dt.datetime) -> Settled:
+        """Claim and settle orphaned tries, batch by batch, until none is left that this replica can take."""
+        result = Settled()
+        while True:
+            rows, launches = self.tx.run(lambda conn: self._claim(conn, now), what="claim orphaned task instances")
+            if not rows:
+                break
+            result += self._settle(rows, launches, now, why="the scheduler that ran it ended")
+            if len(rows) < self.batch:
+                break
+        if result.count:
+            log.info("orphaned task instances: %s adopted, %s launched again, %s zombies failed or retried",
+                     len(result.followed), len(result.to_launch), result.zombies)
+        if not self.sqlite:
+            self._warn_about_waiting_orphans()
+        return result
+
+    def reconcile_own_tries(self, in_flight: InFlight, now: dt.datetime) -> tuple[Settled, list[TaskKey]]:
+        """Compare this replica's tries with the database. Returns what to do with the task instances the
+        database says are this replica's but its executor does not run (settled like orphans), and the
+        keys of tries to cancel because the database moved them on (timed out, cleared...)."""
+        tries = in_flight.tries()
+        rows = self.tx.run(lambda conn: _own_and_tracked(conn, self.job_id, in_flight.ti_ids()),
+                           what="reconcile own task instances")
+        current = {(r.id, r.try_number) for r in rows if r.state in TIState.ACTIVE}
+        cancel = [key for ti_try in tries if ti_try not in current
+                  for key in [in_flight.to_cancel(ti_try)] if key is not None]
+        for key in cancel:
+            log.info("%s/%s/%s try %s is no longer running in the database: cancelling its job",
+                     key.dag_id, key.run_id, key.task_id, key.try_number)
+        unknown = [r for r in rows if r.queued_by_job_id == self.job_id and r.state in TIState.ACTIVE
+                   and (r.id, r.try_number) not in in_flight]
+        if not unknown:
+            return Settled(), cancel
+        log.warning("%d task instances of this scheduler were not followed by its executor (a launch or a "
+                    "report was interrupted): adopting them", len(unknown))
+        launches = self.tx.run(lambda conn: self._launches(conn, unknown, now), what="reconcile own task instances")
+        return self._settle(unknown, launches, now, why="this scheduler lost track of it"), cancel
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _claim(self, conn: Connection, now: dt.datetime):
+        rows = claim_orphaned_tis(conn, job_id=self.job_id, limit=self.batch, executor=self.only_executor,
+                                  hostname=self.only_host)
         if not rows:
-            return counts
-        orphans = [QueuedTI(r.id, r.dag_run_id, r.dag_id, r.task_id, r.try_number, r.dag_version_id) for r in rows]
-        launches, broken = build_launches(conn, orphans, dags=dags)
-        fail_unlaunchable(conn, broken, at=now, dags=dags, who=who)  # their templates no longer render
-    by_id = {r.id: r for r in rows}
-    left = {launch.ti_id for launch in executor.adopt(launches)}
-    adopted = [launch.ti_id for launch in launches if launch.ti_id not in left]
-    never_started = [launch for launch in launches if launch.ti_id in left and by_id[launch.ti_id].state == "queued"]
-    zombies = [by_id[i] for i in left if by_id[i].state == "running"]
-    with db.begin() as conn:
-        if adopted or never_started:
-            conn.execute(update(ti_t).where(ti_t.c.id.in_(adopted + [launch.ti_id for launch in never_started]))
-                         .values(queued_by_job_id=job_id))
-        for ti in zombies:
-            to = next_state_after_failure(ti.try_number, ti.max_tries)
-            values = {"end_date": now, "next_retry_at": now} if to == TIState.UP_FOR_RETRY else {"end_date": now}
-            change_tis(conn, [ti.id], expected=TIState.RUNNING, to=to, at=now, who=who,
-                       tries={ti.id: ti.try_number}, values=values,
-                       detail="zombie: the scheduler that ran it stopped and no job was found")
-    if never_started:
-        executor.launch(never_started)
-    counts.update(adopted=len(adopted), relaunched=len(never_started), zombies=len(zombies))
-    if any(counts.values()):
-        log.info("orphaned task instances: %(adopted)s adopted, %(relaunched)s launched again, "
-                 "%(zombies)s zombies failed or retried", counts)
-    return counts
+            return rows, []
+        by_owner: dict[int | None, list] = {}
+        for r in rows:
+            by_owner.setdefault(r.previous_job_id, []).append(r)
+        record_events(conn, [{
+            "at": now, "who": self.who, "entity": "scheduler",
+            "detail": f"scheduler {self.job_id} adopts {len(owned)} task instances of "
+                      f"{'scheduler ' + str(owner) if owner is not None else 'no recorded scheduler'}: ids "
+                      + ", ".join(str(r.id) for r in owned[:50]) + (" ..." if len(owned) > 50 else "")}
+            for owner, owned in by_owner.items()])
+        return rows, self._launches(conn, rows, now)
+
+    def _launches(self, conn: Connection, rows: Sequence, now: dt.datetime) -> list[TaskLaunch]:
+        tis = [QueuedTI(r.id, r.dag_run_id, r.dag_id, r.task_id, r.try_number, r.dag_version_id) for r in rows]
+        launches, broken = build_launches(conn, tis, dags=self.dags)
+        fail_unlaunchable(conn, broken, at=now, dags=self.dags, who=self.who)  # templates that no longer render
+        return launches
+
+    def _settle(self, rows: Sequence, launches: list[TaskLaunch], now: dt.datetime, *, why: str) -> Settled:
+        by_id = {r.id: r for r in rows}
+        left = {launch.ti_id for launch in self.executor.adopt(launches)}
+        followed = [launch for launch in launches if launch.ti_id not in left]
+        to_launch = [launch for launch in launches
+                     if launch.ti_id in left and by_id[launch.ti_id].state == TIState.QUEUED]
+        zombies = [by_id[i] for i in sorted(left) if by_id[i].state == TIState.RUNNING]
+        if zombies:
+            self.tx.run(lambda conn: _settle_zombies(conn, zombies, now=now, who=self.who, why=why),
+                        what="settle zombies")
+        return Settled(followed, to_launch, len(zombies))
+
+    def _warn_about_waiting_orphans(self) -> None:
+        """Orphans no replica here can adopt (another host's local jobs, another executor's) wait: say so."""
+        waiting = self.tx.run(lambda conn: _orphans_waiting_elsewhere(conn, self.executor.name, self.only_host),
+                              what="count orphans")
+        if waiting and waiting != self._last_waiting:
+            for host, executor, count in waiting:
+                log.warning("%d task instances of ended %s schedulers on %s wait for a live %s scheduler on that "
+                            "host to adopt them (only it can tell whether their jobs still run); or clear them "
+                            "with `dagline tasks clear`", count, executor, host, executor)
+        self._last_waiting = waiting
+
+
+def _settle_zombies(conn: Connection, zombies: Sequence, *, now: dt.datetime, who: str, why: str) -> None:
+    for ti in zombies:
+        to = next_state_after_failure(ti.try_number, ti.max_tries)
+        values = {"end_date": now, "next_retry_at": now} if to == TIState.UP_FOR_RETRY else {"end_date": now}
+        change_tis(conn, [ti.id], expected=TIState.RUNNING, to=to, at=now, who=who, tries={ti.id: ti.try_number},
+                   values=values, detail=f"zombie: {why} and no job of this try was found")
+
+
+def _own_and_tracked(conn: Connection, job_id: int, tracked: set[int]) -> list:
+    """This replica's active task instances, and the current rows of the ones its executor runs."""
+    condition = (ti_t.c.queued_by_job_id == job_id) & ti_t.c.state.in_(TIState.ACTIVE)
+    if tracked:
+        condition = or_(condition, ti_t.c.id.in_(sorted(tracked)))
+    return conn.execute(
+        select(ti_t.c.id, ti_t.c.dag_run_id, ti_t.c.dag_id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.state,
+               ti_t.c.max_tries, ti_t.c.queued_by_job_id, dag_run_t.c.dag_version_id)
+        .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id).where(condition).order_by(ti_t.c.id)
+    ).all()
+
+
+def _orphans_waiting_elsewhere(
+    conn: Connection, executor: str, host_bound_to: str | None
+) -> list[tuple[str, str, int]]:
+    """(host, executor, count) of orphaned task instances that no live replica can adopt: none with their
+    executor runs, or theirs is host-bound (as this replica's is) and none runs on their host."""
+    job = scheduler_job_t
+    live = {(r.hostname, r.executor) for r in conn.execute(
+        select(job.c.hostname, job.c.executor).where(job.c.state == "running"))}
+    live_executors = {e for _, e in live}
+
+    def adoptable(host: str, kind: str) -> bool:
+        if kind == executor and host_bound_to is not None:
+            return (host, kind) in live
+        return kind in live_executors
+
+    rows = conn.execute(
+        select(job.c.hostname, job.c.executor, func.count())
+        .select_from(ti_t.join(job, job.c.id == ti_t.c.queued_by_job_id))
+        .where(ti_t.c.state.in_(TIState.ACTIVE), job.c.state.in_(("dead", "stopped")))
+        .group_by(job.c.hostname, job.c.executor).order_by(job.c.hostname, job.c.executor)
+    ).all()
+    return [(r[0], r[1], r[2]) for r in rows if not adoptable(r[0], r[1])]

@@ -1,9 +1,10 @@
 """Loop step 4, the critical section: queue scheduled task instances within every limit.
 
-Holding the pool rows (`NOWAIT`: if another replica holds them it is doing this very step, so this
-replica queues nothing this round), it picks `scheduled` TIs by priority then logical date and
-admits each only if its pool has `poolSlots` free, its DAG is under `maxActiveTasks`, its task is
-under `maxActiveTisPerDag`, and the executor has a free slot. Admitted TIs become `queued` with
+Holding the pool rows (`NOWAIT`: if another replica holds them it is doing this very step; then
+`PoolsBusy` leaves the transaction, which rolls back, and the loop queues nothing this round), it
+picks `scheduled` TIs by priority then logical date and admits each only if its pool has
+`poolSlots` free, its DAG is under `maxActiveTasks`, its task is under `maxActiveTisPerDag`, and
+the executor has a free slot. Admitted TIs become `queued` with
 their try number incremented; the loop launches them after this transaction commits.
 """
 
@@ -18,7 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from dagline.dagstore import DagCache
-from dagline.db.claims import PoolsBusy, lock_pools_nowait, lock_schedulable_tis
+from dagline.db.claims import lock_pools_nowait, lock_schedulable_tis
 from dagline.db.models import ti_t
 from dagline.db.transitions import change_tis
 from dagline.deps import TIState
@@ -45,11 +46,7 @@ def queue_task_instances(
 ) -> list[QueuedTI]:
     if executor_slots <= 0:
         return []
-    try:
-        pools = lock_pools_nowait(conn)
-    except PoolsBusy:
-        log.debug("another replica is in the critical section; queueing nothing this round")
-        return []
+    pools = lock_pools_nowait(conn)  # PoolsBusy: another replica is here; the caller rolls back
     candidates = lock_schedulable_tis(conn, limit, backfill_id)
     if not candidates:
         return []

@@ -1,35 +1,22 @@
-"""Loop step 6 (on intervals): replica heartbeat, execution timeouts, finishing backfills."""
+"""Loop step 6 (on intervals): execution timeouts and finishing backfills.
+
+The rest of housekeeping has modules of its own: heartbeats in `liveness`, orphaned and zombie task
+instances in `adoption`. `executionTimeout` is global: whichever replica notices first fails (or
+retries) the try; the replica running the job notices the change and stops it (`adoption.reconcile_own_tries`).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-import os
-import socket
 
-from sqlalchemy import and_, exists, insert, select, update
+from sqlalchemy import and_, exists, select, update
 from sqlalchemy.engine import Connection
 
 from dagline.dagstore import DagCache
-from dagline.db.models import backfill_t, dag_run_t, scheduler_job_t, ti_t
+from dagline.db.models import backfill_t, dag_run_t, ti_t
 from dagline.db.transitions import change_tis, record_events
 from dagline.deps import RunState, TIState, next_state_after_failure
 from dagline.executors.base import TaskKey
-
-
-def register_job(conn: Connection, *, executor: str, now: dt.datetime) -> int:
-    """Register this replica in `scheduler_job`; returns its id."""
-    return conn.execute(insert(scheduler_job_t).values(
-        hostname=socket.gethostname(), pid=os.getpid(), executor=executor, state="running",
-        started_at=now, latest_heartbeat=now,
-    ).returning(scheduler_job_t.c.id)).scalar_one()
-
-
-def heartbeat(conn: Connection, job_id: int, now: dt.datetime) -> None:
-    conn.execute(update(scheduler_job_t).where(scheduler_job_t.c.id == job_id).values(latest_heartbeat=now))
-
-
-def end_job(conn: Connection, job_id: int, now: dt.datetime) -> None:
-    conn.execute(update(scheduler_job_t).where(scheduler_job_t.c.id == job_id).values(state="stopped", ended_at=now))
 
 
 def time_out_tasks(conn: Connection, *, now: dt.datetime, dags: DagCache, who: str) -> list[TaskKey]:

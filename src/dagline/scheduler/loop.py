@@ -1,11 +1,23 @@
 """One scheduler replica: the loop that runs the phases in order, each in its own short transaction.
 
-    create runs -> start queued runs -> examine running runs -> critical section -> launch
-    -> executor reports (+ mini-scheduler) -> housekeeping on intervals
+    heartbeat when due -> create runs -> start queued runs -> examine running runs -> critical section
+    -> launch -> executor reports (+ mini-scheduler) -> housekeeping on intervals (timeouts; declare
+    silent peers dead; adopt orphaned tries; reconcile this replica's own tries)
+
+A replica also adopts orphaned tries once at start, before it launches anything.
+
+Any number of replicas may run this loop against one PostgreSQL (row locks, see `db.claims`), one
+against SQLite (`guard`). Between loops an idle replica waits (`wakeup`): on PostgreSQL until any
+writer commits a state change, else for `poll_interval_s`. A transient database error ends the
+iteration (its transaction rolls back) and the loop carries on after a backoff (`resilience`).
+SIGTERM (`request_stop`) is a graceful stop: the iteration finishes, nothing new is queued, the
+replica records itself `stopped`, and its running jobs are left running for a peer (or, on SQLite,
+the next scheduler) to adopt. A replica its peers declared dead stops at once (`ReplicaFenced`).
 
 `run(until_idle=True)` returns once a loop did nothing and the executor has nothing in flight: every
 run is finished or waiting for time to pass (a retry delay, a future logical date) or for a limit.
-The clock is injected: with a frozen clock the loop's decisions are fully predictable.
+The clock is injected: with a frozen clock the loop's decisions are fully predictable (replica
+liveness alone uses the database's clock).
 """
 
 from __future__ import annotations
@@ -17,19 +29,25 @@ from collections.abc import Callable
 
 from dagline.clock import Clock, SystemClock
 from dagline.dagstore import DagCache
-from dagline.db.claims import lock_running_runs, lock_runs_by_id
+from dagline.db.claims import PoolsBusy, lock_running_runs, lock_runs_by_id
 from dagline.db.engine import Database
-from dagline.executors.base import Executor
+from dagline.db.faults import is_transient
+from dagline.db.replicas import database_now
+from dagline.executors.base import Executor, TaskLaunch
 from dagline.scheduler import housekeeping
-from dagline.scheduler.adoption import adopt_orphans
+from dagline.scheduler.adoption import Adopter, Settled, declare_others_dead, declare_stale_replicas_dead
 from dagline.scheduler.create_runs import create_scheduled_runs
 from dagline.scheduler.critical_section import queue_task_instances
 from dagline.scheduler.examine import examine_runs
 from dagline.scheduler.executor_events import apply_reports, fail_unlaunchable
 from dagline.scheduler.guard import SchedulerLock
 from dagline.scheduler.launches import build_launches
+from dagline.scheduler.liveness import Liveness, ReplicaFenced
+from dagline.scheduler.resilience import Backoff, Transactions, describe
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.scheduler.start_runs import start_queued_runs
+from dagline.scheduler.tries import InFlight
+from dagline.scheduler.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +60,7 @@ class LoopStats:
     runs_finished: int = 0
     tis_queued: int = 0
     reports: int = 0
+    tis_adopted: int = 0
 
     @property
     def work(self) -> int:
@@ -64,63 +83,120 @@ class Scheduler:
         self.db = db
         self.executor = executor
         self.clock = clock or SystemClock()
-        self.settings = settings or SchedulerSettings()
+        self.settings = s = settings or SchedulerSettings()
         self.backfill_id = backfill_id
         self.dags = DagCache()
         self.job_id: int | None = None
         self.who = "scheduler"
+        self.tx = Transactions(db)
+        self.liveness = Liveness(self.tx, executor=executor.name, heartbeat_interval_s=s.heartbeat_interval_s,
+                                 timeout_s=s.replica_timeout_s)
+        self.wakeup = Wakeup(db)
+        self.backoff = Backoff(max_s=s.backoff_max_s)
+        self.in_flight = InFlight()
+        self.adopter: Adopter | None = None
+        self.failed_loops = 0  # iterations ended by a transient database error
         self._lock = SchedulerLock(db)
+        self._pending_reports: list = []  # read from the executor, not yet stored
         self._stop_requested = False
-        self._last_heartbeat = 0.0
-        self._last_housekeeping = 0.0
+        self._last_housekeeping = float("-inf")
+        self._step = "start"
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> None:
         self._lock.acquire()
-        with self.db.begin() as conn:
-            self.job_id = housekeeping.register_job(conn, executor=self.executor.name, now=self.clock.now())
+        self.wakeup.start()  # listen before the first look at the database
+        self.job_id = self.liveness.register()
         self.who = f"scheduler:{self.job_id}"
+        self.wakeup.ignore(self.who)
+        self.adopter = Adopter(self.tx, self.executor, dags=self.dags, job_id=self.job_id, who=self.who,
+                               batch=self.settings.tis_per_loop, sqlite=self.db.is_sqlite)
         self.executor.start()
         if self.db.is_sqlite:  # the file lock proves every earlier scheduler is gone
-            adopt_orphans(self.db, self.executor, job_id=self.job_id, dags=self.dags, now=self.clock.now(),
-                          who=self.who)
+            self.tx.run(lambda conn: declare_others_dead(conn, job_id=self.job_id, who=self.who),
+                        what="declare earlier schedulers gone")
+        self._adopt_at_start()
         scope = f", backfill {self.backfill_id} only" if self.backfill_id is not None else ""
         log.info("scheduler %s started: %s executor, parallelism %s%s", self.job_id, self.executor.name,
                  self.executor.parallelism, scope)
 
-    def stop(self) -> None:
+    def _adopt_at_start(self) -> None:
+        """Take over what ended replicas left before launching anything (housekeeping repeats it)."""
+        stats = LoopStats()
         try:
-            self.executor.end()
+            self._step = "adopting orphaned task instances"
+            self._take_over(self.adopter.adopt_orphans(self.clock.now()), stats)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            log.warning("database error while %s: %s; housekeeping tries again", self._step, describe(exc))
+
+    def stop(self) -> None:
+        """Leave gracefully: store what the executor reported, leave its jobs running, deregister."""
+        try:
             if self.job_id is not None:
-                with self.db.begin() as conn:
-                    housekeeping.end_job(conn, self.job_id, self.clock.now())
-                log.info("scheduler %s stopped", self.job_id)
+                try:
+                    self._apply_reports(LoopStats())
+                except Exception as exc:  # noqa: BLE001 - a peer or the next start reads them from the jobs
+                    log.warning("could not store the last executor reports (%s): the jobs' adopter will", describe(exc))
+                self._detach_executor()
+                try:
+                    if self.liveness.deregister():
+                        log.info("scheduler %s stopped", self.job_id)
+                except Exception as exc:  # noqa: BLE001 - peers will find the heartbeat stale instead
+                    log.warning("scheduler %s stopped without deregistering (%s); peers will declare it dead",
+                                self.job_id, describe(exc))
         finally:
+            self.wakeup.close()
             self._lock.release()
 
     def request_stop(self) -> None:
-        """Finish the current loop, then stop (SIGTERM)."""
+        """Finish the current step, then stop (SIGTERM). Safe to call from a signal handler."""
         self._stop_requested = True
+        self.wakeup.interrupt()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_requested
 
     def run(self, *, until_idle: bool = False, should_stop: Callable[[], bool] | None = None,
             on_loop: Callable[[LoopStats], None] | None = None) -> None:
-        self.start()
         try:
+            self.start()
             while not self._stop_requested:
-                stats = self.iterate()
+                stats = self.iterate_safely()
+                if stats is None:
+                    continue  # a database error: the backoff was waited, try again
                 if stats.work:
                     log.info("%s", stats.summary())
                 if on_loop is not None:
                     on_loop(stats)
                 if should_stop is not None and should_stop():
                     break
-                if stats.work == 0:
-                    if until_idle and not self.executor.has_work():
+                if stats.work == 0 and not self._stop_requested:
+                    if until_idle and not self.executor.has_work() and not self._pending_reports:
                         break
-                    time.sleep(self.settings.poll_interval_s)
+                    self.wakeup.wait(self.settings.poll_interval_s)
         finally:
             self.stop()
+
+    def iterate_safely(self) -> LoopStats | None:
+        """One iteration; after a transient database error, a warning and a backoff, and None."""
+        try:
+            stats = self.iterate()
+        except ReplicaFenced:
+            raise
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            self.failed_loops += 1
+            delay = self.backoff.next()
+            log.warning("database error while %s: %s; carrying on in %.1fs", self._step, describe(exc), delay)
+            self.wakeup.wait(delay, listen=False)
+            return None
+        self.backoff.reset()
+        return stats
 
     # -- one loop ----------------------------------------------------------------------------------
 
@@ -128,28 +204,38 @@ class Scheduler:
         stats = LoopStats()
         now = self.clock.now()
         s = self.settings
+        if self.liveness.heartbeat_due():  # first: a replica declared dead learns it before taking work
+            self._step = "heartbeating"
+            self.liveness.beat()
         if self.backfill_id is None:
-            with self.db.begin() as conn:
-                stats.runs_created = create_scheduled_runs(
-                    conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop, per_dag=s.runs_created_per_dag)
-        with self.db.begin() as conn:
-            stats.runs_started = start_queued_runs(
-                conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop, backfill_id=self.backfill_id)
-        with self.db.begin() as conn:
-            runs = lock_running_runs(conn, s.runs_per_loop, self.backfill_id)
-            result = examine_runs(conn, runs, now=now, dags=self.dags, who=self.who)
-            stats.tis_decided += result.tis_changed
-            stats.runs_finished += result.runs_finished
-        self._queue_and_launch(stats, now)
+            self._step = "creating runs"
+            stats.runs_created = self.tx.run(lambda conn: create_scheduled_runs(
+                conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop, per_dag=s.runs_created_per_dag),
+                what=self._step)
+        self._step = "starting runs"
+        stats.runs_started = self.tx.run(lambda conn: start_queued_runs(
+            conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop, backfill_id=self.backfill_id),
+            what=self._step)
+        self._step = "examining runs"
+        result = self.tx.run(lambda conn: examine_runs(
+            conn, lock_running_runs(conn, s.runs_per_loop, self.backfill_id), now=now, dags=self.dags, who=self.who),
+            what=self._step)
+        stats.tis_decided += result.tis_changed
+        stats.runs_finished += result.runs_finished
+        if not self._stop_requested:  # a stopping replica takes no new work
+            self._queue_and_launch(stats, now)
         self._apply_reports(stats)
         if stats.runs_finished:
-            with self.db.begin() as conn:
-                housekeeping.finish_backfills(conn, now=now, who=self.who)
-        self._housekeeping()
+            self._step = "finishing backfills"
+            self.tx.run(lambda conn: housekeeping.finish_backfills(conn, now=now, who=self.who), what=self._step)
+        self._housekeeping(stats, now)
         return stats
 
     def _queue_and_launch(self, stats: LoopStats, now) -> None:
-        with self.db.begin() as conn:
+        self._step = "queueing task instances"
+
+        def queue(conn):
+            mini = LoopStats()
             queued = queue_task_instances(
                 conn, now=now, dags=self.dags, who=self.who, job_id=self.job_id,
                 executor_slots=self.executor.free_slots(), limit=self.settings.tis_per_loop,
@@ -157,20 +243,49 @@ class Scheduler:
             launches, broken = build_launches(conn, queued, dags=self.dags)
             if broken:
                 affected = fail_unlaunchable(conn, broken, at=now, dags=self.dags, who=self.who)
-                self._mini_schedule(conn, affected, stats, now)
+                self._mini_schedule(conn, affected, mini, now)
+            return queued, launches, mini
+
+        try:
+            queued, launches, mini = self.tx.run(queue, what=self._step)
+        except PoolsBusy:
+            log.debug("another replica is in the critical section; queueing nothing this round")
+            return
         stats.tis_queued = len(queued)
-        if launches:
-            self.executor.launch(launches)
+        stats.tis_decided += mini.tis_decided
+        stats.runs_finished += mini.runs_finished
+        self._launch(launches)  # only now: the queueing transaction has committed
+
+    def _launch(self, launches: list[TaskLaunch]) -> None:
+        if not launches:
+            return
+        self._step = "launching"
+        self.liveness.check_before_launch()
+        self.executor.launch(launches)
+        self.in_flight.add(launches)
 
     def _apply_reports(self, stats: LoopStats) -> None:
-        reports = self.executor.sync()
+        """Store the executor's reports. Reports whose transaction fails are kept and stored next time
+        (compare-and-set makes storing one twice harmless), so none is lost."""
+        self._pending_reports += self.executor.sync()
+        reports = self._pending_reports
         if not reports:
             return
-        stats.reports = len(reports)
+        self._step = "storing executor reports"
         now = self.clock.now()
-        with self.db.begin() as conn:
+
+        def store(conn):
+            mini = LoopStats()
             affected = apply_reports(conn, reports, dags=self.dags, who=self.who)
-            self._mini_schedule(conn, affected, stats, now)
+            self._mini_schedule(conn, affected, mini, now)
+            return mini
+
+        mini = self.tx.run(store, what=self._step)
+        self._pending_reports = []
+        self.in_flight.stored(reports)
+        stats.reports += len(reports)
+        stats.tis_decided += mini.tis_decided
+        stats.runs_finished += mini.runs_finished
 
     def _mini_schedule(self, conn, run_ids, stats: LoopStats, now) -> None:
         """Decide the downstream tasks of runs whose TIs just ended, in the same transaction."""
@@ -179,17 +294,48 @@ class Scheduler:
             stats.tis_decided += result.tis_changed
             stats.runs_finished += result.runs_finished
 
-    def _housekeeping(self) -> None:
-        tick = time.monotonic()
-        now = self.clock.now()
-        if tick - self._last_heartbeat >= self.settings.heartbeat_interval_s and self.job_id is not None:
-            self._last_heartbeat = tick
-            with self.db.begin() as conn:
-                housekeeping.heartbeat(conn, self.job_id, now)
-        if tick - self._last_housekeeping >= self.settings.housekeeping_interval_s:
-            self._last_housekeeping = tick
-            with self.db.begin() as conn:
-                timed_out = housekeeping.time_out_tasks(conn, now=now, dags=self.dags, who=self.who)
-                housekeeping.finish_backfills(conn, now=now, who=self.who)
-            for key in timed_out:
-                self.executor.cancel(key)
+    # -- housekeeping ------------------------------------------------------------------------------
+
+    def _housekeeping(self, stats: LoopStats, now) -> None:
+        if time.monotonic() - self._last_housekeeping < self.settings.housekeeping_interval_s:
+            return
+        self._step = "timing out tasks"
+        timed_out = self.tx.run(lambda conn: housekeeping.time_out_tasks(conn, now=now, dags=self.dags, who=self.who),
+                                what=self._step)
+        for key in timed_out:
+            self.executor.cancel(key)  # a no-op unless this replica runs it
+        if not self.db.is_sqlite:
+            self._declare_silent_peers_dead()
+        self._step = "adopting orphaned task instances"
+        self._take_over(self.adopter.adopt_orphans(now), stats)
+        self._step = "reconciling own task instances"
+        own, cancel = self.adopter.reconcile_own_tries(self.in_flight, now)
+        for key in cancel:
+            self.executor.cancel(key)
+        self._take_over(own, stats)
+        self._last_housekeeping = time.monotonic()
+
+    def _take_over(self, settled: Settled, stats: LoopStats) -> None:
+        """Track the tries the executor now follows; launch the queued ones that never started."""
+        self.in_flight.add(settled.followed)
+        stats.tis_adopted += settled.count
+        self._launch(settled.to_launch)
+
+    def _declare_silent_peers_dead(self) -> None:
+        self._step = "declaring silent replicas dead"
+
+        def declare(conn):
+            if not self.liveness.may_judge_peers(database_now(conn)):
+                return []
+            return declare_stale_replicas_dead(conn, job_id=self.job_id, timeout_s=self.settings.replica_timeout_s,
+                                               who=self.who)
+
+        self.tx.run(declare, what=self._step)
+
+    def _detach_executor(self) -> None:
+        """Leave running jobs to whoever adopts them."""
+        running = len(self.in_flight)
+        self.executor.detach()
+        if running:
+            log.info("%d jobs keep running; %s adopts them", running,
+                     "the next scheduler" if self.db.is_sqlite else "a live replica")

@@ -1,9 +1,15 @@
-"""Scheduler settings: loop batch sizes and intervals, passed in (never read at import time)."""
+"""Scheduler settings: loop batch sizes and intervals, passed in (never read at import time).
+
+Each field can be set from the environment as `DAGLINE_SCHEDULER_<FIELD>` (e.g.
+`DAGLINE_SCHEDULER_REPLICA_TIMEOUT_S=60`); a bad value is an error naming the variable.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+
+from dagline.errors import InvalidInput
 
 
 @dataclasses.dataclass(frozen=True)
@@ -12,16 +18,37 @@ class SchedulerSettings:
     runs_created_per_dag: int = 16     # at most this many runs of one DAG created per loop
     runs_per_loop: int = 200           # running runs examined per loop (Airflow: max_dagruns_per_loop_to_schedule)
     tis_per_loop: int = 512            # scheduled TIs considered per critical section (Airflow: max_tis_per_query)
-    poll_interval_s: float = 0.5       # sleep when a loop did nothing but jobs are still running
-    heartbeat_interval_s: float = 5.0
-    housekeeping_interval_s: float = 10.0
+    poll_interval_s: float = 0.5       # idle wait; on PostgreSQL a NOTIFY from any state change ends it at once
+    heartbeat_interval_s: float = 5.0  # how often a replica records that it is alive (database clock)
+    housekeeping_interval_s: float = 10.0  # timeouts, adoption of orphaned tries, reconciling own jobs
+    replica_timeout_s: float = 30.0    # a replica silent this long (database clock) is declared dead by a peer
+    backoff_max_s: float = 5.0         # longest wait after a database error (the wait doubles from 0.1 s)
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            if getattr(self, field.name) <= 0:
+                raise InvalidInput(f"must be positive, got {getattr(self, field.name)!r}", field=_env_name(field.name))
+        if self.heartbeat_interval_s * 2 > self.replica_timeout_s:
+            raise InvalidInput(
+                f"must be at least twice heartbeat_interval_s ({self.heartbeat_interval_s:g}), got "
+                f"{self.replica_timeout_s:g}: a live replica would be declared dead between two heartbeats",
+                field=_env_name("replica_timeout_s"))
 
     @classmethod
     def from_env(cls) -> SchedulerSettings:
         """Overrides from `DAGLINE_SCHEDULER_<FIELD>` environment variables (e.g. ..._TIS_PER_LOOP=256)."""
         values = {}
         for field in dataclasses.fields(cls):
-            raw = os.environ.get(f"DAGLINE_SCHEDULER_{field.name.upper()}")
+            raw = os.environ.get(_env_name(field.name))
             if raw is not None:
-                values[field.name] = type(field.default)(raw)
+                kind = type(field.default)
+                try:
+                    values[field.name] = kind(raw)
+                except ValueError:
+                    raise InvalidInput(f"must be {'an integer' if kind is int else 'a number'}, got {raw!r}",
+                                       field=_env_name(field.name)) from None
         return cls(**values)
+
+
+def _env_name(field: str) -> str:
+    return f"DAGLINE_SCHEDULER_{field.upper()}"

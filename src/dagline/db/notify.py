@@ -1,0 +1,153 @@
+"""Wake-ups on PostgreSQL: every transaction that records a state change NOTIFYs, idle replicas LISTEN.
+
+Sending: `announce(conn, who)` issues `pg_notify('dagline', who)` once per transaction (it is called
+by `transitions.record_events`, which every state change goes through). PostgreSQL delivers a
+NOTIFY only when its transaction commits, so a listener never wakes for a change it cannot see yet,
+nor for one that was rolled back. The payload is the writer (`scheduler:7`, `cli`), so a replica
+can ignore its own announcements.
+
+Listening: a `Listener` holds one dedicated connection outside the pool (autocommit, `LISTEN
+dagline`) and waits on its socket with `select`. A lost connection is reopened on the next wait;
+notifications sent while it was gone are lost, so a wait right after reconnecting returns at once
+(the caller then looks at the database instead of trusting that nothing happened). SQLite has no
+NOTIFY: there `announce` does nothing and replicas poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import time
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "dagline"
+_ANNOUNCED = "dagline_announced_in"  # key in the DBAPI connection's info: the transaction announced in
+
+
+def announce(conn: Connection, who: str) -> None:
+    """NOTIFY listeners that this transaction changed state (once per transaction; PostgreSQL only)."""
+    if conn.dialect.name != "postgresql":
+        return
+    transaction = conn.get_transaction()
+    if transaction is not None and conn.info.get(_ANNOUNCED) is transaction:
+        return
+    conn.execute(sa.select(sa.func.pg_notify(CHANNEL, who[:100])))
+    conn.info[_ANNOUNCED] = transaction
+
+
+class Listener:
+    """A dedicated LISTEN connection; `wait` returns when another writer committed a change."""
+
+    def __init__(self, engine, *, ignore: str | None = None):
+        self.engine = engine
+        self.ignore = ignore
+        self._conn = None
+        self.reconnects = 0  # connections opened after the first (after losing one)
+        self._opened = 0
+        self._failing = False  # warn once per outage, not at every wait
+
+    def set_ignore(self, who: str) -> None:
+        """Announcements with this payload (this replica's own) do not wake it."""
+        self.ignore = who
+
+    def open(self) -> bool:
+        """Open the connection and LISTEN; False (and logged) if the database cannot be reached now."""
+        if self._conn is not None:
+            return True
+        try:
+            cargs, cparams = self.engine.dialect.create_connect_args(self.engine.url)
+            conn = self.engine.dialect.connect(*cargs, **cparams)  # not pooled: it must stay ours
+        except Exception as exc:  # noqa: BLE001 - the database is down: poll until it is back
+            self._cannot_listen(exc)
+            return False
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute(f"LISTEN {CHANNEL}")
+        except Exception as exc:  # noqa: BLE001
+            self._cannot_listen(exc)
+            _close_quietly(conn)
+            return False
+        if self._failing:
+            log.warning("listening for wake-ups again")
+        self._failing = False
+        self._conn = conn
+        if self._opened:
+            self.reconnects += 1
+        self._opened += 1
+        return True
+
+    def _cannot_listen(self, exc: BaseException) -> None:
+        level = logging.DEBUG if self._failing else logging.WARNING
+        log.log(level, "cannot LISTEN for wake-ups (%s); polling until the database is back", _first_line(exc))
+        self._failing = True
+
+    def wait(self, timeout: float, interrupt_fd: int | None = None) -> str:
+        """Wait up to `timeout` seconds. Returns 'notified' (another writer committed a change),
+        'reconnected' (the connection was reopened: changes may have been missed), 'interrupted'
+        (`interrupt_fd` became readable) or 'timeout'."""
+        was_lost = self._conn is None and self._opened > 0
+        if not self.open():
+            _sleep(timeout, interrupt_fd)
+            return "timeout"
+        if was_lost:
+            return "reconnected"  # reopened only now: changes may have been missed meanwhile
+        fds = [self._conn] + ([interrupt_fd] if interrupt_fd is not None else [])
+        deadline = time.monotonic() + max(0.0, timeout)
+        try:
+            # The socket can be readable with no notification for us: our own announcement, or the
+            # server's goodbye arriving before the connection's end. Keep waiting until the deadline.
+            while True:
+                if self._drain():
+                    return "notified"
+                if self._conn.closed:
+                    raise ConnectionError("the server closed the connection")
+                readable, _, _ = select.select(fds, [], [], max(0.0, deadline - time.monotonic()))
+                if interrupt_fd is not None and interrupt_fd in readable:
+                    return "interrupted"
+                if not readable:
+                    break
+        except Exception as exc:  # noqa: BLE001 - a lost connection: reopened on the next wait
+            log.warning("lost the LISTEN connection (%s); reconnecting", _first_line(exc))
+            self.close()
+            self.open()  # if the database is still down, the next wait tries again
+            return "reconnected"
+        return "timeout"
+
+    def _drain(self) -> bool:
+        """Read pending notifications; True if one came from another writer."""
+        self._conn.poll()
+        woke = False
+        while self._conn.notifies:
+            note = self._conn.notifies.pop(0)
+            if note.payload != self.ignore:
+                woke = True
+        return woke
+
+    def close(self) -> None:
+        if self._conn is not None:
+            _close_quietly(self._conn)
+            self._conn = None
+
+
+def _close_quietly(conn) -> None:
+    try:
+        conn.close()
+    except Exception:  # noqa: BLE001 - already gone
+        pass
+
+
+def _sleep(timeout: float, interrupt_fd: int | None) -> None:
+    if interrupt_fd is None:
+        select.select([], [], [], max(0.0, timeout))
+    else:
+        select.select([interrupt_fd], [], [], max(0.0, timeout))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

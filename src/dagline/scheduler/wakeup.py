@@ -1,0 +1,91 @@
+"""Where an idle replica waits: until another writer commits a change, a stop is requested, or the
+poll interval passes.
+
+On PostgreSQL the wait listens (`db.notify.Listener`): a trigger from the CLI, a task finished by a
+peer, any state change recorded anywhere ends it at once. Polling stays as the fallback for what no
+one announces (time passing: retry delays, a run's logical date; jobs of this replica's executor
+finishing). On SQLite (or a PostgreSQL driver other than psycopg2, the one dagline ships with) it
+is a plain timed wait. `interrupt()` is safe to call from a signal handler
+(it writes one byte to a pipe), so SIGTERM ends a wait immediately.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+
+from dagline.db.engine import Database
+from dagline.db.notify import Listener
+
+
+class Wakeup:
+    def __init__(self, db: Database):
+        listens = not db.is_sqlite and db.engine.dialect.driver == "psycopg2"
+        self._listener = Listener(db.engine) if listens else None
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._read_fd, False)
+        os.set_blocking(self._write_fd, False)
+        self.reasons: dict[str, int] = {}  # how waits ended, by reason (for tests and logs)
+
+    @property
+    def listening(self) -> bool:
+        return self._listener is not None
+
+    @property
+    def reconnects(self) -> int:
+        return self._listener.reconnects if self._listener is not None else 0
+
+    def start(self, who: str | None = None) -> None:
+        """Begin listening before the loop first looks at the database, so no change falls in between."""
+        if self._listener is not None:
+            if who is not None:
+                self._listener.set_ignore(who)
+            self._listener.open()  # if the database is down, the first wait retries
+
+    def ignore(self, who: str) -> None:
+        """This replica's own announcements do not wake it."""
+        if self._listener is not None:
+            self._listener.set_ignore(who)
+
+    def wait(self, timeout: float, *, listen: bool = True) -> str:
+        """Wait up to `timeout` s; returns 'notified', 'reconnected', 'interrupted' or 'timeout'.
+        With `listen=False` (a backoff after an error), only an interrupt ends the wait early."""
+        if self._drain_interrupts():
+            reason = "interrupted"
+        elif listen and self._listener is not None:
+            reason = self._listener.wait(timeout, self._read_fd)
+            if reason == "interrupted":
+                self._drain_interrupts()
+        else:
+            readable, _, _ = select.select([self._read_fd], [], [], max(0.0, timeout))
+            reason = "interrupted" if readable and self._drain_interrupts() else "timeout"
+        self.reasons[reason] = self.reasons.get(reason, 0) + 1
+        return reason
+
+    def interrupt(self) -> None:
+        """End the current (or next) wait at once. Async-signal-safe."""
+        try:
+            os.write(self._write_fd, b"x")
+        except (BlockingIOError, OSError):
+            pass  # the pipe is full: a wake-up is pending anyway
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+        for fd in (self._read_fd, self._write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._read_fd = self._write_fd = -1
+
+    def _drain_interrupts(self) -> bool:
+        got = False
+        while True:
+            try:
+                data = os.read(self._read_fd, 64)
+            except (BlockingIOError, OSError):
+                return got
+            if not data:
+                return got
+            got = True
