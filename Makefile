@@ -22,8 +22,17 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/scheduler.py --db sqlite
-	$(PY) bench/scheduler.py --db postgres
+	$(PY) bench/scheduler.py --db postgres --replicas 1,2,3
 	$(PY) bench/backfill.py --db postgres
+
+# 3 replicas killed at random for 10 minutes, a throwaway PostgreSQL restarted once; JSON, exit 1 on a violation
+.PHONY: chaos
+chaos: $(STAMP)
+	$(PY) bench/chaos.py --replicas 3 --seconds 600 --throwaway-cluster
 
 clean:
 	rm -rf $(VENV) demo logs dagline.db*
+
+.PHONY: crds
+crds: $(STAMP)   # crds/ and charts/dagline/crds/, generated from the pydantic models
+	$(PY) -m dagline.k8s.crds

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import tempfile
 import uuid
@@ -20,7 +21,12 @@ def fresh_database(kind: str) -> tuple[Database, callable]:
         folder = tempfile.mkdtemp(prefix="dagline-bench-")
         db = Database(f"sqlite:///{folder}/bench.db")
         upgrade(db)
-        return db, lambda: db.dispose()
+
+        def remove():
+            db.dispose()
+            shutil.rmtree(folder, ignore_errors=True)
+
+        return db, remove
     admin = create_engine(normalize_url(PG_URL), isolation_level="AUTOCOMMIT")
     name = f"dagline_bench_{uuid.uuid4().hex[:8]}"
     with admin.connect() as conn:
