@@ -2,7 +2,7 @@
 
 Three layers, each built from the one before:
 
-* Models (`DagDocument`, `DagSpec`, `TaskSpec`, `SparkSpec`, ..., plus `BackfillSpec` and `PoolSpec`)
+* Models (`DagDocument`, `DagSpec`, `TaskSpec`, `SparkSpec`, ..., plus `BackfillSpec`, `DagRunSpec`, `PoolSpec`)
   mirror the YAML exactly: camelCase keys, unknown keys refused. They are plain and structural because
   the Kubernetes CRD schemas are generated from them (`model_json_schema(by_alias=True)`).
 * Checks that span fields (task graph, start/end dates, `params` used by templates) run on a parsed
@@ -249,6 +249,16 @@ class BackfillSpec(_Model):
     run_backwards: bool = False
     dry_run: bool = False
     paused: bool = False
+
+
+class DagRunSpec(_Model):
+    """A DagRun resource: made by a user, a manual trigger of `dag`; made by dagline, the mirror of an
+    existing run (then `runId` names it and the rest is informative)."""
+
+    dag: DagId
+    logical_date: InstantStr | None = Field(None, description="date or date-time; naive = in the DAG's time zone")
+    conf: dict[str, Any] = Field(default_factory=dict, description="overrides `params` in this run's templates")
+    run_id: str | None = Field(None, description="set by dagline on the runs it mirrors; leave empty to trigger")
 
 
 class PoolSpec(_Model):
