@@ -1,0 +1,156 @@
+"""The Kubernetes API as dagline uses it: loading credentials, and SparkApplication calls with errors sorted.
+
+`load_api_client` finds credentials the way kubectl and in-cluster pods do. `SparkApplications` wraps
+the few custom-object calls the `spark-k8s` executor makes, with a request timeout on each (a hung
+API server must not hang the scheduler loop), and turns the client's exceptions into three kinds
+the executor acts on:
+- `ApiUnavailable`: connection refused or reset, timeouts, 429 and 5xx — transient: keep state, retry;
+- `AlreadyExists` (409 on create): the deterministic name is taken — adopt the object if it is ours;
+- `ApiRejected`: any other 4xx (403 forbidden, 422 invalid, 404 no such kind/namespace) — permanent,
+  with the API's own message.
+A missing object is not an error: `get` returns None and `delete` returns False.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from dagline.errors import OperationFailed
+from dagline.k8s.sparkapp import GROUP, PLURAL, VERSION
+
+DEFAULT_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds per request
+LIST_PAGE = 500
+
+
+def load_api_client() -> client.ApiClient:
+    """An API client: in-cluster credentials when `KUBERNETES_SERVICE_HOST` is set, else the kubeconfig
+    (`$KUBECONFIG`, which may list several files, else ~/.kube/config). Raises `OperationFailed`."""
+    configuration = client.Configuration()
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except ConfigException as exc:
+            raise OperationFailed(
+                f"KUBERNETES_SERVICE_HOST is set but the in-cluster service account could not be used: {exc}"
+            ) from None
+        return client.ApiClient(configuration)
+    path = os.environ.get("KUBECONFIG") or os.path.join("~", ".kube", "config")
+    try:
+        config.load_kube_config(config_file=path, client_configuration=configuration)
+    except (ConfigException, OSError, TypeError, ValueError) as exc:
+        raise OperationFailed(
+            f"no Kubernetes credentials: not in a cluster (KUBERNETES_SERVICE_HOST is not set) and the "
+            f"kubeconfig {path!r} could not be used ({exc}); set KUBECONFIG or run inside the cluster"
+        ) from None
+    return client.ApiClient(configuration)
+
+
+class ApiUnavailable(Exception):
+    """The API could not answer now (connection error, timeout, 429, 5xx): try again later."""
+
+
+class ApiRejected(Exception):
+    """The API refused the request for good (4xx); the message is the API's own."""
+
+    def __init__(self, status: int, message: str):
+        self.status = status
+        super().__init__(f"{status}: {message}")
+
+
+class AlreadyExists(ApiRejected):
+    """409 on create: an object with that name exists."""
+
+
+def api_message(exc: ApiException) -> str:
+    """The `message` of the API's Status body, else the HTTP reason."""
+    try:
+        body = json.loads(exc.body) if exc.body else {}
+    except (TypeError, ValueError):
+        body = {}
+    if isinstance(body, dict) and body.get("message"):
+        return str(body["message"])
+    return str(exc.reason or "no reason given")
+
+
+def _sorted_error(exc: Exception) -> Exception:
+    if isinstance(exc, ApiException):
+        status = int(exc.status or 0)
+        if status == 0 or status == 429 or status >= 500:
+            return ApiUnavailable(f"HTTP {status or 'error'}: {api_message(exc)}")
+        if status == 409:
+            return AlreadyExists(status, api_message(exc))
+        return ApiRejected(status, api_message(exc))
+    return ApiUnavailable(f"{type(exc).__name__}: {exc}")
+
+
+_CALL_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+class SparkApplications:
+    """SparkApplication calls in one namespace."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str, *, timeout=DEFAULT_TIMEOUT):
+        self.api = client.CustomObjectsApi(api_client)
+        self.namespace = namespace
+        self.timeout = timeout
+
+    def _args(self) -> dict:
+        return {"group": GROUP, "version": VERSION, "namespace": self.namespace, "plural": PLURAL,
+                "_request_timeout": self.timeout}
+
+    def create(self, body: dict) -> dict:
+        try:
+            return self.api.create_namespaced_custom_object(body=body, **self._args())
+        except _CALL_ERRORS as exc:
+            raise _sorted_error(exc) from None
+
+    def get(self, name: str) -> dict | None:
+        try:
+            return self.api.get_namespaced_custom_object(name=name, **self._args())
+        except _CALL_ERRORS as exc:
+            if isinstance(exc, ApiException) and exc.status == 404:
+                return None
+            raise _sorted_error(exc) from None
+
+    def list(self, label_selector: str) -> list[dict]:
+        """Every object matching the selector (page by page where the server pages)."""
+        items: list[dict] = []
+        token = None
+        while True:
+            kwargs = {"label_selector": label_selector, "limit": LIST_PAGE}
+            if token:
+                kwargs["_continue"] = token
+            try:
+                page = self.api.list_namespaced_custom_object(**kwargs, **self._args())
+            except _CALL_ERRORS as exc:
+                raise _sorted_error(exc) from None
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
+    def delete(self, name: str) -> bool:
+        """Delete (its driver and executor pods go with it); False if it was already gone."""
+        try:
+            self.api.delete_namespaced_custom_object(name=name, **self._args())
+        except _CALL_ERRORS as exc:
+            if isinstance(exc, ApiException) and exc.status == 404:
+                return False
+            raise _sorted_error(exc) from None
+        return True
+
+    def set_labels(self, name: str, labels: dict[str, str]) -> bool:
+        """Merge these labels into the object's; False if it is gone."""
+        try:
+            self.api.patch_namespaced_custom_object(name=name, body={"metadata": {"labels": labels}}, **self._args())
+        except _CALL_ERRORS as exc:
+            if isinstance(exc, ApiException) and exc.status == 404:
+                return False
+            raise _sorted_error(exc) from None
+        return True

@@ -1,0 +1,476 @@
+"""The `spark-k8s` executor: every task instance try becomes a spark-operator SparkApplication, followed to its end.
+
+Flow. `launch` creates each try's SparkApplication (`dagline.k8s.sparkapp.build_manifest`; the name is
+deterministic, so a 409 AlreadyExists means an earlier replica or a replayed launch created it: the
+object is adopted when its annotations name the same try). `sync` lists the applications dagline
+still follows — one paged list call with the selector `dagline.io/managed-by=dagline,
+dagline.io/outcome=pending`, at most once per `list_interval_s` (1 s by default; no watch thread,
+so nothing runs between loops) — and reports only changes: `running` once (with `started_at`), then
+`success` or `failed`. An application missing from the list is looked up by name before it is
+declared deleted.
+
+States (`status.applicationState.state`): COMPLETED is success; FAILED and SUBMISSION_FAILED fail the
+try with the operator's errorMessage; RUNNING, SUCCEEDING and FAILING are running; no state,
+SUBMITTED, PENDING_RERUN, INVALIDATING and UNKNOWN are waiting. A try whose driver has not been seen
+running `pending_timeout_s` after its launch (dagline's clock; an image that cannot be pulled leaves
+an application in SUBMITTED for ever) is failed with a message saying so, and its application is
+deleted so it cannot start later beside the retry.
+
+Errors. Connection errors, timeouts, 429 and 5xx never reach the scheduler loop: they are logged
+(once per outage), state is kept, and the call is retried at the next sync (a create that keeps
+failing fails its try at the pending timeout). 403, 422 and other refusals of a create fail the
+try with the API's message.
+
+Retention (`DAGLINE_SPARK_RETENTION`): `delete-succeeded` (default) deletes an application once its
+success was reported and keeps failed ones (with their driver pod, for `kubectl logs`), relabelled
+`dagline.io/outcome=failed`; `delete` deletes every finished one; `keep` relabels them all. The
+delete or relabel happens at the *next* sync, after the scheduler has recorded the outcome, so a
+replica dying in between leaves an application the next one can still adopt. No
+`timeToLiveSeconds` is set: the operator would delete an application whose outcome dagline may not
+have read yet. `cancel` deletes at once; `end` stops following and deletes nothing that runs.
+
+`adopt` looks each try's application up by name: found, it is followed (its state is reported at the
+next sync); missing, the launch is returned to the scheduler (a queued try is launched again, a
+running one is a zombie).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import os
+import re
+import time
+
+from dagline.clock import SystemClock
+from dagline.errors import InvalidInput
+from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
+from dagline.k8s import sparkapp
+from dagline.k8s.client import AlreadyExists, ApiRejected, ApiUnavailable, SparkApplications, load_api_client
+from dagline.k8s.sparkapp import LABEL_OUTCOME, Phase
+from dagline.times import duration_seconds, parse_duration
+
+log = logging.getLogger(__name__)
+
+SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+RETENTIONS = ("delete-succeeded", "delete", "keep")
+DEFAULT_SPARK_VERSION = "3.5.3"
+DEFAULT_PENDING_TIMEOUT_S = 600.0
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_NO_SPACE = re.compile(r"^\S+$")
+
+
+@dataclasses.dataclass(frozen=True)
+class SparkK8sSettings:
+    """Where and how tries run. `image` defaults to the official `spark:<spark_version>` image."""
+
+    namespace: str = "default"
+    image: str | None = None
+    service_account: str = "spark"
+    pending_timeout_s: float = DEFAULT_PENDING_TIMEOUT_S
+    retention: str = "delete-succeeded"
+    spark_version: str = DEFAULT_SPARK_VERSION
+
+    def __post_init__(self):
+        if self.image is None:
+            object.__setattr__(self, "image", f"spark:{self.spark_version}")
+
+    @classmethod
+    def from_env(cls, environ=None, *, namespace_file: str = SERVICE_ACCOUNT_NAMESPACE_FILE) -> SparkK8sSettings:
+        """Read `DAGLINE_SPARK_*`; an invalid value raises `InvalidInput` naming the variable."""
+        env = os.environ if environ is None else environ
+
+        def get(name: str) -> str | None:
+            value = env.get(name)
+            return value.strip() if value is not None and value.strip() else None
+
+        def check(name: str, value: str, pattern: re.Pattern, what: str) -> str:
+            if not pattern.match(value):
+                raise InvalidInput(f"{value!r} is not {what}", field=name)
+            return value
+
+        namespace = get("DAGLINE_SPARK_NAMESPACE")
+        if namespace is None:
+            namespace = _pod_namespace(namespace_file) or "default"
+        else:
+            check("DAGLINE_SPARK_NAMESPACE", namespace, _DNS_LABEL, "a namespace name (a lowercase DNS-1123 label)")
+        version = get("DAGLINE_SPARK_SPARK_VERSION") or DEFAULT_SPARK_VERSION
+        check("DAGLINE_SPARK_SPARK_VERSION", version, re.compile(r"^\d+\.\d+(\.\d+)?\S*$"),
+              "a Spark version such as 3.5.3")
+        image = get("DAGLINE_SPARK_IMAGE")
+        if image is not None:
+            check("DAGLINE_SPARK_IMAGE", image, _NO_SPACE, "a container image reference")
+        account = get("DAGLINE_SPARK_SERVICE_ACCOUNT") or "spark"
+        check("DAGLINE_SPARK_SERVICE_ACCOUNT", account, _DNS_SUBDOMAIN, "a service account name")
+        retention = get("DAGLINE_SPARK_RETENTION") or "delete-succeeded"
+        if retention not in RETENTIONS:
+            raise InvalidInput(f"{retention!r} is not one of {', '.join(RETENTIONS)}", field="DAGLINE_SPARK_RETENTION")
+        timeout_text = get("DAGLINE_SPARK_PENDING_TIMEOUT")
+        timeout = DEFAULT_PENDING_TIMEOUT_S
+        if timeout_text is not None:
+            timeout = parse_timeout(timeout_text, field="DAGLINE_SPARK_PENDING_TIMEOUT")
+        return cls(namespace=namespace, image=image, service_account=account, pending_timeout_s=timeout,
+                   retention=retention, spark_version=version)
+
+
+def parse_timeout(text: str, *, field: str) -> float:
+    """Seconds (`600`, `90.5`) or an ISO-8601 duration (`PT10M`), more than zero."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            seconds = duration_seconds(parse_duration(text))
+        except ValueError:
+            raise InvalidInput(
+                f"{text!r} is neither a number of seconds nor an ISO-8601 duration (e.g. 600 or PT10M)", field=field
+            ) from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise InvalidInput(f"{text!r} must be a positive, finite duration", field=field)
+    return seconds
+
+
+def _pod_namespace(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+@dataclasses.dataclass
+class _Try:
+    launch: TaskLaunch
+    name: str
+    manifest: dict
+    launched_at: dt.datetime
+    created: bool = False            # the application exists (created here, or found)
+    started_at: dt.datetime | None = None  # set when first seen running (and reported)
+    state: str = ""                  # the last state seen
+    create_error: str | None = None  # why the last create attempt failed (transient)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cleanup:
+    name: str
+    outcome: str      # "success" | "failed"
+    delete: bool      # else: relabel `dagline.io/outcome=<outcome>`
+    after: int = 0    # run at a sync once this many syncs have returned (its report was recorded)
+
+
+class SparkK8sExecutor:
+    """Runs each try as a SparkApplication; at most `parallelism` followed at a time."""
+
+    name = "spark-k8s"
+    host_bound = False  # applications live in the cluster: any replica can adopt them by label
+
+    def __init__(self, settings: SparkK8sSettings, *, parallelism: int, clock=None, api_client=None,
+                 list_interval_s: float = 1.0, retry_interval_s: float = 2.0):
+        if parallelism < 1:
+            raise ValueError("parallelism must be at least 1")
+        self.settings = settings
+        self.parallelism = parallelism
+        self.clock = clock or SystemClock()
+        self.list_interval_s = list_interval_s    # at most one list call per this many seconds
+        self.retry_interval_s = retry_interval_s  # after a transient API error, no call for this long
+        self._api_client = api_client
+        self._apps: SparkApplications | None = None
+        self._tries: dict[TaskKey, _Try] = {}
+        self._reports: list[TaskReport] = []
+        self._cleanups: list[_Cleanup] = []   # run at the next sync (and retried while the API is down)
+        self._syncs = 0                        # syncs that have returned their reports
+        self._last_list = float("-inf")
+        self._fresh = False                    # the latest list call succeeded: states seen are current
+        self._quiet_until = float("-inf")      # monotonic time before which the API is not called again
+        self._api_down = False
+        self._last_refusal: str | None = None
+
+    # -- protocol -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._api()
+
+    def launch(self, launches: list[TaskLaunch]) -> None:
+        now = self.clock.now()
+        for launch in launches:
+            if launch.key in self._tries:
+                continue  # already followed here: one application per try
+            try:
+                manifest = sparkapp.build_manifest(
+                    launch, namespace=self.settings.namespace, default_image=self.settings.image,
+                    service_account=self.settings.service_account, spark_version=self.settings.spark_version,
+                    launched_at=now)
+            except sparkapp.ManifestError as exc:
+                self._reports.append(self._report(launch, "failed", now, message=str(exc), started_at=now))
+                continue
+            t = _Try(launch, manifest["metadata"]["name"], manifest, launched_at=now)
+            self._tries[launch.key] = t
+            if self._api_ready():
+                self._create(t)
+            else:
+                t.create_error = "the Kubernetes API is unavailable"
+
+    def sync(self) -> list[TaskReport]:
+        self._run_cleanups()
+        for t in [t for t in self._tries.values() if not t.created]:
+            if self._api_ready():
+                self._create(t)
+        if any(t.created for t in self._tries.values()):
+            if time.monotonic() - self._last_list >= self.list_interval_s and self._api_ready():
+                self._refresh()
+        self._time_out_pending()
+        reports, self._reports = self._reports, []
+        self._syncs += 1
+        return reports
+
+    def cancel(self, key: TaskKey) -> None:
+        """Delete the try's application (wherever it was launched from); a followed try reports 'failed'."""
+        t = self._tries.pop(key, None)
+        name = t.name if t is not None else sparkapp.application_name(key)
+        self._delete_now(name, "failed")
+        if t is not None:
+            now = self.clock.now()
+            self._reports.append(self._report(t.launch, "failed", now, message="cancelled: SparkApplication deleted",
+                                              started_at=t.started_at or now))
+
+    def adopt(self, launches: list[TaskLaunch]) -> list[TaskLaunch]:
+        """Follow the tries whose applications exist; return the others."""
+        left = []
+        for launch in launches:
+            if launch.key in self._tries:
+                continue
+            name = sparkapp.application_name(launch.key)
+            try:
+                obj = self._api().get(name)
+            except (ApiUnavailable, ApiRejected) as exc:
+                # Unknown: follow it as if it exists; if it does not, the next sync reports it missing
+                # (never create it again here: a running try must not run twice).
+                self._api_error("adopting", exc)
+                self._follow(launch, name, None)
+                continue
+            if obj is None or not sparkapp.same_try(obj, launch.key):
+                if obj is not None:
+                    log.warning("SparkApplication %s exists but belongs to another try: not adopted", name)
+                left.append(launch)
+                continue
+            self._follow(launch, name, obj)
+        return left
+
+    def free_slots(self) -> int:
+        return max(0, self.parallelism - len(self._tries))
+
+    def has_work(self) -> bool:
+        return bool(self._tries or self._reports)
+
+    def detach(self) -> None:
+        """A graceful stop is an `end`: applications are never stopped by a replica leaving."""
+        self.end()
+
+    def end(self) -> None:
+        """Stop following. Running applications keep running (another replica adopts them). Finished ones
+        whose deletion was due are only relabelled: their reports may not have been recorded."""
+        pending, self._cleanups = self._cleanups, []
+        for cleanup in pending:
+            try:
+                if cleanup.delete and cleanup.after < self._syncs:
+                    self._api().delete(cleanup.name)  # its report was returned before the last sync
+                else:
+                    self._api().set_labels(cleanup.name, {LABEL_OUTCOME: cleanup.outcome})
+            except (ApiUnavailable, ApiRejected) as exc:
+                log.warning("could not clean up SparkApplication %s at shutdown: %s", cleanup.name, exc)
+        self._tries.clear()
+        self._reports.clear()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _api(self) -> SparkApplications:
+        if self._apps is None:
+            api_client = self._api_client if self._api_client is not None else load_api_client()
+            self._apps = SparkApplications(api_client, self.settings.namespace)
+        return self._apps
+
+    def _external_id(self, name: str) -> str:
+        return f"{self.settings.namespace}/{name}"
+
+    def _report(self, launch: TaskLaunch, state: str, at: dt.datetime, *, message: str | None = None,
+                started_at: dt.datetime | None = None) -> TaskReport:
+        return TaskReport(
+            ti_id=launch.ti_id, try_number=launch.key.try_number, state=state, at=at,
+            external_id=self._external_id(sparkapp.application_name(launch.key)), message=message,
+            started_at=started_at,
+        )
+
+    def _create(self, t: _Try) -> None:
+        try:
+            self._api().create(t.manifest)
+        except AlreadyExists:
+            self._adopt_existing(t)
+            return
+        except ApiRejected as exc:
+            self._finish(t, "failed", f"the Kubernetes API refused the SparkApplication {t.name}: {exc}",
+                         cleanup=False)
+            return
+        except ApiUnavailable as exc:
+            t.create_error = str(exc)
+            self._api_error(f"creating SparkApplication {t.name}", exc)
+            return
+        self._api_ok()
+        t.created = True
+
+    def _adopt_existing(self, t: _Try) -> None:
+        """409 on create: follow the object if it is this try's, else fail the try (never touch the other)."""
+        try:
+            obj = self._api().get(t.name)
+        except (ApiUnavailable, ApiRejected) as exc:
+            t.create_error = str(exc)
+            self._api_error(f"reading SparkApplication {t.name}", exc)
+            return  # the next sync tries the create again, and lands here again
+        if obj is None:
+            return  # deleted in between: the next sync creates it
+        if not sparkapp.same_try(obj, t.launch.key):
+            self._finish(t, "failed", f"a SparkApplication named {t.name} already exists and belongs to "
+                                      f"another try (see its dagline.io/* annotations)", cleanup=False)
+            return
+        log.info("SparkApplication %s already existed: adopted", t.name)
+        t.created = True
+        t.launched_at = sparkapp.launched_at(obj) or t.launched_at
+        self._observe(t, obj)
+
+    def _follow(self, launch: TaskLaunch, name: str, obj: dict | None) -> None:
+        launched = (sparkapp.launched_at(obj) if obj is not None else None) or self.clock.now()
+        t = _Try(launch, name, manifest={}, launched_at=launched, created=True)
+        self._tries[launch.key] = t
+        if obj is not None:
+            self._observe(t, obj)
+
+    def _refresh(self) -> None:
+        try:
+            items = self._api().list(sparkapp.FOLLOWED_SELECTOR)
+        except (ApiUnavailable, ApiRejected) as exc:
+            self._fresh = False
+            self._api_error("listing SparkApplications", exc)
+            return
+        self._api_ok()
+        self._fresh = True
+        self._last_list = time.monotonic()
+        by_name = {(obj.get("metadata") or {}).get("name"): obj for obj in items}
+        for t in [t for t in self._tries.values() if t.created]:
+            obj = by_name.get(t.name)
+            if obj is None:
+                try:  # not listed: relabelled (reported by a replica that then died) or gone
+                    obj = self._api().get(t.name)
+                except (ApiUnavailable, ApiRejected) as exc:
+                    self._api_error(f"reading SparkApplication {t.name}", exc)
+                    continue
+                if obj is None:
+                    self._finish(t, "failed", f"SparkApplication {self._external_id(t.name)} disappeared "
+                                              f"(deleted outside dagline) in state {t.state or 'no state'}",
+                                 cleanup=False)
+                    continue
+            self._observe(t, obj)
+
+    def _observe(self, t: _Try, obj: dict) -> None:
+        seen = sparkapp.observe(obj)
+        t.state = seen.state
+        now = self.clock.now()
+        if seen.phase == Phase.RUNNING and t.started_at is None:
+            t.started_at = now
+            self._reports.append(self._report(t.launch, "running", now, started_at=now))
+        elif seen.phase == Phase.SUCCESS:
+            self._finish(t, "success", None)
+        elif seen.phase == Phase.FAILED:
+            self._finish(t, "failed", seen.message)
+
+    def _time_out_pending(self) -> None:
+        now = self.clock.now()
+        limit = dt.timedelta(seconds=self.settings.pending_timeout_s)
+        for t in [t for t in self._tries.values() if t.started_at is None and now - t.launched_at > limit]:
+            if t.created and not self._fresh:
+                continue  # no current news of it (the API is down): waiting is not the same as stuck
+            waited = _duration_text(self.settings.pending_timeout_s)
+            if t.created:
+                message = (f"no driver running {waited} after launch (SparkApplication {self._external_id(t.name)} "
+                           f"in state {t.state or 'no state'}; DAGLINE_SPARK_PENDING_TIMEOUT): deleted. Check that "
+                           f"the image {self._image(t)} can be pulled and the namespace has room for the driver pod")
+            else:
+                message = (f"could not create SparkApplication {self._external_id(t.name)} within {waited} "
+                           f"(DAGLINE_SPARK_PENDING_TIMEOUT): {t.create_error or 'the API did not answer'}")
+            self._tries.pop(t.launch.key, None)
+            # delete even when no create succeeded: one may have, with its answer lost
+            self._delete_now(t.name, "failed")
+            self._reports.append(self._report(t.launch, "failed", now, message=message, started_at=now))
+
+    def _image(self, t: _Try) -> str:
+        return (t.manifest.get("spec") or {}).get("image") or t.launch.job.image or self.settings.image
+
+    def _finish(self, t: _Try, state: str, message: str | None, *, cleanup: bool = True) -> None:
+        self._tries.pop(t.launch.key, None)
+        now = self.clock.now()
+        self._reports.append(self._report(t.launch, state, now, message=message, started_at=t.started_at or now))
+        if cleanup:
+            retention = self.settings.retention
+            delete = retention == "delete" or (retention == "delete-succeeded" and state == "success")
+            self._cleanups.append(_Cleanup(t.name, state, delete, after=self._syncs + 1))
+
+    def _run_cleanups(self) -> None:
+        """Deletes and relabels whose try's report the scheduler has recorded (a sync returned it since)."""
+        due = [c for c in self._cleanups if c.after <= self._syncs]
+        if not due or not self._api_ready():
+            return
+        self._cleanups = [c for c in self._cleanups if c.after > self._syncs]
+        for i, cleanup in enumerate(due):
+            try:
+                if cleanup.delete:
+                    self._api().delete(cleanup.name)
+                else:
+                    self._api().set_labels(cleanup.name, {LABEL_OUTCOME: cleanup.outcome})
+            except ApiUnavailable as exc:
+                self._api_error(f"cleaning up SparkApplication {cleanup.name}", exc)
+                self._cleanups[:0] = due[i:]  # retry them, in order, at a later sync
+                return
+            except ApiRejected as exc:
+                log.warning("could not clean up SparkApplication %s: %s", cleanup.name, exc)
+
+    def _delete_now(self, name: str, outcome: str) -> None:
+        if not self._api_ready():
+            self._cleanups.append(_Cleanup(name, outcome, delete=True))
+            return
+        try:
+            self._api().delete(name)
+        except ApiUnavailable as exc:
+            self._api_error(f"deleting SparkApplication {name}", exc)
+            self._cleanups.append(_Cleanup(name, outcome, delete=True))
+        except ApiRejected as exc:
+            log.warning("could not delete SparkApplication %s: %s", name, exc)
+
+    def _api_ready(self) -> bool:
+        return time.monotonic() >= self._quiet_until
+
+    def _api_error(self, doing: str, exc: Exception) -> None:
+        """Log an API error once per outage (or per distinct refusal); after a transient one, pause calls."""
+        if isinstance(exc, ApiRejected):
+            if str(exc) != self._last_refusal:
+                log.error("Kubernetes API refused %s: %s", doing, exc)
+            self._last_refusal = str(exc)
+            return
+        if not self._api_down:
+            log.warning("Kubernetes API unavailable while %s (%s); state kept, retrying in %ss",
+                        doing, exc, self.retry_interval_s)
+        self._api_down = True
+        self._quiet_until = time.monotonic() + self.retry_interval_s
+
+    def _api_ok(self) -> None:
+        if self._api_down:
+            log.info("Kubernetes API reachable again")
+        self._api_down = False
+        self._last_refusal = None
+
+
+def _duration_text(seconds: float) -> str:
+    seconds = int(seconds)
+    minutes, secs = divmod(seconds, 60)
+    if minutes and not secs:
+        return f"{minutes}m"
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"

@@ -1,0 +1,644 @@
+"""The `spark-k8s` executor against the Kubernetes API emulator, through the real `kubernetes` client.
+
+The tests play the spark-operator's part by writing `status.applicationState` (as the operator does),
+except where the `spark_operator` stand-in runs the applications. Time is a `FixedClock` the tests
+move; nothing sleeps to wait for the executor.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import socket
+import threading
+import time
+
+import kmock
+import pytest
+
+from dagline.clock import FixedClock
+from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
+from dagline.k8s import sparkapp
+from dagline.k8s.client import load_api_client
+from dagline.k8s.executor import SparkK8sExecutor, SparkK8sSettings
+from dagline.runs import trigger_run
+from dagline.scheduler.loop import Scheduler
+from tests.integration.harness import apply, assert_invariants, events, runs, tis, write_dag
+from tests.k8s.cluster import Cluster
+from tests.k8s.emulator import SPARK_APPLICATIONS
+from tests.k8s.spark_operator import Behaviour
+
+NS = "default"
+APPS = "sparkapplications"
+START = dt.datetime(2026, 3, 2, 2, 0, tzinfo=dt.timezone.utc)
+SCHEDULED = "scheduled__2026-03-01T00:00:00+00:00"
+
+
+def launch_of(task="clean_orders", try_number=1, *, run_id=SCHEDULED, dag="sales-daily", ti_id=7, **job):
+    fields = {"main_application_file": "local:///opt/jobs/clean.py", "arguments": ("--ds", "2026-03-01")}
+    fields.update(job)
+    return TaskLaunch(ti_id=ti_id, key=TaskKey(dag, run_id, task, try_number), job=SparkJob(**fields))
+
+
+def name_of(launch: TaskLaunch) -> str:
+    return sparkapp.application_name(launch.key)
+
+
+@pytest.fixture
+def clock():
+    return FixedClock(START)
+
+
+@pytest.fixture
+def make_executor(kube, clock):
+    """`make_executor(**settings)`: an executor on the emulator (credentials from the fixture's KUBECONFIG)."""
+    made = []
+
+    def make(*, parallelism=4, api_client=None, list_interval_s=0.0, **settings):
+        executor = SparkK8sExecutor(SparkK8sSettings(namespace=NS, **settings), parallelism=parallelism, clock=clock,
+                                    api_client=api_client or load_api_client(), list_interval_s=list_interval_s,
+                                    retry_interval_s=0.0)
+        executor.start()
+        made.append(executor)
+        return executor
+
+    yield make
+    for executor in made:
+        executor.end()
+
+
+def set_state(kube, name, state, error=None, pod=None):
+    status = {"applicationState": {"state": state, **({"errorMessage": error} if error else {})}}
+    if pod:
+        status["driverInfo"] = {"podName": pod}
+    kube.patch_status(APPS, NS, name, status)
+
+
+def states(reports):
+    return [(r.ti_id, r.try_number, r.state) for r in reports]
+
+
+# -- launching -----------------------------------------------------------------------------------
+
+
+def test_a_launch_creates_one_application_with_the_tries_manifest_and_labels(kube, make_executor):
+    executor = make_executor(image="registry.example/etl:7", service_account="spark-runner")
+    launch = launch_of(conf=(("spark.sql.shuffle.partitions", "4"),), driver_memory="1g", executor_instances=2)
+    executor.launch([launch])
+    executor.launch([launch])  # a replay changes nothing
+
+    [app] = kube.list(APPS, NS)
+    assert app["metadata"]["name"] == name_of(launch)
+    spec = app["spec"]
+    assert spec["type"] == "Python" and spec["mode"] == "cluster" and spec["restartPolicy"] == {"type": "Never"}
+    assert spec["image"] == "registry.example/etl:7" and spec["sparkVersion"] == "3.5.3"
+    assert spec["mainApplicationFile"] == "local:///opt/jobs/clean.py"
+    assert spec["arguments"] == ["--ds", "2026-03-01"]
+    assert spec["sparkConf"] == {"spark.sql.shuffle.partitions": "4"}
+    assert spec["driver"]["serviceAccount"] == "spark-runner" and spec["driver"]["memory"] == "1g"
+    assert spec["executor"]["instances"] == 2
+    assert app["metadata"]["labels"]["dagline.io/try"] == "1"
+    assert spec["driver"]["labels"]["dagline.io/task"] == "clean_orders"
+    selected = kube.list(APPS, NS, label_selector="dagline.io/dag=sales-daily,dagline.io/task=clean_orders,"
+                                                  "dagline.io/try=1,dagline.io/managed-by=dagline")
+    assert [a["metadata"]["name"] for a in selected] == [name_of(launch)]
+    assert executor.free_slots() == 3 and executor.has_work()
+
+
+def test_awkward_run_and_task_ids_give_valid_names_and_labels(kube, make_executor):
+    executor = make_executor()
+    launch = launch_of("Top.Products_" + "x" * 70, 3, run_id="manual__2026-03-01T10:15:00.123456+00:00")
+    executor.launch([launch])
+    assert executor.sync() == []  # created: the emulator checks names and labels as the API server does
+
+    [app] = kube.list(APPS, NS, label_selector="dagline.io/run=manual__2026-03-01T10_15_00.123456_00_00")
+    assert app["metadata"]["annotations"]["dagline.io/task-id"] == launch.key.task_id
+    set_state(kube, app["metadata"]["name"], "COMPLETED")
+    assert states(executor.sync()) == [(7, 3, "success")]
+
+
+def test_a_task_with_a_relative_application_file_fails_with_the_field_named(kube, make_executor):
+    executor = make_executor()
+    executor.launch([launch_of(main_application_file="jobs/clean.py")])
+    [report] = executor.sync()
+    assert report.state == "failed" and "spark.mainApplicationFile 'jobs/clean.py'" in report.message
+    assert kube.list(APPS, NS) == [] and not executor.has_work()
+
+
+# -- following states ----------------------------------------------------------------------------
+
+
+def test_states_are_reported_once_each_and_a_success_is_deleted_after_it_was_reported(kube, make_executor, clock):
+    executor = make_executor()
+    launch = launch_of()
+    executor.launch([launch])
+    name = name_of(launch)
+    assert executor.sync() == []
+    set_state(kube, name, "SUBMITTED")
+    assert executor.sync() == []
+
+    clock.advance(dt.timedelta(seconds=30))
+    set_state(kube, name, "RUNNING")
+    [running] = executor.sync()
+    assert (running.state, running.started_at, running.external_id) == ("running", START + dt.timedelta(seconds=30),
+                                                                         f"default/{name}")
+    assert executor.sync() == []
+    set_state(kube, name, "SUCCEEDING")
+    assert executor.sync() == []
+
+    clock.advance(dt.timedelta(minutes=5))
+    set_state(kube, name, "COMPLETED")
+    [done] = executor.sync()
+    assert (done.state, done.at, done.started_at) == ("success", START + dt.timedelta(minutes=5, seconds=30),
+                                                      START + dt.timedelta(seconds=30))
+    assert kube.get(APPS, NS, name, missing_ok=True) is not None  # not before the scheduler has recorded it
+    assert executor.sync() == []
+    assert kube.get(APPS, NS, name, missing_ok=True) is None
+    assert not executor.has_work() and executor.free_slots() == 4
+
+
+@pytest.mark.parametrize("state", ["FAILED", "SUBMISSION_FAILED"])
+def test_a_failure_reports_the_operators_message_and_is_kept_for_its_logs(kube, make_executor, state):
+    executor = make_executor()
+    launch = launch_of()
+    executor.launch([launch])
+    set_state(kube, name_of(launch), state, error="driver container failed with ExitCode: 1", pod="x-driver")
+    [report] = executor.sync()
+    assert report.state == "failed"
+    assert report.message == f"SparkApplication {state}: driver container failed with ExitCode: 1 (driver pod x-driver)"
+    executor.sync()
+    app = kube.get(APPS, NS, name_of(launch))
+    assert app["metadata"]["labels"]["dagline.io/outcome"] == "failed"
+    assert kube.list(APPS, NS, label_selector="dagline.io/outcome=failed") == [app]
+
+
+@pytest.mark.parametrize(("retention", "kept"), [
+    ("delete", set()), ("keep", {"success", "failed"}), ("delete-succeeded", {"failed"}),
+])
+def test_retention_of_finished_applications(kube, make_executor, retention, kept):
+    executor = make_executor(retention=retention)
+    good, bad = launch_of("good", ti_id=1), launch_of("bad", ti_id=2)
+    executor.launch([good, bad])
+    set_state(kube, name_of(good), "COMPLETED")
+    set_state(kube, name_of(bad), "FAILED")
+    assert sorted(states(executor.sync())) == [(1, 1, "success"), (2, 1, "failed")]
+    executor.sync()
+    left = {a["metadata"]["labels"]["dagline.io/outcome"] for a in kube.list(APPS, NS)}
+    assert left == kept
+
+
+def test_an_application_stuck_before_its_driver_runs_fails_at_the_pending_timeout_and_is_deleted(
+        kube, make_executor, clock):
+    executor = make_executor(pending_timeout_s=600)
+    launch = launch_of()
+    executor.launch([launch])
+    set_state(kube, name_of(launch), "SUBMITTED")  # e.g. an image that cannot be pulled
+    clock.advance(dt.timedelta(minutes=10))
+    assert executor.sync() == []  # exactly at the limit: still waiting
+
+    clock.advance(dt.timedelta(seconds=1))
+    [report] = executor.sync()
+    assert report.state == "failed"
+    assert report.message.startswith("no driver running 10m after launch")
+    assert "SUBMITTED" in report.message and "spark:3.5.3" in report.message
+    assert kube.get(APPS, NS, name_of(launch), missing_ok=True) is None  # it cannot start beside the retry
+    assert not executor.has_work()
+
+
+def test_a_running_application_has_no_pending_timeout(kube, make_executor, clock):
+    executor = make_executor(pending_timeout_s=60)
+    launch = launch_of()
+    executor.launch([launch])
+    set_state(kube, name_of(launch), "RUNNING")
+    assert states(executor.sync()) == [(7, 1, "running")]
+    clock.advance(dt.timedelta(hours=3))
+    set_state(kube, name_of(launch), "UNKNOWN")  # the driver's node is unreachable for a while
+    assert executor.sync() == []
+    assert kube.get(APPS, NS, name_of(launch)) is not None
+
+
+def test_an_application_deleted_by_someone_fails_its_try(kube, make_executor):
+    executor = make_executor()
+    launch = launch_of()
+    executor.launch([launch])
+    set_state(kube, name_of(launch), "RUNNING")
+    executor.sync()
+    kube.delete(APPS, NS, name_of(launch))
+    [report] = executor.sync()
+    assert report.state == "failed" and "disappeared" in report.message and "RUNNING" in report.message
+
+
+def test_cancel_deletes_the_application(kube, make_executor):
+    executor = make_executor()
+    launch = launch_of()
+    executor.launch([launch])
+    executor.cancel(launch.key)
+    assert kube.get(APPS, NS, name_of(launch), missing_ok=True) is None
+    [report] = executor.sync()
+    assert report.state == "failed" and report.message.startswith("cancelled")
+    assert not executor.has_work()
+
+
+def test_parallelism_bounds_free_slots(make_executor):
+    executor = make_executor(parallelism=2)
+    executor.launch([launch_of("a", ti_id=1), launch_of("b", ti_id=2)])
+    assert executor.free_slots() == 0
+
+
+def test_one_list_call_per_interval_however_often_sync_is_called(kube, make_executor):
+    executor = make_executor(list_interval_s=3600)
+    launches = [launch_of(f"t{i}", ti_id=i) for i in range(5)]
+    executor.launch(launches)
+    for _ in range(10):
+        executor.sync()
+
+    def count(em):
+        return len(list(em[kmock.action.LIST, SPARK_APPLICATIONS.ref])), len(list(em[kmock.action.FETCH]))
+
+    assert kube.call(count) == (1, 0)
+
+
+# -- adoption ------------------------------------------------------------------------------------
+
+
+def test_a_second_launch_of_the_same_try_adopts_the_application(kube, make_executor):
+    first = make_executor()
+    launch = launch_of()
+    first.launch([launch])
+    set_state(kube, name_of(launch), "RUNNING")
+    del first  # a replica that created it and died
+
+    second = make_executor()
+    second.launch([launch])  # 409 AlreadyExists: the same try, so it is followed, not duplicated
+    assert len(kube.list(APPS, NS)) == 1
+    assert states(second.sync()) == [(7, 1, "running")]
+    set_state(kube, name_of(launch), "COMPLETED")
+    assert states(second.sync()) == [(7, 1, "success")]
+
+
+def test_a_name_held_by_another_object_fails_the_try_and_leaves_that_object_alone(kube, make_executor):
+    launch = launch_of()
+    stranger = {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication",
+                "metadata": {"name": name_of(launch)}, "spec": {"image": "someone-elses"}}
+    kube.create(APPS, NS, stranger)
+    executor = make_executor()
+    executor.launch([launch])
+    [report] = executor.sync()
+    assert report.state == "failed" and "belongs to another try" in report.message
+    assert kube.get(APPS, NS, name_of(launch))["spec"] == {"image": "someone-elses"}
+
+
+def test_adopt_follows_existing_applications_by_name_and_returns_the_others(kube, make_executor, clock):
+    first = make_executor()
+    running, finished, never = launch_of("a", ti_id=1), launch_of("b", ti_id=2), launch_of("c", ti_id=3)
+    first.launch([running, finished])
+    set_state(kube, name_of(running), "RUNNING")
+    set_state(kube, name_of(finished), "COMPLETED")
+    first.end()  # stops following, deletes nothing
+    assert len(kube.list(APPS, NS)) == 2
+
+    clock.advance(dt.timedelta(minutes=1))
+    second = make_executor()
+    assert second.adopt([running, finished, never]) == [never]
+    assert sorted(states(second.sync())) == [(1, 1, "running"), (2, 1, "success")]
+    set_state(kube, name_of(running), "FAILED", error="OOMKilled")
+    [report] = second.sync()
+    assert (report.ti_id, report.state, report.message) == (1, "failed", "SparkApplication FAILED: OOMKilled")
+    assert len(kube.list(APPS, NS)) == 1  # the success was deleted once reported; the failure is kept
+
+
+def test_adopt_finds_an_outcome_reported_by_a_replica_that_died_before_recording_it(kube, make_executor):
+    first = make_executor(retention="keep")
+    launch = launch_of()
+    first.launch([launch])
+    set_state(kube, name_of(launch), "COMPLETED")
+    assert states(first.sync()) == [(7, 1, "success")]
+    first.sync()  # relabelled dagline.io/outcome=success: no longer listed as followed
+    # ... and the scheduler died before recording the success
+    second = make_executor(retention="keep")
+    assert second.adopt([launch]) == []
+    assert states(second.sync()) == [(7, 1, "success")]
+
+
+def test_end_leaves_running_applications_alone(kube, make_executor):
+    executor = make_executor(retention="delete")
+    launch = launch_of()
+    executor.launch([launch])
+    set_state(kube, name_of(launch), "RUNNING")
+    executor.sync()
+    executor.end()
+    assert kube.get(APPS, NS, name_of(launch))["status"]["applicationState"]["state"] == "RUNNING"
+    assert not executor.has_work()
+
+
+# -- API errors ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("code", "reason", "message"), [
+    (403, "Forbidden", 'sparkapplications.sparkoperator.k8s.io is forbidden: User "system:serviceaccount:dl:dagline" '
+                       'cannot create resource "sparkapplications"'),
+    (422, "Invalid", 'SparkApplication.sparkoperator.k8s.io "x" is invalid: spec.driver.cores: Invalid value: 0'),
+])
+def test_a_refused_create_fails_the_try_with_the_apis_message(kube, make_executor, code, reason, message):
+    def refuse(em):
+        em[kmock.action.CREATE, SPARK_APPLICATIONS.ref] << code << {
+            "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "code": code,
+            "message": message}
+
+    kube.call(refuse)
+    executor = make_executor()
+    executor.launch([launch_of()])
+    [report] = executor.sync()
+    assert report.state == "failed" and report.message.endswith(f"{code}: {message}")
+    assert not executor.has_work()
+
+
+@pytest.mark.parametrize("code", [500, 503, 429])
+def test_server_errors_keep_state_and_recover(kube, make_executor, clock, code):
+    outage = threading.Event()
+    outage.set()
+    kube.call(lambda em: em[lambda request: outage.is_set()] << code)
+    executor = make_executor(pending_timeout_s=600)
+    launch = launch_of()
+    executor.launch([launch])  # does not raise
+    clock.advance(dt.timedelta(minutes=5))
+    assert executor.sync() == [] and executor.has_work()
+
+    outage.clear()
+    assert executor.sync() == []  # the create is retried now
+    set_state(kube, name_of(launch), "RUNNING")
+    outage.set()
+    assert executor.sync() == []  # the list fails: nothing is reported, nothing forgotten
+    clock.advance(dt.timedelta(minutes=10))
+    assert executor.sync() == []  # and no pending timeout while the API cannot say how the try is doing
+    outage.clear()
+    assert states(executor.sync()) == [(7, 1, "running")]
+    assert len(kube.list(APPS, NS)) == 1
+
+
+class Outage:
+    """A TCP relay in front of the emulator that can stop listening (connection refused) and start again."""
+
+    def __init__(self, target_url: str):
+        host, port = target_url.rsplit("//", 1)[1].split(":")
+        self.target = (host, int(port))
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port = probe.getsockname()[1]
+        probe.close()
+        self.listener: socket.socket | None = None
+        self.connections: list[socket.socket] = []
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def up(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(16)
+        self.listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def down(self) -> None:
+        """Refuse new connections and cut open ones (the client's pooled keep-alive connections too)."""
+        if self.listener is not None:
+            try:
+                self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread (close alone does not)
+            except OSError:
+                pass
+            self.listener.close()
+            self.listener = None
+        with self.lock:
+            for conn in self.connections:
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                conn.close()
+            self.connections.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            with self.lock:
+                self.connections += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for s in (source, sink):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def test_connection_refused_keeps_state_and_recovers(kube, make_executor, tmp_path, monkeypatch):
+    relay = Outage(kube.url)
+    relay.up()
+    kubeconfig = json.loads(kube.kubeconfig_path.read_text())
+    kubeconfig["clusters"][0]["cluster"]["server"] = relay.url
+    (tmp_path / "relayed").write_text(json.dumps(kubeconfig))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "relayed"))
+    executor = make_executor(api_client=load_api_client())
+    launch = launch_of()
+    executor.launch([launch])
+    assert executor.sync() == []
+
+    relay.down()
+    set_state(kube, name_of(launch), "RUNNING")
+    assert executor.sync() == [] and executor.has_work()  # connection refused: logged, state kept
+    executor.launch([launch_of("other", ti_id=8)])  # not created yet, not lost either
+    assert executor.sync() == []
+
+    relay.up()
+    assert states(executor.sync()) == [(7, 1, "running")]
+    assert {a["metadata"]["name"] for a in kube.list(APPS, NS)} == {name_of(launch), name_of(launch_of("other"))}
+    relay.down()
+
+
+# -- with the scheduler and the spark-operator stand-in ------------------------------------------
+
+FLAKY_DAG = """\
+    apiVersion: dagline.io/v1alpha1
+    kind: DAG
+    metadata: {name: flaky}
+    spec:
+      schedule: null
+      defaults: {retries: 1, retryDelay: PT5M}
+      tasks:
+        - id: load
+          spark:
+            mainApplicationFile: local:///opt/jobs/load.py
+            arguments: ["--try", "{{ try_number }}"]
+"""
+
+
+def run_until_done(db, executor, clock, dag_id, *, timeout=30.0):
+    """Drive a scheduler replica until the DAG's only run is finished; the clock jumps over retry delays.
+    Between loops that found nothing to do it waits a little for the stand-in (another thread)."""
+    scheduler = Scheduler(db, executor, clock=clock)
+    scheduler.start()
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            stats = scheduler.iterate()
+            [run] = runs(db, dag_id)
+            if run["state"] in ("success", "failed"):
+                scheduler.iterate()  # one more sync: what was recorded is cleaned up
+                return run
+            waiting = [ti for ti in tis(db, run["id"]).values() if ti.state == "up_for_retry"]
+            if waiting:
+                clock.instant = max(clock.instant, max(ti.next_retry_at for ti in waiting))
+            assert time.monotonic() < deadline, f"run not finished within {timeout} s: {tis(db, run['id'])}"
+            if stats.work == 0:
+                time.sleep(0.02)
+    finally:
+        scheduler.stop()
+
+
+def iterate_until(scheduler, condition, what, timeout=10.0):
+    """Run scheduler loops until `condition()` holds (the stand-in moves applications meanwhile)."""
+    def step():
+        scheduler.iterate()
+        return condition()
+    Cluster.wait_for(step, timeout, what=what)
+
+
+def test_a_failed_try_is_retried_as_a_new_application_and_succeeds(db, kube, spark_operator, make_executor, clock,
+                                                                     tmp_path):
+    spark_operator.on({"dagline.io/try": "1"}, Behaviour.fail("Traceback: ValueError: flaky input"))
+    apply(db, write_dag(tmp_path, FLAKY_DAG))
+    trigger_run(db, "flaky", now=clock.now())
+
+    run = run_until_done(db, make_executor(), clock, "flaky")
+
+    assert run["state"] == "success"
+    ti = tis(db, run["id"])["load"]
+    assert (ti.state, ti.try_number) == ("success", 2)
+    key2 = TaskKey("flaky", run["run_id"], "load", 2)
+    assert ti.external_id == f"default/{sparkapp.application_name(key2)}"
+    [retry] = [e for e in events(db, entity="task_instance") if e.to_state == "up_for_retry"]
+    assert "SparkApplication FAILED: Traceback: ValueError: flaky input" in retry.detail
+    assert [s.spec["arguments"] for s in spark_operator.submissions] == [["--try", "1"], ["--try", "2"]]
+
+    # try 1 failed: kept, for its driver's logs; try 2 succeeded: deleted once recorded (default retention)
+    [kept] = kube.list(APPS, NS, label_selector="dagline.io/dag=flaky")
+    assert kept["metadata"]["labels"]["dagline.io/try"] == "1"
+    assert kept["metadata"]["labels"]["dagline.io/outcome"] == "failed"
+    versions = kube.history(APPS, NS, sparkapp.application_name(key2))
+    assert versions[0]["metadata"]["labels"]["dagline.io/try"] == "2"
+    assert sparkapp.application_state(versions[-2]) == "COMPLETED" and versions[-1] is None
+    assert_invariants(db)
+
+
+def test_a_try_whose_driver_never_starts_fails_at_the_pending_timeout_and_the_retry_runs(
+        pg_db, kube, spark_operator, make_executor, clock, tmp_path):
+    spark_operator.on({"dagline.io/try": "1"}, Behaviour.hang("SUBMITTED"))  # e.g. an image pull error
+    apply(pg_db, write_dag(tmp_path, FLAKY_DAG))
+    trigger_run(pg_db, "flaky", now=clock.now())
+    executor = make_executor(pending_timeout_s=600)
+    scheduler = Scheduler(pg_db, executor, clock=clock)
+    scheduler.start()
+    try:
+        first = sparkapp.application_name(TaskKey("flaky", runs(pg_db, "flaky")[0]["run_id"], "load", 1))
+        iterate_until(scheduler, lambda: sparkapp.application_state(kube.get(APPS, NS, first)) == "SUBMITTED",
+                      "try 1 submitted")
+        scheduler.iterate()
+        clock.advance(dt.timedelta(minutes=10, seconds=1))
+        scheduler.iterate()
+        [run] = runs(pg_db, "flaky")
+        ti = tis(pg_db, run["id"])["load"]
+        assert ti.state == "up_for_retry"
+        assert kube.get(APPS, NS, first, missing_ok=True) is None  # deleted: it cannot start beside the retry
+    finally:
+        scheduler.stop()
+    [retry] = [e for e in events(pg_db, entity="task_instance") if e.to_state == "up_for_retry"]
+    assert "no driver running 10m after launch" in retry.detail and "SUBMITTED" in retry.detail
+
+    run = run_until_done(pg_db, make_executor(pending_timeout_s=600), clock, "flaky")
+    assert run["state"] == "success" and tis(pg_db, run["id"])["load"].try_number == 2
+    assert_invariants(pg_db)
+
+
+def test_a_restarted_scheduler_adopts_the_running_application_instead_of_launching_it_again(
+        sqlite_db, kube, spark_operator, make_executor, clock, tmp_path):
+    spark_operator.on({"dagline.io/try": "1"}, Behaviour.hang("RUNNING"))
+    apply(sqlite_db, write_dag(tmp_path, FLAKY_DAG))
+    trigger_run(sqlite_db, "flaky", now=clock.now())
+    scheduler = Scheduler(sqlite_db, make_executor(), clock=clock)
+    scheduler.start()
+    run_id = runs(sqlite_db, "flaky")[0]["run_id"]
+    name = sparkapp.application_name(TaskKey("flaky", run_id, "load", 1))
+    run_pk = runs(sqlite_db, "flaky")[0]["id"]
+    iterate_until(scheduler, lambda: tis(sqlite_db, run_pk)["load"].state == "running", "try 1 running")
+    scheduler.stop()  # the replica goes; its application keeps running
+    assert sparkapp.application_state(kube.get(APPS, NS, name)) == "RUNNING"
+
+    # the next replica (SQLite: it knows the last one is gone) adopts it by name; it then completes
+    kube.patch_status(APPS, NS, name, {"applicationState": {"state": "COMPLETED"}})
+    run = run_until_done(sqlite_db, make_executor(), clock, "flaky")
+    ti = tis(sqlite_db, run["id"])["load"]
+    assert (run["state"], ti.state, ti.try_number) == ("success", "success", 1)
+    assert len(spark_operator.submissions) == 1  # launched once
+    assert_invariants(sqlite_db)
+
+
+WORDS_JOB = """\
+import argparse, json
+from pyspark.sql import SparkSession
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--ds")
+parser.add_argument("--out")
+args = parser.parse_args()
+spark = SparkSession.builder.getOrCreate()
+rows = spark.createDataFrame([("a", 1), ("b", 2), ("a", 3)], ["word", "n"]).groupBy("word").sum("n").collect()
+partitions = spark.conf.get("spark.sql.shuffle.partitions")
+with open(args.out, "w") as f:
+    json.dump({"ds": args.ds, "partitions": partitions, "sums": {r["word"]: r["sum(n)"] for r in rows}}, f)
+spark.stop()
+"""
+
+
+@pytest.mark.spark
+def test_a_real_pyspark_job_runs_as_a_spark_application(pg_db, kube, spark_operator, make_executor, clock, tmp_path):
+    spark_operator.mode = "pyspark"
+    job = tmp_path / "words.py"
+    job.write_text(WORDS_JOB)
+    out = tmp_path / "words-2026-03-01.json"
+    apply(pg_db, write_dag(tmp_path, f"""\
+        apiVersion: dagline.io/v1alpha1
+        kind: DAG
+        metadata: {{name: words}}
+        spec:
+          schedule: null
+          tasks:
+            - id: count
+              spark:
+                mainApplicationFile: local://{job}
+                arguments: ["--ds", "{{{{ ds }}}}", "--out", "{tmp_path}/words-{{{{ ds }}}}.json"]
+                conf: {{spark.sql.shuffle.partitions: "3"}}
+                driver: {{memory: 512m}}
+    """))
+    trigger_run(pg_db, "words", now=clock.now(), logical_date=dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc))
+
+    run = run_until_done(pg_db, make_executor(), clock, "words", timeout=120)
+
+    assert run["state"] == "success", tis(pg_db, run["id"])
+    assert json.loads(out.read_text()) == {"ds": "2026-03-01", "partitions": "3", "sums": {"a": 4, "b": 2}}
+    assert kube.list(APPS, NS) == []  # succeeded and recorded: deleted
+    assert_invariants(pg_db)
