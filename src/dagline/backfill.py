@@ -18,14 +18,43 @@ from sqlalchemy.engine import Connection
 from dagline.dagstore import DagCache, require_dag
 from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
-from dagline.db.models import backfill_t, dag_run_t, ti_t
-from dagline.db.transitions import change_runs, change_tis, record_events
-from dagline.deps import RunState, TIState
+from dagline.db.models import backfill_t, dag_run_t
+from dagline.db.transitions import record_events
+from dagline.deps import RunState
 from dagline.errors import InvalidInput, OperationFailed
+from dagline.runs import fail_queued_runs
 from dagline.timeline import NewRun, insert_runs, refresh_next_dagrun, timetable_for
+from dagline.times import parse_instant
 from dagline.timetable import DataInterval, Timetable
 
 REPROCESS = ("none", "failed", "completed")
+
+
+def resolve_range(start: str, end: str, timezone: str, *, start_field: str = "--start",
+                  end_field: str = "--end") -> tuple[dt.datetime, dt.datetime]:
+    """The UTC bounds of `[start, end]` as people write them: dates or date-times, read in the DAG's
+    time zone when they have no offset; a plain date as the end includes that whole day."""
+    bounds = []
+    for text, field in ((start, start_field), (end, end_field)):
+        try:
+            bounds.append(parse_instant(text, timezone))
+        except ValueError as exc:
+            raise InvalidInput(str(exc), field=field) from None
+    first, last = bounds
+    if _is_plain_date(end):
+        last = parse_instant((dt.date.fromisoformat(end.strip()) + dt.timedelta(days=1)).isoformat(), timezone)
+        last -= dt.timedelta(microseconds=1)
+    if first > last:
+        raise InvalidInput(f"the start {start} is after the end {end}", field=start_field)
+    return first, last
+
+
+def _is_plain_date(text: str) -> bool:
+    try:
+        dt.date.fromisoformat(text.strip())
+    except ValueError:
+        return False
+    return len(text.strip()) == 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +118,10 @@ def create_backfill(
     db: Database, dag_id: str, *, start: dt.datetime, end: dt.datetime, now: dt.datetime,
     reprocess: str = "none", max_active_runs: int | None = None, run_backwards: bool = False,
     dry_run: bool = False, request_id: str | None = None, conf: dict | None = None, who: str = "cli",
+    paused: bool = False,
 ) -> BackfillResult:
+    """Plan and insert a backfill's runs in one transaction with the DAG row locked (see the module's
+    docstring). `paused` creates it paused: none of its runs starts until it is resumed."""
     if reprocess not in REPROCESS:
         raise InvalidInput(f"unknown reprocess mode {reprocess!r} (choose none, failed or completed)",
                            field="--reprocess")
@@ -102,11 +134,17 @@ def create_backfill(
     cache = DagCache()
     with db.begin() as conn:
         if request_id is not None:
-            seen = conn.execute(select(backfill_t).where(backfill_t.c.request_id == request_id)).first()
+            seen = find_backfill(conn, request_id)
             if seen is not None:
                 return BackfillResult(seen.id, _plan_of_existing(conn, seen), created=False)
         require_dag(conn, dag_id)
         row = lock_dag(conn, dag_id)
+        if request_id is not None:
+            # Look again holding the DAG lock: a concurrent request with this id (another replica
+            # handling the same Backfill object) that held the lock first has committed by now.
+            seen = find_backfill(conn, request_id)
+            if seen is not None:
+                return BackfillResult(seen.id, _plan_of_existing(conn, seen), created=False)
         if row.is_paused:
             raise OperationFailed(f"DAG {dag_id!r} is paused: unpause it (`dagline dags unpause {dag_id}`) to backfill")
         version_id, dag = cache.current(conn, dag_id)
@@ -128,7 +166,7 @@ def create_backfill(
             return BackfillResult(None, plan, created=False)
         backfill_id = conn.execute(insert(backfill_t).values(
             dag_id=dag_id, request_id=request_id, from_date=start, to_date=end, reprocess=reprocess,
-            max_active_runs=max_active_runs, run_backwards=run_backwards, state="running",
+            max_active_runs=max_active_runs, run_backwards=run_backwards, state="running", is_paused=paused,
             total=len(plan.to_run), skipped_existing=plan.count("keep_existing") + plan.count("keep_active"),
             overridden=plan.count("replace"), created_at=now,
         ).returning(backfill_t.c.id)).scalar_one()
@@ -172,13 +210,29 @@ def cancel_backfill(db: Database, backfill_id: int, *, now: dt.datetime, who: st
         queued = list(conn.execute(select(dag_run_t.c.id).where(
             dag_run_t.c.backfill_id == backfill_id, dag_run_t.c.state == RunState.QUEUED)).scalars())
         detail = f"backfill {backfill_id} cancelled"
-        cancelled = change_runs(conn, queued, expected=RunState.QUEUED, to=RunState.FAILED, at=now, who=who,
-                                values={"end_date": now}, detail=detail)
-        ti_ids = list(conn.execute(select(ti_t.c.id).where(
-            ti_t.c.dag_run_id.in_([r.id for r in cancelled]), ti_t.c.state == TIState.NONE)).scalars())
-        change_tis(conn, ti_ids, expected=TIState.NONE, to=TIState.SKIPPED, at=now, who=who, detail=detail)
+        cancelled = fail_queued_runs(conn, queued, now=now, who=who, detail=detail)
         conn.execute(update(backfill_t).where(backfill_t.c.id == backfill_id)
                      .values(state="cancelled", completed_at=now))
         record_events(conn, [{"at": now, "who": who, "entity": "backfill", "dag_id": row.dag_id,
                               "detail": detail, "from_state": "running", "to_state": "cancelled"}])
     return len(cancelled)
+
+
+def find_backfill(conn: Connection, request_id: str):
+    """The backfill created for this request id (e.g. a Backfill object's uid), or None."""
+    return conn.execute(select(backfill_t).where(backfill_t.c.request_id == request_id)).first()
+
+
+def set_backfill_paused(db: Database, backfill_id: int, paused: bool, *, now: dt.datetime, who: str = "cli") -> bool:
+    """Pause (no more of its runs start; running ones finish) or resume a backfill; returns whether
+    anything changed. A finished or cancelled backfill is left as it is."""
+    with db.begin() as conn:
+        row = conn.execute(update(backfill_t).where(
+            backfill_t.c.id == backfill_id, backfill_t.c.state == "running", backfill_t.c.is_paused.is_(not paused))
+            .values(is_paused=paused).returning(backfill_t.c.dag_id)).first()
+        if row is None:
+            return False
+        record_events(conn, [{"at": now, "who": who, "entity": "backfill", "dag_id": row.dag_id,
+                              "detail": f"backfill {backfill_id}", "from_state": "paused" if not paused else "running",
+                              "to_state": "paused" if paused else "running"}])
+    return True

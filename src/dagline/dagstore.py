@@ -11,14 +11,18 @@ import collections
 import dataclasses
 import datetime as dt
 import os
+from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
 from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
-from dagline.db.models import dag_t, dag_version_t, pool_t
+from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, pool_t
 from dagline.db.transitions import record_events
+from dagline.deps import RunState
 from dagline.errors import OperationFailed
 from dagline.spec import Dag, LoadedDag
 
@@ -63,8 +67,11 @@ class ApplyResult:
     warnings: list[str] = dataclasses.field(default_factory=list)
 
 
-def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: str = "cli") -> list[ApplyResult]:
-    """Upsert DAGs in one transaction: a new version only when the spec changed."""
+def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: str = "cli",
+               guard: Callable[[Any], None] | None = None) -> list[ApplyResult]:
+    """Upsert DAGs in one transaction: a new version only when the spec changed. `guard(row)` is called
+    with each DAG's locked row (None for a new DAG) before anything is written, and may raise to refuse
+    (the Kubernetes controller refuses a DAG another namespace's object defines)."""
     from dagline.timeline import (
         refresh_next_dagrun,  # the timeline builds on this module
     )
@@ -74,7 +81,7 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
         pools = {row.name for row in conn.execute(select(pool_t.c.name))}
         for item in loaded:
             dag = item.dag
-            result = _apply_one(conn, dag, item.source_path, now=now, who=who)
+            result = _apply_one(conn, dag, item.source_path, now=now, who=who, guard=guard)
             missing = sorted({t.pool for t in dag.tasks.values()} - pools)
             if missing:
                 result.warnings.append(
@@ -87,16 +94,30 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
     return results
 
 
-def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime, who: str) -> ApplyResult:
+def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime, who: str,
+               guard: Callable[[Any], None] | None = None) -> ApplyResult:
     row = lock_dag(conn, dag.dag_id)
+    if guard is not None:
+        guard(row)
+    if row is None:
+        try:
+            with conn.begin_nested():
+                conn.execute(insert(dag_t).values(
+                    dag_id=dag.dag_id, is_paused=dag.spec.paused, is_active=True, schedule=dag.spec.schedule,
+                    timezone=dag.timezone, source_path=source_path, created_at=now, updated_at=now,
+                ))
+        except IntegrityError:
+            # Another writer (a second operator replica handling the same object) created it meanwhile:
+            # its insert has committed, so the row can now be locked and this apply is an update.
+            row = lock_dag(conn, dag.dag_id)
+            if row is None:
+                raise
+            if guard is not None:
+                guard(row)
     version_row = conn.execute(
         select(dag_version_t.c.id).where(dag_version_t.c.dag_id == dag.dag_id, dag_version_t.c.version == dag.version)
     ).first()
     if row is None:
-        conn.execute(insert(dag_t).values(
-            dag_id=dag.dag_id, is_paused=dag.spec.paused, is_active=True, schedule=dag.spec.schedule,
-            timezone=dag.timezone, source_path=source_path, created_at=now, updated_at=now,
-        ))
         previous = None
         action = "created"
     else:
@@ -109,7 +130,7 @@ def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime
     if version_row is None:
         version_id = conn.execute(insert(dag_version_t).values(
             dag_id=dag.dag_id, version=dag.version, spec=dag.spec_json,
-            source_dir=os.path.dirname(os.path.abspath(source_path)), created_at=now,
+            source_dir=local_folder(source_path), created_at=now,
         ).returning(dag_version_t.c.id)).scalar_one()
     else:
         version_id = version_row.id
@@ -123,6 +144,14 @@ def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime
         "from_state": previous.version if previous else None, "to_state": dag.version, "detail": action,
     }])
     return ApplyResult(dag.dag_id, action, dag.version, previous.version if previous else None)
+
+
+def local_folder(source_path: str) -> str | None:
+    """The folder relative `mainApplicationFile`s are read from: the DAG file's; none for a source that
+    is a URI (a Kubernetes object, `k8s://namespace/name`)."""
+    if "://" in source_path:
+        return None
+    return os.path.dirname(os.path.abspath(source_path))
 
 
 def require_dag(conn: Connection, dag_id: str, *, active: bool = True):
@@ -155,10 +184,31 @@ def set_paused(db: Database, dag_id: str, paused: bool, *, now: dt.datetime, who
     return True
 
 
-def deactivate(db: Database, dag_id: str, *, now: dt.datetime, who: str = "cli") -> None:
-    """Mark a DAG deleted: no new runs; runs already started finish on their version."""
+def deactivate(db: Database, dag_id: str, *, now: dt.datetime, who: str = "cli") -> int | None:
+    """Mark a DAG deleted, as deleting a Kubernetes object is expected to: nothing new starts, what
+    runs finishes. In one transaction, with the DAG row locked: no more scheduled runs; its queued
+    runs (scheduled, manual or backfill; none has started a task) fail with their task instances
+    skipped; its running backfills are cancelled. Running runs finish on their version. Applying the
+    spec again restores the DAG with its history. Returns the number of runs cancelled, or None if
+    the DAG was already inactive (nothing is written: a second replica's delete is a no-op)."""
+    from dagline.runs import fail_queued_runs  # runs builds on this module
+
     with db.begin() as conn:
         require_dag(conn, dag_id, active=False)
+        row = lock_dag(conn, dag_id)
+        if not row.is_active:
+            return None
         conn.execute(update(dag_t).where(dag_t.c.dag_id == dag_id).values(
             is_active=False, next_dagrun_create_after=None, updated_at=now))
-        record_events(conn, [{"at": now, "who": who, "entity": "dag", "dag_id": dag_id, "to_state": "inactive"}])
+        queued = list(conn.execute(select(dag_run_t.c.id).where(
+            dag_run_t.c.dag_id == dag_id, dag_run_t.c.state == RunState.QUEUED).order_by(dag_run_t.c.id)).scalars())
+        cancelled = fail_queued_runs(conn, queued, now=now, who=who, detail="DAG deleted before the run started")
+        backfills = conn.execute(
+            update(backfill_t).where(backfill_t.c.dag_id == dag_id, backfill_t.c.state == "running")
+            .values(state="cancelled", completed_at=now).returning(backfill_t.c.id)).scalars().all()
+        record_events(conn, [{"at": now, "who": who, "entity": "dag", "dag_id": dag_id, "to_state": "inactive",
+                              "detail": f"deleted: {len(cancelled)} queued runs cancelled"}]
+                      + [{"at": now, "who": who, "entity": "backfill", "dag_id": dag_id,
+                          "detail": f"backfill {b}: DAG deleted", "from_state": "running", "to_state": "cancelled"}
+                         for b in sorted(backfills)])
+    return len(cancelled)

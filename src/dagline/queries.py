@@ -98,3 +98,93 @@ def list_backfills(conn: Connection, dag_id: str | None = None) -> list[dict]:
     if dag_id is not None:
         stmt = stmt.where(backfill_t.c.dag_id == dag_id)
     return [backfill_dict(conn, b) for b in conn.execute(stmt)]
+
+
+def task_counts(conn: Connection, run_pks: list[int]) -> dict[int, dict[str, int]]:
+    """Task instances per state of each run (runs without task instances are absent)."""
+    counts: dict[int, dict[str, int]] = {}
+    for start in range(0, len(run_pks), 500):
+        chunk = run_pks[start:start + 500]
+        for row in conn.execute(select(ti_t.c.dag_run_id, ti_t.c.state, func.count())
+                                .where(ti_t.c.dag_run_id.in_(chunk)).group_by(ti_t.c.dag_run_id, ti_t.c.state)):
+            counts.setdefault(row[0], {})[row[1]] = row[2]
+    return counts
+
+
+def version_numbers(conn: Connection, dag_ids) -> dict[int, int]:
+    """Version row id -> the version's number within its DAG (1 for the first spec applied, then 2...)."""
+    numbers: dict[int, int] = {}
+    seen: dict[str, int] = {}
+    rows = conn.execute(select(dag_version_t.c.id, dag_version_t.c.dag_id)
+                        .where(dag_version_t.c.dag_id.in_(list(dag_ids))).order_by(dag_version_t.c.id))
+    for row in rows:
+        seen[row.dag_id] = seen.get(row.dag_id, 0) + 1
+        numbers[row.id] = seen[row.dag_id]
+    return numbers
+
+
+def latest_runs(conn: Connection, dag_ids) -> dict[str, object]:
+    """Each DAG's latest live run (by logical date), as `dags list` shows its state."""
+    dag_ids = list(dag_ids)
+    if not dag_ids:
+        return {}
+    latest = (
+        select(dag_run_t.c.dag_id, func.max(dag_run_t.c.logical_date).label("ld"))
+        .where(dag_run_t.c.state != RunState.OVERRIDDEN, dag_run_t.c.dag_id.in_(dag_ids))
+        .group_by(dag_run_t.c.dag_id).subquery()
+    )
+    rows = conn.execute(
+        select(dag_run_t.c.dag_id, dag_run_t.c.run_id, dag_run_t.c.state)
+        .join(latest, (latest.c.dag_id == dag_run_t.c.dag_id) & (latest.c.ld == dag_run_t.c.logical_date))
+        .where(dag_run_t.c.state != RunState.OVERRIDDEN)).all()
+    return {row.dag_id: row for row in rows}
+
+
+def backfill_run_counts(conn: Connection, backfill_ids: list[int]) -> dict[int, dict[str, int]]:
+    """Runs per state of each backfill."""
+    counts: dict[int, dict[str, int]] = {}
+    if backfill_ids:
+        for row in conn.execute(select(dag_run_t.c.backfill_id, dag_run_t.c.state, func.count())
+                                .where(dag_run_t.c.backfill_id.in_(backfill_ids))
+                                .group_by(dag_run_t.c.backfill_id, dag_run_t.c.state)):
+            counts.setdefault(row[0], {})[row[1]] = row[2]
+    return counts
+
+
+def runs_to_show(conn: Connection, limits: dict[str, int]) -> dict[str, list]:
+    """Per DAG, the runs worth an object in `kubectl get dagruns`: every running run and every queued
+    scheduled or manual one (queued backfill runs are counted by their Backfill instead), plus the
+    `limits[dag_id]` most recently finished ones (success, failed or overridden), newest first."""
+    if not limits:
+        return {}
+    dag_ids = list(limits)
+    run = dag_run_t.c
+    shown: dict[str, list] = {dag_id: [] for dag_id in dag_ids}
+    active = conn.execute(select(dag_run_t).where(
+        run.dag_id.in_(dag_ids),
+        (run.state == RunState.RUNNING) | ((run.state == RunState.QUEUED) & (run.run_type != "backfill")),
+    ).order_by(run.dag_id, run.logical_date, run.id))
+    for row in active:
+        shown[row.dag_id].append(row)
+    deepest = max(limits.values())
+    if deepest > 0:
+        rank = func.row_number().over(partition_by=run.dag_id,
+                                      order_by=(run.end_date.desc().nulls_last(), run.id.desc())).label("rank")
+        finished = (select(dag_run_t, rank)
+                    .where(run.dag_id.in_(dag_ids), run.state.in_(("success", "failed", "overridden"))).subquery())
+        for row in conn.execute(select(finished).where(finished.c.rank <= deepest).order_by(finished.c.rank)):
+            if row.rank <= limits[row.dag_id]:
+                shown[row.dag_id].append(row)
+    return shown
+
+
+def runs_by_run_id(conn: Connection, keys: list[tuple[str, str]]) -> dict[tuple[str, str], object]:
+    """Runs by (dag_id, run_id)."""
+    found: dict[tuple[str, str], object] = {}
+    wanted = set(keys)
+    run_ids = sorted({run_id for _, run_id in wanted})
+    for start in range(0, len(run_ids), 500):
+        for row in conn.execute(select(dag_run_t).where(dag_run_t.c.run_id.in_(run_ids[start:start + 500]))):
+            if (row.dag_id, row.run_id) in wanted:
+                found[(row.dag_id, row.run_id)] = row
+    return found

@@ -1,4 +1,5 @@
-"""Operations on runs that people ask for: trigger a manual run, clear task instances to run again."""
+"""Operations on runs that people ask for: trigger a manual run, clear task instances to run again,
+and cancel runs that have not started (a cancelled backfill, a deleted DAG)."""
 
 from __future__ import annotations
 
@@ -19,15 +20,24 @@ from dagline.timeline import NewRun, insert_runs, live_run_at, timetable_for
 
 def trigger_run(
     db: Database, dag_id: str, *, now: dt.datetime, logical_date: dt.datetime | None = None,
-    conf: dict | None = None, who: str = "cli",
+    conf: dict | None = None, who: str = "cli", run_id: str | None = None,
 ):
-    """Create a manual run (queued; it starts once its logical date has come). Returns the run row."""
+    """Create a manual run (queued; it starts once its logical date has come). Returns the run row.
+
+    With `run_id` the trigger is idempotent: if the DAG already has a run of that id, that run is
+    returned and nothing is written (a Kubernetes DagRun object handled by two replicas, or again
+    after a restart, triggers once; the unique index on (dag_id, run_id) backs this up)."""
     if conf is not None and not isinstance(conf, dict):
         raise InvalidInput("must be a JSON object, e.g. '{\"out\": \"/tmp/x\"}'", field="--conf")
     cache = DagCache()
     with db.begin() as conn:
         require_dag(conn, dag_id)
         lock_dag(conn, dag_id)
+        if run_id is not None:
+            seen = conn.execute(select(dag_run_t).where(dag_run_t.c.dag_id == dag_id,
+                                                        dag_run_t.c.run_id == run_id)).first()
+            if seen is not None:
+                return seen
         version_id, dag = cache.current(conn, dag_id)
         when = logical_date or now
         existing = live_run_at(conn, dag_id, when)
@@ -38,7 +48,21 @@ def trigger_run(
         interval = timetable_for(dag).manual_interval(when)
         [run_pk] = insert_runs(conn, dag=dag, version_id=version_id, run_type="manual",
                                runs=[NewRun(when, interval, when, conf=conf)], now=now, who=who)
+        if run_id is not None:  # same transaction, DAG row locked: nobody has seen the generated id
+            conn.execute(update(dag_run_t).where(dag_run_t.c.id == run_pk).values(run_id=run_id))
         return conn.execute(select(dag_run_t).where(dag_run_t.c.id == run_pk)).one()
+
+
+def fail_queued_runs(conn: Connection, run_ids: list[int], *, now: dt.datetime, who: str, detail: str) -> list:
+    """Cancel runs that have not started: each still `queued` becomes `failed`, its task instances that
+    never ran `skipped` (so `dependsOnPast` of later runs is not blocked by them). A run that started
+    meanwhile is left to finish. Returns the runs changed."""
+    cancelled = change_runs(conn, run_ids, expected=RunState.QUEUED, to=RunState.FAILED, at=now, who=who,
+                            values={"end_date": now}, detail=detail)
+    ti_ids = list(conn.execute(select(ti_t.c.id).where(
+        ti_t.c.dag_run_id.in_([r.id for r in cancelled]), ti_t.c.state == TIState.NONE)).scalars())
+    change_tis(conn, ti_ids, expected=TIState.NONE, to=TIState.SKIPPED, at=now, who=who, detail=detail)
+    return cancelled
 
 
 def find_run(conn: Connection, run_ref: str):

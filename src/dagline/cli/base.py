@@ -92,7 +92,22 @@ def print_table(rows: list[dict], columns: list[str]) -> None:
 
 
 class DaglineGroup(click.Group):
-    """Maps dagline's errors to their exit codes with a one-paragraph message."""
+    """Maps dagline's errors to their exit codes with a one-paragraph message. Commands in
+    `lazy_commands` are imported only when run (or listed by --help), so `dagline operator`'s kopf
+    and kubernetes imports cost the other commands nothing."""
+
+    lazy_commands = {"operator": ("dagline.cli.operator", "operator_cmd")}
+
+    def list_commands(self, ctx):
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+
+    def get_command(self, ctx, cmd_name):
+        if cmd_name in self.lazy_commands and cmd_name not in self.commands:
+            import importlib
+
+            module, attribute = self.lazy_commands[cmd_name]
+            return getattr(importlib.import_module(module), attribute)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx):
         try:
@@ -132,9 +147,10 @@ log_folder_option = click.option("--log-folder", default=None, metavar="DIR",
 def make_cli_executor(name, parallelism, log_folder, clock):
     from dagline.executors import make_executor
 
-    if name == "spark-k8s":
-        raise InvalidInput("the spark-k8s executor runs inside the Kubernetes operator, which is not part of this "
-                           "build yet; use local or noop", field="--executor")
+    if name == "spark-k8s":  # imported here: only this executor needs the kubernetes client
+        from dagline.k8s.executor import SparkK8sExecutor, SparkK8sSettings
+
+        return SparkK8sExecutor(SparkK8sSettings.from_env(), parallelism=parallelism, clock=clock)
     return make_executor(name, parallelism=parallelism, log_folder=resolve_log_folder(log_folder), clock=clock)
 
 

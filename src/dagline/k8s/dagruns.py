@@ -1,0 +1,140 @@
+"""DagRun objects: a user's DagRun is a manual trigger; dagline's own DagRuns mirror scheduled and backfill runs.
+
+A DagRun a user creates (no `spec.runId`, no `dagline.io/managed-by` label) triggers one manual run of
+`spec.dag` with `spec.conf`, at `spec.logicalDate` (read in the DAG's time zone) or, without one, at
+the object's `creationTimestamp`. The run's id is `manual__<object uid>`, so the trigger is idempotent:
+a second replica, or the same one after a restart, finds the run and writes nothing. A trigger that
+cannot be done (unknown or deleted DAG, another run at that logical date) is reported in the object's
+status and a Warning Event; an unknown DAG is tried again by the status sync, so a DAG and its DagRun
+applied together work whatever the order. The spec is read once, at creation; deleting the object
+leaves the run (the database keeps every run's history).
+
+Objects dagline creates for the other runs carry the managed-by label, `spec.runId`, and an owner
+reference to their DAG object (deleting the DAG collects them). Their name is `<dag>-<hash of run id>`,
+so two replicas creating one conflict (409) instead of duplicating it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import select
+
+from dagline.db.engine import Database
+from dagline.db.models import dag_t
+from dagline.errors import InvalidInput, OperationFailed
+from dagline.k8s import conditions
+from dagline.k8s.conditions import Outcome, status_time
+from dagline.k8s.resources import API_VERSION, DAG, DAG_RUN, LABEL_DAG, LABEL_MANAGED, LABEL_RUN
+from dagline.k8s.sparkapp import MANAGED_BY, label_value
+from dagline.queries import runs_by_run_id, task_counts, version_numbers
+from dagline.runs import trigger_run
+from dagline.spec import DagRunSpec, format_path
+from dagline.times import parse_instant
+
+UNKNOWN_DAG = "UnknownDag"   # a reason the status sync tries again
+_OBJECT_RUN_ID = re.compile(r"^manual__[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+RUN_FIELDS = ("id", "runId", "runType", "state", "logicalDate", "dataIntervalStart", "dataIntervalEnd",
+              "dagVersion", "backfillId", "startDate", "endDate", "taskCounts")
+
+
+def object_run_id(uid: str) -> str:
+    """The run id of the manual run a user's DagRun object triggers."""
+    return f"manual__{uid}"
+
+
+def is_object_run(run_id: str) -> bool:
+    """Whether a run was triggered by a user's DagRun object (which then mirrors it itself)."""
+    return bool(_OBJECT_RUN_ID.match(run_id))
+
+
+def is_managed(body: Mapping[str, Any]) -> bool:
+    return ((body.get("metadata") or {}).get("labels") or {}).get(LABEL_MANAGED) == MANAGED_BY
+
+
+def run_of_object(body: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(dag_id, run_id) of the run an object shows: `spec.runId`, else the run its creation triggered."""
+    spec = body.get("spec") or {}
+    run_id = spec.get("runId") or object_run_id((body.get("metadata") or {}).get("uid", ""))
+    return spec.get("dag"), run_id
+
+
+def trigger_from_object(db: Database, body: Mapping[str, Any], *, now: dt.datetime, who: str) -> Outcome:
+    """Trigger the manual run a user's DagRun object asks for (once), and derive its status."""
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    previous = status.get("conditions")
+    try:
+        spec = DagRunSpec.model_validate(body.get("spec") or {})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        return _refused("Invalid", f"{format_path(['spec', *error['loc']])}: {error['msg']}", now, previous)
+    if spec.run_id:
+        return Outcome()  # names an existing run: the status sync mirrors it
+    run_id = object_run_id(meta["uid"])
+    with db.begin() as conn:
+        run = runs_by_run_id(conn, [(spec.dag, run_id)]).get((spec.dag, run_id))
+        dag = conn.execute(select(dag_t.c.timezone, dag_t.c.is_active).where(dag_t.c.dag_id == spec.dag)).first()
+    if run is None:  # not triggered yet (a run, once triggered, is shown even if its DAG was deleted since)
+        if dag is None or not dag.is_active:
+            why = "is applied" if dag is None else "is active (it was deleted)"
+            return _refused(UNKNOWN_DAG, f"spec.dag: no DAG {spec.dag!r} {why}; the run is triggered once it is",
+                            now, previous)
+        try:
+            when = parse_instant(spec.logical_date or meta.get("creationTimestamp") or now, dag.timezone)
+        except ValueError as exc:
+            return _refused("Invalid", f"spec.logicalDate: {exc}", now, previous)
+        try:
+            run = trigger_run(db, spec.dag, now=now, logical_date=when, conf=spec.conf, who=who, run_id=run_id)
+        except (OperationFailed, InvalidInput) as exc:
+            return _refused("Refused", f"not triggered: {exc}", now, previous)
+    with db.begin() as conn:
+        fields = run_status(run, version_numbers(conn, [run.dag_id]).get(run.dag_version_id),
+                            task_counts(conn, [run.id]).get(run.id))
+    return Outcome({**fields, "message": None,
+                    "conditions": conditions.ready("Triggered", f"run {run.run_id}", now=now, previous=previous)})
+
+
+def _refused(reason: str, message: str, now: dt.datetime, previous) -> Outcome:
+    outcome = Outcome({"message": message, "conditions": conditions.invalid(reason, message, now=now,
+                                                                            previous=previous)})
+    return outcome.warn(reason, message)
+
+
+def run_status(run, version_number: int | None, counts: Mapping[str, int] | None) -> dict[str, Any]:
+    """A DagRun object's status fields for a run row."""
+    return {
+        "id": run.id, "runId": run.run_id, "runType": run.run_type, "state": run.state,
+        "logicalDate": status_time(run.logical_date), "dataIntervalStart": status_time(run.data_interval_start),
+        "dataIntervalEnd": status_time(run.data_interval_end), "dagVersion": version_number,
+        "backfillId": run.backfill_id, "startDate": status_time(run.start_date), "endDate": status_time(run.end_date),
+        "taskCounts": dict(sorted((counts or {}).items())),
+    }
+
+
+def mirror_name(dag_id: str, run_id: str) -> str:
+    """The name of the DagRun object dagline keeps for a run: deterministic, a valid DNS subdomain."""
+    return f"{dag_id}-{hashlib.sha256(run_id.encode()).hexdigest()[:10]}"
+
+
+def mirror_manifest(dag_object: Mapping[str, Any], run) -> dict[str, Any]:
+    """A DagRun object for a run, owned by the DAG object (deleting the DAG collects it)."""
+    meta = dag_object["metadata"]
+    spec: dict[str, Any] = {"dag": run.dag_id, "runId": run.run_id, "logicalDate": status_time(run.logical_date)}
+    if run.conf:
+        spec["conf"] = run.conf
+    return {
+        "apiVersion": API_VERSION, "kind": DAG_RUN.kind,
+        "metadata": {
+            "name": mirror_name(run.dag_id, run.run_id), "namespace": meta["namespace"],
+            "labels": {LABEL_MANAGED: MANAGED_BY, LABEL_DAG: label_value(run.dag_id),
+                       LABEL_RUN: label_value(run.run_id)},
+            "ownerReferences": [{"apiVersion": API_VERSION, "kind": DAG.kind, "name": meta["name"],
+                                 "uid": meta["uid"], "controller": True}],
+        },
+        "spec": spec,
+    }

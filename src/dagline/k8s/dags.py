@@ -1,0 +1,142 @@
+"""DAG objects: a DAG resource validated and applied as a DAG version, its status derived from the database.
+
+The object's `metadata.name` is the dag_id and its `spec` the DAG spec, validated exactly as
+`dagline dags apply` validates a file. A valid spec is applied (a new version only when the spec's hash
+changed; `spec.paused` pauses or unpauses); an invalid one changes nothing in the database and gets
+`Ready=False`/`Invalid=True` conditions naming the field, plus a Warning Event.
+
+Namespaces: the database has one DAG namespace. The DAG row remembers the object that defines it as
+its source (`k8s://<namespace>/<name>`); while that DAG is active, an object of the same name in
+another namespace is refused (reason `NameTaken`, naming the owner's namespace). Once the owner is
+deleted, the other object is applied at its next change or status sync.
+
+Deleting the object deactivates the DAG (`dagstore.deactivate`): no new runs, queued runs cancelled,
+running runs finish on their version.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.engine import Connection
+
+from dagline.dagstore import apply_dags, deactivate
+from dagline.db.engine import Database
+from dagline.db.models import dag_t, dag_version_t
+from dagline.errors import InvalidInput
+from dagline.k8s import conditions
+from dagline.k8s.conditions import Outcome, status_time
+from dagline.queries import latest_runs, version_numbers
+from dagline.spec import Dag, LoadedDag, parse_dag_document
+
+SOURCE_SCHEME = "k8s://"
+DERIVED_FIELDS = ("version", "versionHash", "active", "nextRun", "lastRunId", "lastRunState")
+
+
+class NameTaken(InvalidInput):
+    """A DAG object whose name another namespace's DAG object already defines."""
+
+
+def object_source(namespace: str, name: str) -> str:
+    """How a DAG row names the object that defines it."""
+    return f"{SOURCE_SCHEME}{namespace}/{name}"
+
+
+def source_namespace(source_path: str | None) -> str | None:
+    """The namespace of the object a DAG row came from; None for a file (`dagline dags apply`)."""
+    if not source_path or not source_path.startswith(SOURCE_SCHEME):
+        return None
+    return source_path[len(SOURCE_SCHEME):].split("/", 1)[0]
+
+
+def describe(exc: InvalidInput) -> str:
+    """A validation error as a condition message: the field first, then what is wrong with it."""
+    return f"{exc.field}: {exc.reason}" if exc.field else exc.reason
+
+
+def apply_dag_object(db: Database, body: Mapping[str, Any], *, now: dt.datetime, who: str) -> Outcome:
+    """Validate and apply a DAG object; the outcome is its whole status (with `observedGeneration`)."""
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    namespace, name = meta.get("namespace") or "default", meta.get("name")
+    previous = status.get("conditions")
+    source = object_source(namespace, name)
+    document = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": {"name": name},
+                "spec": body.get("spec")}
+    try:
+        dag = Dag.from_document(parse_dag_document(document, source=f"{namespace}/{name}"))
+    except InvalidInput as exc:
+        outcome = _refused(db, namespace, name, "Invalid", describe(exc), now=now, previous=previous)
+    else:
+        def guard(row) -> None:
+            owner = source_namespace(row.source_path) if row is not None and row.is_active else None
+            if owner is not None and owner != namespace:
+                raise NameTaken(f"DAG {name!r} is defined by the DAG object in namespace {owner!r}; dag ids are "
+                                "global in the database: rename this one, or delete that one first",
+                                field="metadata.name")
+        try:
+            [result] = apply_dags(db, [LoadedDag(dag, source)], now=now, who=who, guard=guard)
+        except NameTaken as exc:
+            outcome = _refused(db, namespace, name, "NameTaken", describe(exc), now=now, previous=previous)
+        else:
+            with db.begin() as conn:
+                fields = status_fields(derived_statuses(conn, [name])[name])
+            message = f"version {fields['version']} ({fields['versionHash']}): {result.action}"
+            outcome = Outcome({**fields, "conditions": conditions.ready("Applied", message, now=now,
+                                                                         previous=previous)})
+            for warning in result.warnings:
+                outcome.warn("PoolMissing", warning)
+    outcome.status["observedGeneration"] = meta.get("generation")
+    return outcome
+
+
+def _refused(db: Database, namespace: str, name: str, reason: str, message: str, *, now: dt.datetime,
+             previous) -> Outcome:
+    """Nothing written. An object that defines a stored DAG still shows what the database runs."""
+    with db.begin() as conn:
+        owner = conn.execute(select(dag_t.c.source_path).where(dag_t.c.dag_id == name)).scalar()
+        stored = derived_statuses(conn, [name]).get(name) if owner == object_source(namespace, name) else None
+    fields = status_fields(stored) if stored else dict.fromkeys(DERIVED_FIELDS)
+    outcome = Outcome({**fields, "conditions": conditions.invalid(reason, message, now=now, previous=previous)})
+    return outcome.warn(reason, message)
+
+
+def status_fields(derived: Mapping[str, Any]) -> dict[str, Any]:
+    """Only the fields a DAG object's status has."""
+    return {key: derived.get(key) for key in DERIVED_FIELDS}
+
+
+def delete_dag_object(db: Database, body: Mapping[str, Any], *, now: dt.datetime, who: str) -> int | None:
+    """Deactivate the DAG this object defines; returns the runs cancelled, None if there was nothing
+    to do (already inactive, or defined by another namespace's object or by a file)."""
+    meta = body.get("metadata") or {}
+    namespace, name = meta.get("namespace") or "default", meta.get("name")
+    with db.begin() as conn:
+        owner = conn.execute(select(dag_t.c.source_path).where(dag_t.c.dag_id == name)).scalar()
+    if owner != object_source(namespace, name):
+        return None
+    return deactivate(db, name, now=now, who=who)
+
+
+def derived_statuses(conn: Connection, dag_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The status fields the database decides, per stored DAG, plus `source` (the defining object)."""
+    dag_ids = list(dag_ids)
+    rows = conn.execute(
+        select(dag_t, dag_version_t.c.version)
+        .join(dag_version_t, dag_version_t.c.id == dag_t.c.current_version_id, isouter=True)
+        .where(dag_t.c.dag_id.in_(dag_ids))).all()
+    numbers = version_numbers(conn, dag_ids)
+    last = latest_runs(conn, dag_ids)
+    result = {}
+    for row in rows:
+        run = last.get(row.dag_id)
+        result[row.dag_id] = {
+            "version": numbers.get(row.current_version_id), "versionHash": row.version, "active": row.is_active,
+            "nextRun": status_time(row.next_dagrun_create_after or row.next_dagrun_data_interval_end)
+            if row.is_active else None,
+            "lastRunId": run.run_id if run else None, "lastRunState": run.state if run else None,
+            "source": row.source_path,
+        }
+    return result

@@ -1,0 +1,192 @@
+"""The kopf controller: thin handlers that call the per-kind modules and write back what they derive.
+
+Start it with `dagline operator` (which also runs the probes and metrics) or with
+`kopf run -m dagline.k8s.handlers --standalone [-n NAMESPACE | -A]`: the startup handler then builds the
+replica's `Runtime` from the environment (`DAGLINE_DB_URL`, ... see `dagline.k8s.settings`) and starts
+the scheduler loop, the status sync and the probe servers beside kopf; the cleanup handler stops them.
+
+Every replica runs every handler (standalone kopf, no peering, no leader). Handlers are idempotent and
+their statuses are derived from the database, so two replicas handling one event agree:
+
+| kind | create / resume / spec change | delete |
+|---|---|---|
+| DAG | validate, apply a version (`k8s.dags`) | deactivate the DAG |
+| DagRun (user's) | trigger one manual run (`k8s.dagruns`) | nothing: the run keeps going |
+| Backfill | create the backfill once; `spec.paused` (`k8s.backfills`) | cancel it |
+| Pool | set the pool's slots (`k8s.pools`) | hand the name over, or remove the pool |
+
+kopf's event handlers feed the `ObjectCache` the status sync (`k8s.mirror`) reads. An invalid object
+gets conditions and a Warning Event and is not retried (its next change is); an outage of the
+database raises, and kopf retries the handler after `BACKOFF_S`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from dagline.k8s import backfills, dagruns, dags, pools
+from dagline.k8s.conditions import Outcome, as_merge_patch
+from dagline.k8s.resources import GROUP, LABEL_MANAGED, VERSION
+
+registry = kopf.get_default_registry()  # the one `kopf run -m dagline.k8s.handlers` serves
+
+DAGS = (GROUP, VERSION, "dags")
+DAGRUNS = (GROUP, VERSION, "dagruns")
+BACKFILLS = (GROUP, VERSION, "backfills")
+POOLS = (GROUP, VERSION, "pools")
+FINALIZER = "dagline.io/finalizer"
+ANNOTATION_PREFIX = "kopf.dagline.io"
+BACKOFF_S = 10.0
+
+log = logging.getLogger(__name__)
+
+
+def _runtime(memo):
+    return memo["runtime"]
+
+
+def _plain(body) -> dict[str, Any]:
+    return {key: body[key] for key in body}
+
+
+def _report(body, patch, outcome: Outcome | None) -> None:
+    """Write an outcome: its status through kopf's patch, its Events on the object."""
+    if outcome is None:
+        return
+    for key, value in as_merge_patch(body.get("status"), outcome.status).items():
+        patch.status[key] = value
+    for type_, reason, message in outcome.events:
+        kopf.event(body, type=type_, reason=reason, message=message[:1024])
+
+
+# -- lifecycle -----------------------------------------------------------------------------------------
+
+@kopf.on.startup(registry=registry)
+async def start_replica(settings: kopf.OperatorSettings, memo, **_):
+    """Standalone kopf with dagline's own finalizer and annotations, then the replica's other parts."""
+    settings.peering.standalone = True
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
+    if memo.get("runtime") is None:  # `kopf run -m dagline.k8s.handlers`: everything from the environment
+        from dagline.k8s.operator import runtime_from_env
+
+        memo["runtime"] = await asyncio.to_thread(runtime_from_env)
+    runtime = _runtime(memo)
+    await asyncio.to_thread(runtime.start)
+    memo["heartbeat"] = asyncio.create_task(_kopf_heartbeat(runtime.health), name="dagline kopf heartbeat")
+
+
+async def _kopf_heartbeat(health) -> None:
+    """Proves to /healthz that kopf's event loop turns."""
+    while True:
+        health.kopf_beat = time.monotonic()
+        await asyncio.sleep(1.0)
+
+
+@kopf.on.cleanup(registry=registry)
+async def stop_replica(memo, **_):
+    heartbeat = memo.get("heartbeat")
+    if heartbeat is not None:
+        heartbeat.cancel()
+    runtime = memo.get("runtime")
+    if runtime is not None:
+        await asyncio.to_thread(runtime.stop)
+
+
+# -- the cache of watched objects ------------------------------------------------------------------------
+
+@kopf.on.event(*DAGS, registry=registry)
+@kopf.on.event(*DAGRUNS, registry=registry)
+@kopf.on.event(*BACKFILLS, registry=registry)
+@kopf.on.event(*POOLS, registry=registry)
+async def remember(event: Mapping[str, Any], resource, memo, **_):
+    obj = event.get("object") or {}
+    meta = obj.get("metadata") or {}
+    if event.get("type") == "DELETED":
+        _runtime(memo).cache.remove(resource.plural, meta.get("namespace"), meta.get("name"))
+    else:
+        _runtime(memo).cache.put(resource.plural, obj)
+
+
+# -- DAG -------------------------------------------------------------------------------------------------
+
+@kopf.on.resume(*DAGS, registry=registry, backoff=BACKOFF_S)
+@kopf.on.create(*DAGS, registry=registry, backoff=BACKOFF_S)
+@kopf.on.update(*DAGS, field="spec", registry=registry, backoff=BACKOFF_S)
+def dag_changed(body, patch, memo, **_):
+    runtime = _runtime(memo)
+    _report(body, patch, dags.apply_dag_object(runtime.db, _plain(body), now=runtime.clock.now(), who=runtime.who))
+
+
+@kopf.on.delete(*DAGS, registry=registry, backoff=BACKOFF_S)
+def dag_deleted(body, memo, logger, **_):
+    runtime = _runtime(memo)
+    cancelled = dags.delete_dag_object(runtime.db, _plain(body), now=runtime.clock.now(), who=runtime.who)
+    if cancelled is not None:
+        logger.info("DAG deactivated: %s queued runs cancelled; running runs finish", cancelled)
+
+
+# -- DagRun ----------------------------------------------------------------------------------------------
+
+USER_DAGRUNS = {LABEL_MANAGED: kopf.ABSENT}
+
+
+@kopf.on.resume(*DAGRUNS, labels=USER_DAGRUNS, registry=registry, backoff=BACKOFF_S)
+@kopf.on.create(*DAGRUNS, labels=USER_DAGRUNS, registry=registry, backoff=BACKOFF_S)
+def dagrun_created(body, patch, memo, **_):
+    runtime = _runtime(memo)
+    _report(body, patch, dagruns.trigger_from_object(runtime.db, _plain(body), now=runtime.clock.now(),
+                                                     who=runtime.who))
+
+
+# -- Backfill --------------------------------------------------------------------------------------------
+
+@kopf.on.resume(*BACKFILLS, registry=registry, backoff=BACKOFF_S)
+@kopf.on.create(*BACKFILLS, registry=registry, backoff=BACKOFF_S)
+@kopf.on.update(*BACKFILLS, field="spec", registry=registry, backoff=BACKOFF_S)
+def backfill_changed(body, patch, memo, **_):
+    runtime = _runtime(memo)
+    _report(body, patch, backfills.ensure_backfill(runtime.db, _plain(body), now=runtime.clock.now(),
+                                                   who=runtime.who))
+
+
+@kopf.on.delete(*BACKFILLS, registry=registry, backoff=BACKOFF_S)
+def backfill_deleted(body, memo, logger, **_):
+    runtime = _runtime(memo)
+    cancelled = backfills.cancel_backfill_object(runtime.db, _plain(body), now=runtime.clock.now(), who=runtime.who)
+    logger.info("backfill cancelled: %s runs that had not started were failed", cancelled)
+
+
+# -- Pool ------------------------------------------------------------------------------------------------
+
+def _same_name(runtime, body) -> list[dict[str, Any]]:
+    meta = body["metadata"]
+    return [o for o in runtime.cache.objects("pools")
+            if o["metadata"]["name"] == meta["name"] and o["metadata"].get("uid") != meta.get("uid")]
+
+
+@kopf.on.resume(*POOLS, registry=registry, backoff=BACKOFF_S)
+@kopf.on.create(*POOLS, registry=registry, backoff=BACKOFF_S)
+@kopf.on.update(*POOLS, field="spec", registry=registry, backoff=BACKOFF_S)
+def pool_changed(body, patch, memo, **_):
+    runtime = _runtime(memo)
+    _report(body, patch, pools.apply_pool_object(runtime.db, _plain(body), _same_name(runtime, body),
+                                                 now=runtime.clock.now(), who=runtime.who))
+
+
+@kopf.on.delete(*POOLS, registry=registry, backoff=BACKOFF_S)
+def pool_deleted(body, patch, memo, **_):
+    runtime = _runtime(memo)
+    outcome = pools.release_pool_object(runtime.db, _plain(body), _same_name(runtime, body),
+                                        now=runtime.clock.now(), who=runtime.who)
+    if outcome is not None:
+        for type_, reason, message in outcome.events:
+            kopf.event(body, type=type_, reason=reason, message=message)

@@ -1,0 +1,267 @@
+"""The status sync: the database, mirrored into the objects' statuses and into dagline's own DagRun objects.
+
+One pass (`StatusSync.sync`, every `DAGLINE_STATUS_INTERVAL` seconds in every replica) reads the objects
+kopf keeps in the `ObjectCache` (no list calls) and a handful of queries, whatever the number of objects:
+- DAG objects: version, next run, latest run (`dags.derived_statuses`); a DAG refused because another
+  namespace defined it is applied once that one is gone;
+- DagRun objects dagline keeps per DAG object (`queries.runs_to_show`): every running run, every queued
+  scheduled or manual run, and the newest finished ones up to the DAG's history limit
+  (`DAGLINE_DAGRUN_HISTORY_LIMIT`, or the DAG object's `dagline.io/dagrun-history-limit` annotation);
+  missing ones are created (owned by the DAG object), finished ones beyond the limit deleted, and every
+  DagRun's status (the user's too) follows its run: state, interval, version, task instances per state;
+- Backfill objects: progress; those waiting for their DAG are tried again;
+- Pool objects: which object defines each pool name, the slots it sets, the slots in use.
+A status is patched only when a field the database decides differs from what the object shows, so a
+quiet system costs queries and no API writes; two replicas derive and write the same values.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import select
+
+from dagline.clock import Clock
+from dagline.db.engine import Database
+from dagline.db.models import backfill_t
+from dagline.deps import RunState
+from dagline.k8s import backfills, dagruns, dags, pools
+from dagline.k8s.cache import ObjectCache
+from dagline.k8s.client import ApiRejected
+from dagline.k8s.conditions import as_merge_patch, reason_of
+from dagline.k8s.objects import DaglineObjects
+from dagline.k8s.resources import ANNOTATION_HISTORY_LIMIT
+from dagline.queries import backfill_run_counts, runs_by_run_id, runs_to_show, task_counts, version_numbers
+
+log = logging.getLogger(__name__)
+
+
+class SyncStopped(Exception):
+    """The replica is stopping: the pass ends here (the next replica's pass does the rest)."""
+
+
+@dataclasses.dataclass
+class SyncStats:
+    """Counters since start (exported as metrics)."""
+
+    syncs: int = 0
+    failed_syncs: int = 0
+    status_patches: int = 0
+    dagruns_created: int = 0
+    dagruns_deleted: int = 0
+
+
+def history_limit(dag_object: Mapping[str, Any], default: int) -> int:
+    """The DAG object's annotation if it is a whole number >= 0, else the operator's default."""
+    raw = ((dag_object.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_HISTORY_LIMIT)
+    try:
+        value = int(str(raw).strip()) if raw is not None else default
+    except ValueError:
+        return default
+    return value if value >= 0 else default
+
+
+def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    return body.get("metadata") or {}
+
+
+def _deleting(body: Mapping[str, Any]) -> bool:
+    return bool(_meta(body).get("deletionTimestamp"))
+
+
+class StatusSync:
+    def __init__(self, db: Database, cache: ObjectCache, objects: DaglineObjects, *, clock: Clock, who: str,
+                 history_limit: int):
+        self.db = db
+        self.cache = cache
+        self.objects = objects
+        self.clock = clock
+        self.who = who
+        self.default_limit = history_limit
+        self.stats = SyncStats()
+        # (plural, namespace, name) -> (the resourceVersion the cache showed, the fields then written): the
+        # cache lags the API by a watch event, and the same fields need not be written twice meanwhile.
+        self._written: dict[tuple[str, str, str], tuple[str, dict[str, Any]]] = {}
+        self._stopping = threading.Event()
+
+    def sync(self) -> None:
+        """One pass over every kind. API outages raise (the next pass tries again); so does `stop()`
+        (`SyncStopped`), between two writes."""
+        self._dags()
+        self._dagruns()
+        self._backfills()
+        self._pools()
+        self.stats.syncs += 1
+        kinds = ("dags", "dagruns", "backfills", "pools")
+        live = {(plural, _meta(o).get("namespace"), _meta(o).get("name"))
+                for plural in kinds for o in self.cache.objects(plural)}
+        self._written = {key: value for key, value in self._written.items() if key in live}
+
+    def stop(self) -> None:
+        """Make a pass in progress end at its next write (a slow API must not hold up a shutdown)."""
+        self._stopping.set()
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    def _patch(self, plural: str, body: Mapping[str, Any], fields: Mapping[str, Any], *, always: bool = False) -> None:
+        meta = _meta(body)
+        key = (plural, meta["namespace"], meta["name"])
+        current = dict(body.get("status") or {})
+        written = self._written.get(key)
+        if written is not None and written[0] == meta.get("resourceVersion"):
+            current.update(written[1])  # the cache has not seen this replica's last write yet
+        changed = dict(fields) if always else {k: v for k, v in fields.items() if current.get(k) != v}
+        if not changed:
+            return
+        if self._stopping.is_set():
+            raise SyncStopped()
+        try:
+            if self.objects.patch_status(plural, meta["namespace"], meta["name"], as_merge_patch(current, changed)):
+                self.stats.status_patches += 1
+                if meta.get("resourceVersion"):
+                    self._written[key] = (meta["resourceVersion"], {**(written[1] if written and written[0] ==
+                                                                       meta["resourceVersion"] else {}), **changed})
+        except ApiRejected as exc:
+            log.warning("status of %s %s/%s not written: %s", plural, meta["namespace"], meta["name"], exc)
+
+    # -- DAGs ---------------------------------------------------------------------------------------
+
+    def _dags(self) -> None:
+        objects = [o for o in self.cache.objects("dags") if not _deleting(o)]
+        with self.db.begin() as conn:
+            derived = dags.derived_statuses(conn, [_meta(o)["name"] for o in objects])
+        for body in objects:
+            namespace, name = _meta(body)["namespace"], _meta(body)["name"]
+            stored = derived.get(name)
+            if stored is not None and stored["source"] == dags.object_source(namespace, name):
+                self._patch("dags", body, dags.status_fields(stored))
+            elif reason_of(body.get("status")) == "NameTaken":
+                owner = dags.source_namespace(stored["source"]) if stored and stored["active"] else None
+                if owner is None or owner == namespace:  # the other namespace's DAG is gone
+                    outcome = dags.apply_dag_object(self.db, body, now=self.clock.now(), who=self.who)
+                    self._patch("dags", body, outcome.status, always=True)
+
+    # -- DagRuns ------------------------------------------------------------------------------------
+
+    def _dagruns(self) -> None:
+        # The objects first, then the database: an object in this snapshot was created after its run
+        # was committed, so the queries below see that run (nothing is pruned for being too new).
+        dagrun_objects = self.cache.objects("dagruns")
+        dag_objects = [o for o in self.cache.objects("dags") if not _deleting(o)]
+        with self.db.begin() as conn:
+            sources = {name: s["source"] for name, s in
+                       dags.derived_statuses(conn, [_meta(o)["name"] for o in dag_objects]).items()}
+            owners = {_meta(o)["name"]: o for o in dag_objects
+                      if sources.get(_meta(o)["name"]) == dags.object_source(_meta(o)["namespace"], _meta(o)["name"])}
+            shown = runs_to_show(conn, {dag_id: history_limit(o, self.default_limit) for dag_id, o in owners.items()})
+            users = [o for o in dagrun_objects if not dagruns.is_managed(o) and not _deleting(o)]
+            user_runs = runs_by_run_id(conn, [dagruns.run_of_object(o) for o in users if all(dagruns.run_of_object(o))])
+            runs = [r for rows in shown.values() for r in rows] + list(user_runs.values())
+            counts = task_counts(conn, sorted({r.id for r in runs}))
+            numbers = version_numbers(conn, sorted({r.dag_id for r in runs}))
+            managed = [o for o in dagrun_objects if dagruns.is_managed(o)]
+            candidates = collections.defaultdict(list)  # dag_id -> managed objects not to show any more
+            for dag_id, dag_object in owners.items():
+                wanted = {dagruns.mirror_name(dag_id, r.run_id) for r in shown[dag_id]}
+                for body in managed:
+                    if ((body.get("spec") or {}).get("dag") == dag_id and _meta(body)["namespace"]
+                            == _meta(dag_object)["namespace"] and _meta(body)["name"] not in wanted
+                            and not _deleting(body)):
+                        candidates[dag_id].append(body)
+            still_active = self._active_runs(conn, candidates)
+
+        def fields(run) -> dict[str, Any]:
+            return dagruns.run_status(run, numbers.get(run.dag_version_id), counts.get(run.id))
+
+        managed_by_key = {(_meta(o)["namespace"], _meta(o)["name"]): o for o in managed}
+        for dag_id, dag_object in owners.items():
+            namespace = _meta(dag_object)["namespace"]
+            for run in shown[dag_id]:
+                if dagruns.is_object_run(run.run_id):
+                    continue  # the user's own DagRun object shows it
+                existing = managed_by_key.get((namespace, dagruns.mirror_name(dag_id, run.run_id)))
+                if existing is None:
+                    if self._stopping.is_set():
+                        raise SyncStopped()
+                    manifest = dagruns.mirror_manifest(dag_object, run)
+                    try:
+                        if self.objects.create("dagruns", manifest):
+                            self.stats.dagruns_created += 1
+                    except ApiRejected as exc:
+                        log.warning("DagRun object for run %s of %s not created: %s", run.run_id, dag_id, exc)
+                        continue
+                    self._patch("dagruns", manifest, fields(run), always=True)
+                else:
+                    self._patch("dagruns", existing, fields(run))
+            for body in candidates.get(dag_id, ()):
+                if (dag_id, body["spec"].get("runId")) in still_active:
+                    continue
+                if self.objects.delete("dagruns", namespace, _meta(body)["name"]):
+                    self.stats.dagruns_deleted += 1
+        for body in users:
+            run = user_runs.get(dagruns.run_of_object(body))
+            if run is not None:
+                self._patch("dagruns", body, fields(run))
+            elif reason_of(body.get("status")) == dagruns.UNKNOWN_DAG:
+                outcome = dagruns.trigger_from_object(self.db, body, now=self.clock.now(), who=self.who)
+                if reason_of(outcome.status) != dagruns.UNKNOWN_DAG:
+                    self._patch("dagruns", body, outcome.status, always=True)
+
+    def _active_runs(self, conn, candidates: Mapping[str, list]) -> set[tuple[str, str]]:
+        """Which of these objects' runs are still queued or running (their objects stay)."""
+        keys = [(dag_id, (body.get("spec") or {}).get("runId")) for dag_id, bodies in candidates.items()
+                for body in bodies]
+        found = runs_by_run_id(conn, [k for k in keys if k[1]])
+        return {key for key, run in found.items() if run.state in RunState.ACTIVE}
+
+    # -- Backfills ----------------------------------------------------------------------------------
+
+    def _backfills(self) -> None:
+        objects = [o for o in self.cache.objects("backfills") if not _deleting(o)]
+        uids = [_meta(o)["uid"] for o in objects]
+        with self.db.begin() as conn:
+            rows = {r.request_id: r for r in conn.execute(select(backfill_t).where(backfill_t.c.request_id.in_(uids)))}
+            counts = backfill_run_counts(conn, [r.id for r in rows.values()])
+        for body in objects:
+            row = rows.get(_meta(body)["uid"])
+            if row is not None:
+                self._patch("backfills", body, backfills.progress(row, counts.get(row.id, {})))
+            elif reason_of(body.get("status")) == backfills.WAITING_FOR_DAG:
+                outcome = backfills.ensure_backfill(self.db, body, now=self.clock.now(), who=self.who)
+                if reason_of(outcome.status) != backfills.WAITING_FOR_DAG:
+                    self._patch("backfills", body, outcome.status, always=True)
+
+    # -- Pools --------------------------------------------------------------------------------------
+
+    def _pools(self) -> None:
+        by_name = collections.defaultdict(list)
+        for body in self.cache.objects("pools"):
+            by_name[_meta(body)["name"]].append(body)
+        if not by_name:
+            return
+        stored = pools.stored_pools(self.db)
+        for name, group in by_name.items():
+            owner = pools.pool_owner(group)
+            for body in group:
+                if _deleting(body):
+                    continue
+                others = [o for o in group if o is not body]
+                spec = body.get("spec") or {}
+                if body is owner:
+                    pool = stored.get(name, {"slots": None, "used_slots": 0, "description": None})
+                    slots, used = pool["slots"], pool["used_slots"]
+                    description = spec.get("description")
+                    if (slots != spec.get("slots") or reason_of(body.get("status")) == "NameTaken"
+                            or (description is not None and pool["description"] != description)):
+                        outcome = pools.apply_pool_object(self.db, body, others, now=self.clock.now(), who=self.who)
+                        self._patch("pools", body, outcome.status, always=True)
+                    else:
+                        self._patch("pools", body, {"slots": slots, "occupiedSlots": used})
+                elif reason_of(body.get("status")) != "NameTaken":
+                    outcome = pools.apply_pool_object(self.db, body, others, now=self.clock.now(), who=self.who)
+                    self._patch("pools", body, outcome.status, always=True)

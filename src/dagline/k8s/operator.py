@@ -1,0 +1,78 @@
+"""The `dagline operator` process: kopf (standalone) and one `Runtime` (scheduler loop, status sync, probes).
+
+kopf runs in the main thread, so SIGTERM and SIGINT stop it the way kopf stops: handlers finish, the
+cleanup handler stops the scheduler loop gracefully and the servers, and the process exits 0. If the
+scheduler loop dies (e.g. a peer declared this replica dead), kopf is stopped too and the exit status
+is 1, so Kubernetes restarts the pod.
+
+The database: any number of replicas on PostgreSQL; SQLite works for exactly one (the scheduler's file
+lock refuses a second, which then exits 1 saying so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+import kopf
+
+from dagline.clock import Clock, SystemClock
+from dagline.db.engine import Database, open_database
+from dagline.errors import InvalidInput
+from dagline.executors.base import Executor
+from dagline.k8s.runtime import Runtime
+from dagline.k8s.settings import OperatorSettings
+
+log = logging.getLogger(__name__)
+
+
+def build_executor(name: str, *, parallelism: int, clock: Clock, log_folder: str | None = None) -> Executor:
+    """The scheduler's executor: `spark-k8s` (settings from `DAGLINE_SPARK_*`), `noop` or `local`."""
+    if name == "spark-k8s":
+        from dagline.k8s.executor import SparkK8sExecutor, SparkK8sSettings
+
+        return SparkK8sExecutor(SparkK8sSettings.from_env(), parallelism=parallelism, clock=clock)
+    from dagline.executors import make_executor
+
+    folder = os.path.abspath(log_folder or os.environ.get("DAGLINE_LOG_FOLDER") or "logs")
+    return make_executor(name, parallelism=parallelism, log_folder=folder, clock=clock)
+
+
+def open_operator_database(settings: OperatorSettings) -> Database:
+    """The replicas' database, reachable and on the current schema (`dagline db upgrade` first)."""
+    db = open_database(settings.db_url)
+    if db.is_sqlite:
+        log.warning("SQLite database %s: run exactly one operator replica (use PostgreSQL for more)", db.sqlite_path)
+    return db
+
+
+def runtime_from_env() -> Runtime:
+    """A replica configured by the environment alone (`kopf run -m dagline.k8s.handlers`)."""
+    settings = OperatorSettings.from_env()
+    if settings.db_url is None:
+        raise InvalidInput("not set: the operator's replicas share one database (postgresql://user@host/db)",
+                           field="DAGLINE_DB_URL")
+    clock = SystemClock()
+    db = open_operator_database(settings)
+    return Runtime(settings, db, clock=clock,
+                   executor=build_executor(settings.executor, parallelism=settings.parallelism, clock=clock))
+
+
+def run(runtime: Runtime) -> int:
+    """Run kopf with dagline's handlers and this runtime until a signal; returns the exit status."""
+    asyncio.run(_serve(runtime))
+    return 1 if runtime.failed else 0
+
+
+async def _serve(runtime: Runtime) -> None:
+    from dagline.k8s import handlers
+
+    # An asyncio flag: kopf waits for a threading one in an executor thread, which then never ends
+    # when a signal, not the flag, stops kopf (and `asyncio.run` waits for that thread for ever).
+    loop, stop = asyncio.get_running_loop(), asyncio.Event()
+    runtime.on_fatal = lambda: loop.call_soon_threadsafe(stop.set)
+    namespace = runtime.settings.namespace
+    log.info("dagline operator: watching %s", f"namespace {namespace}" if namespace else "every namespace")
+    await kopf.operator(registry=handlers.registry, standalone=True, clusterwide=namespace is None,
+                        namespaces=[namespace] if namespace else (), memo=kopf.Memo(runtime=runtime), stop_flag=stop)

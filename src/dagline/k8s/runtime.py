@@ -1,0 +1,168 @@
+"""What one operator replica runs beside kopf: the scheduler loop, the status sync, the probe and metrics servers.
+
+`Runtime` is built once per process (by `dagline operator`, or by the kopf startup handler under
+`kopf run -m dagline.k8s.handlers`), handed to the handlers in kopf's `memo`, started by the startup
+handler and stopped by the cleanup handler, so SIGTERM stops kopf, then the loop (gracefully: the
+iteration finishes, running Spark applications are left for a peer to adopt), then the servers.
+
+`Health` is what the probes answer: live while kopf's event loop turns, the scheduler loop makes
+progress (an iteration, even one ended by a database error, within `DAGLINE_LIVENESS_TIMEOUT`) and the
+status sync runs; ready while the database answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from dagline.clock import Clock, SystemClock
+from dagline.db.engine import Database
+from dagline.executors.base import Executor
+from dagline.k8s.cache import ObjectCache
+from dagline.k8s.mirror import StatusSync, SyncStopped
+from dagline.k8s.objects import DaglineObjects
+from dagline.k8s.settings import OperatorSettings
+from dagline.scheduler.loop import Scheduler
+from dagline.scheduler.settings import SchedulerSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Health:
+    """Heartbeats of the parts of a replica (monotonic seconds) and the scheduler's figures."""
+
+    timeout_s: float
+    started: float = dataclasses.field(default_factory=time.monotonic)
+    kopf_beat: float | None = None
+    scheduler_enabled: bool = True
+    scheduler_beat: float | None = None
+    scheduler_error: str | None = None
+    sync_beat: float | None = None
+    loops: int = 0
+    last_loop_s: float = 0.0
+
+    def looped(self, seconds: float) -> None:
+        self.loops += 1
+        self.last_loop_s = seconds
+        self.scheduler_beat = time.monotonic()
+
+    def problems(self) -> list[str]:
+        """Why the replica is not live (empty: it is)."""
+        now = time.monotonic()
+        found = []
+
+        def stale(beat: float | None, what: str) -> None:
+            age = now - (beat if beat is not None else self.started)
+            if age > self.timeout_s:
+                found.append(f"{what} for {age:.0f} s (limit {self.timeout_s:g} s)")
+
+        stale(self.kopf_beat, "kopf's event loop has not turned")
+        if self.scheduler_enabled:
+            if self.scheduler_error is not None:
+                found.append(f"the scheduler loop stopped: {self.scheduler_error}")
+            else:
+                stale(self.scheduler_beat, "the scheduler loop has made no progress")
+        stale(self.sync_beat, "the status sync has not run")
+        return found
+
+
+class InstrumentedScheduler(Scheduler):
+    """The scheduler, timing each iteration for the health check and the metrics."""
+
+    def __init__(self, *args, health: Health, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.health = health
+
+    def iterate(self):
+        began = time.monotonic()
+        try:
+            return super().iterate()
+        finally:
+            self.health.looped(time.monotonic() - began)
+
+
+class Runtime:
+    """One replica's moving parts besides kopf. `executor=None` runs no scheduler loop (tests that drive
+    the scheduler themselves, or a controller-only deployment)."""
+
+    def __init__(self, settings: OperatorSettings, db: Database, *, executor: Executor | None = None,
+                 clock: Clock | None = None, api_client=None, scheduler_settings: SchedulerSettings | None = None):
+        from dagline.k8s.client import load_api_client
+
+        self.settings = settings
+        self.db = db
+        self.clock = clock or SystemClock()
+        self.who = f"operator:{socket.gethostname()}:{os.getpid()}"[:100]
+        self.cache = ObjectCache()
+        self.health = Health(settings.liveness_timeout_s, scheduler_enabled=executor is not None)
+        self.sync = StatusSync(db, self.cache, DaglineObjects(api_client or load_api_client()), clock=self.clock,
+                               who=self.who, history_limit=settings.dagrun_history_limit)
+        self.scheduler = None if executor is None else InstrumentedScheduler(
+            db, executor, clock=self.clock, settings=scheduler_settings or SchedulerSettings.from_env(),
+            health=self.health)
+        self.on_fatal: Callable[[], None] | None = None  # called when the scheduler loop dies
+        self.failed = False
+        self.servers = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        from dagline.k8s.probes import ProbeServers
+
+        self.servers = ProbeServers(self).start()
+        if self.scheduler is not None:
+            self._spawn("dagline-scheduler", self._run_scheduler)
+        self._spawn("dagline-status-sync", self._run_sync)
+        log.info("operator replica %s: health on :%s, metrics on :%s, scheduler %s", self.who,
+                 self.servers.health_port, self.servers.metrics_port,
+                 "off" if self.scheduler is None else f"with the {self.scheduler.executor.name} executor")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        self.sync.stop()
+        if self.scheduler is not None:
+            self.scheduler.request_stop()
+        for thread in self._threads:
+            thread.join(timeout)
+            if thread.is_alive():
+                log.warning("%s did not stop within %s s", thread.name, timeout)
+        self._threads = []
+        if self.servers is not None:
+            self.servers.stop()
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _run_scheduler(self) -> None:
+        try:
+            self.scheduler.run()
+        except BaseException as exc:  # noqa: BLE001 - reported by /healthz and the exit status
+            self.health.scheduler_error = f"{type(exc).__name__}: {exc}"
+            self.failed = True
+            log.exception("the scheduler loop stopped")
+            if self.on_fatal is not None:
+                self.on_fatal()
+        else:
+            if not self._stop.is_set():
+                self.health.scheduler_error = "it returned without being asked to stop"
+
+    def _run_sync(self) -> None:
+        while True:
+            try:
+                self.sync.sync()
+            except SyncStopped:
+                return
+            except Exception as exc:  # noqa: BLE001 - an outage of the database or the API: next time
+                self.sync.stats.failed_syncs += 1
+                log.warning("status sync failed: %s: %s", type(exc).__name__, exc)
+            self.health.sync_beat = time.monotonic()
+            if self._stop.wait(self.settings.status_interval_s):
+                return

@@ -1,0 +1,93 @@
+"""The operator's settings, read from the environment the Helm chart sets (never at import time).
+
+| variable | default | what |
+|---|---|---|
+| `DAGLINE_DB_URL` | (required) | the database every replica shares |
+| `DAGLINE_NAMESPACE` | empty: all | the namespace whose DAG, DagRun, Backfill and Pool objects are served |
+| `DAGLINE_HEALTH_PORT` | 8080 | `/healthz` (liveness) and `/readyz` (readiness); 0 picks a free port |
+| `DAGLINE_METRICS_PORT` | 9090 | `/metrics` (Prometheus text format); 0 picks a free port |
+| `DAGLINE_DAGRUN_HISTORY_LIMIT` | 50 | finished DagRun objects kept per DAG (the annotation overrides it) |
+| `DAGLINE_STATUS_INTERVAL` | 2 | seconds between two status syncs (database -> object status) |
+| `DAGLINE_LIVENESS_TIMEOUT` | 60 | seconds without progress of kopf or the scheduler loop before `/healthz` fails |
+| `DAGLINE_EXECUTOR` | spark-k8s | the executor of the scheduler loop (`noop` for demos and tests) |
+| `DAGLINE_PARALLELISM` | 32 | tries the executor runs at once |
+
+A bad value is an `InvalidInput` naming the variable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+
+from dagline.errors import InvalidInput
+
+EXECUTORS = ("spark-k8s", "noop", "local")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatorSettings:
+    db_url: str | None = None
+    namespace: str | None = None  # None: every namespace
+    health_port: int = 8080
+    metrics_port: int = 9090
+    dagrun_history_limit: int = 50
+    status_interval_s: float = 2.0
+    liveness_timeout_s: float = 60.0
+    executor: str = "spark-k8s"
+    parallelism: int = 32
+
+    def __post_init__(self):
+        if self.namespace is not None and not _DNS_LABEL.match(self.namespace):
+            raise InvalidInput(f"{self.namespace!r} is not a namespace name", field="DAGLINE_NAMESPACE")
+        for name, env in (("health_port", "DAGLINE_HEALTH_PORT"), ("metrics_port", "DAGLINE_METRICS_PORT")):
+            if not 0 <= getattr(self, name) <= 65535:
+                raise InvalidInput(f"must be a port number (0-65535), got {getattr(self, name)}", field=env)
+        if self.dagrun_history_limit < 0:
+            raise InvalidInput(f"must be 0 or more, got {self.dagrun_history_limit}",
+                               field="DAGLINE_DAGRUN_HISTORY_LIMIT")
+        if not self.status_interval_s > 0:
+            raise InvalidInput(f"must be positive, got {self.status_interval_s}", field="DAGLINE_STATUS_INTERVAL")
+        if not self.liveness_timeout_s > 0:
+            raise InvalidInput(f"must be positive, got {self.liveness_timeout_s}", field="DAGLINE_LIVENESS_TIMEOUT")
+        if self.executor not in EXECUTORS:
+            raise InvalidInput(f"unknown executor {self.executor!r} (choose {', '.join(EXECUTORS)})",
+                               field="DAGLINE_EXECUTOR")
+        if self.parallelism < 1:
+            raise InvalidInput(f"must be at least 1, got {self.parallelism}", field="DAGLINE_PARALLELISM")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> OperatorSettings:
+        """The settings from `DAGLINE_*` variables; `overrides` (command-line options) win."""
+        env = os.environ if environ is None else environ
+
+        def text(name: str) -> str | None:
+            value = env.get(name)
+            return value.strip() if value is not None and value.strip() else None
+
+        def number(name: str, kind: type):
+            raw = text(name)
+            if raw is None:
+                return None
+            try:
+                return kind(raw)
+            except ValueError:
+                what = "an integer" if kind is int else "a number"
+                raise InvalidInput(f"must be {what}, got {raw!r}", field=name) from None
+
+        values = {
+            "db_url": text("DAGLINE_DB_URL"),
+            "namespace": text("DAGLINE_NAMESPACE"),
+            "health_port": number("DAGLINE_HEALTH_PORT", int),
+            "metrics_port": number("DAGLINE_METRICS_PORT", int),
+            "dagrun_history_limit": number("DAGLINE_DAGRUN_HISTORY_LIMIT", int),
+            "status_interval_s": number("DAGLINE_STATUS_INTERVAL", float),
+            "liveness_timeout_s": number("DAGLINE_LIVENESS_TIMEOUT", float),
+            "executor": text("DAGLINE_EXECUTOR"),
+            "parallelism": number("DAGLINE_PARALLELISM", int),
+        }
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        return cls(**{key: value for key, value in values.items() if value is not None})
