@@ -24,6 +24,8 @@ bench: $(STAMP)
 	$(PY) bench/scheduler.py --db sqlite
 	$(PY) bench/scheduler.py --db postgres --replicas 1,2,3
 	$(PY) bench/backfill.py --db postgres
+	$(PY) bench/wakeup.py --db postgres
+	$(PY) bench/wakeup.py --db sqlite
 
 # 3 replicas killed at random for 10 minutes, a throwaway PostgreSQL restarted once; JSON, exit 1 on a violation
 .PHONY: chaos

@@ -1,0 +1,98 @@
+"""Wake-up latency: how soon an idle replica starts the first task of a run someone just triggered.
+
+    python bench/wakeup.py [--db postgres|sqlite] [--triggers 30] [--poll-interval 0.5]
+
+One `dagline scheduler --executor noop` replica, idle, its fallback poll at the default 0.5 s. The
+benchmark triggers a one-task DAG, waits for the task to succeed, lets the replica fall idle again
+for a random 0.1-0.6 s (so triggers land at every phase of its poll), and repeats. On PostgreSQL the
+trigger's NOTIFY wakes the replica at once; SQLite has no NOTIFY, so there the figure is the polling
+latency to compare with. `latency_ms`: the run's creation -> its task's launch (both stamped by the
+wall clock of this machine). Prints one JSON line. Not a test: figures depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import chain_dag_yaml, fresh_database, percentiles  # noqa: E402
+from sqlalchemy import func, select  # noqa: E402
+
+from dagline.clock import SystemClock  # noqa: E402
+from dagline.dagstore import apply_dags  # noqa: E402
+from dagline.db.models import dag_run_t, scheduler_job_t, ti_t  # noqa: E402
+from dagline.runs import trigger_run  # noqa: E402
+from dagline.spec import load_dag_paths  # noqa: E402
+
+DAG_ID = "one-task"
+
+
+def run(kind: str, triggers: int, poll_interval_s: float, seed: int) -> dict:
+    db, drop = fresh_database(kind)
+    rng = random.Random(seed)
+    proc = None
+    try:
+        clock = SystemClock()
+        with tempfile.TemporaryDirectory(prefix="dagline-bench-dags-") as folder:
+            with open(os.path.join(folder, "one.yaml"), "w") as fh:
+                fh.write(chain_dag_yaml(DAG_ID, 1))
+            apply_dags(db, load_dag_paths([folder]), now=clock.now())
+        env = dict(os.environ, DAGLINE_SCHEDULER_POLL_INTERVAL_S=str(poll_interval_s))
+        proc = subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", db.url, "scheduler", "--executor",
+                                 "noop"], env=env, stderr=subprocess.DEVNULL)
+        _wait(lambda: _count(db, select(func.count()).select_from(scheduler_job_t)
+                             .where(scheduler_job_t.c.state == "running")) == 1, proc)
+        for n in range(1, triggers + 1):
+            time.sleep(rng.uniform(0.1, 0.6))  # the replica is idle again, somewhere in its poll wait
+            trigger_run(db, DAG_ID, now=clock.now())
+            _wait(lambda n=n: _count(db, select(func.count()).select_from(ti_t)
+                                     .where(ti_t.c.state == "success")) == n, proc)
+        with db.engine.connect() as conn:
+            rows = conn.execute(select(dag_run_t.c.created_at, ti_t.c.start_date)
+                                .join(ti_t, ti_t.c.dag_run_id == dag_run_t.c.id)).all()
+        latencies = [(r.start_date - r.created_at).total_seconds() * 1000 for r in rows]
+        return {"db": kind, "triggers": triggers, "poll_interval_s": poll_interval_s,
+                "wakes_by": "notify" if kind == "postgres" else "poll", "latency_ms": percentiles(latencies)}
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(30)
+        drop()
+
+
+def _count(db, stmt) -> int:
+    with db.engine.connect() as conn:
+        return conn.execute(stmt).scalar_one()
+
+
+def _wait(condition, proc, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if proc.poll() is not None:
+            raise RuntimeError("the replica exited")
+        if time.monotonic() > deadline:
+            raise RuntimeError("timed out")
+        time.sleep(0.005)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="postgres")
+    parser.add_argument("--triggers", type=int, default=30)
+    parser.add_argument("--poll-interval", type=float, default=0.5,
+                        help="DAGLINE_SCHEDULER_POLL_INTERVAL_S of the replica (seconds; the default is 0.5)")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    print(json.dumps(run(args.db, args.triggers, args.poll_interval, args.seed)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
