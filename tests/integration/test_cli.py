@@ -11,10 +11,10 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text, update
 
 from dagline.cli import main
-from dagline.db.models import Base
+from dagline.db.models import Base, dag_run_t, dag_t
 
 GOOD = """
 apiVersion: dagline.io/v1alpha1
@@ -216,3 +216,54 @@ def test_a_second_scheduler_on_sqlite_is_refused(sqlite_db, tmp_path):
         first.terminate()
         first.wait(30)
     assert first.returncode == 0  # SIGTERM is a graceful stop
+
+
+def _blocked_on_a_lock(db) -> bool:
+    with db.engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                 "AND wait_event_type = 'Lock'")).scalar_one() > 0
+
+
+def test_a_command_rolled_back_by_a_deadlock_runs_again_and_writes_once(pg_db, tmp_path):
+    """A real deadlock with another session (as a scheduler replica can cause): PostgreSQL rolls the
+    trigger's transaction back; the command runs again and succeeds, and the run exists once."""
+    path = tmp_path / "sales.yaml"
+    path.write_text(GOOD)
+    cli(pg_db, "dags", "apply", str(path))
+    cli(pg_db, "backfill", "create", "sales", "--start", "2026-03-05", "--end", "2026-03-05", "--now", "2026-03-10")
+    with pg_db.engine.connect() as conn:
+        later = conn.execute(select(dag_run_t.c.id)).scalar_one()
+    other = pg_db.engine.connect()
+    tx = other.begin()
+    other.execute(update(dag_run_t).where(dag_run_t.c.id == later).values(conf=dag_run_t.c.conf))  # holds the run
+    trigger = subprocess.Popen(
+        [sys.executable, "-m", "dagline.cli", "--db", pg_db.url, "dags", "trigger", "sales", "--logical-date",
+         "2026-03-02", "--now", "2026-03-10"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # The trigger holds the DAG row and waits for the run it must relink (the 5th now follows the 2nd).
+        deadline = time.monotonic() + 30
+        while not _blocked_on_a_lock(pg_db):
+            assert trigger.poll() is None and time.monotonic() < deadline, trigger.communicate()
+            time.sleep(0.02)
+        # Now this session wants the DAG row: a deadlock, which the trigger's session detects first (1 s).
+        other.execute(text("SET LOCAL deadlock_timeout = '30s'"))
+        other.execute(select(dag_t.c.dag_id).where(dag_t.c.dag_id == "sales").with_for_update())
+        tx.commit()
+        out, err = trigger.communicate(timeout=60)
+    finally:
+        other.close()
+        if trigger.poll() is None:
+            trigger.kill()
+    assert trigger.returncode == 0, err
+    assert out.strip().startswith("manual__")
+    with pg_db.engine.connect() as conn:
+        runs = conn.execute(select(dag_run_t.c.run_type, dag_run_t.c.previous_run_id, dag_run_t.c.id)
+                            .order_by(dag_run_t.c.logical_date)).all()
+    assert [r.run_type for r in runs] == ["manual", "backfill"]
+    assert runs[1].previous_run_id == runs[0].id  # relinked by the attempt that committed
+
+
+def test_a_database_that_is_down_is_a_clear_error_and_exit_1(tmp_path):
+    result = CliRunner().invoke(main, ["--db", "postgresql://postgres@127.0.0.1:9/nothing", "dags", "list"])
+    assert result.exit_code == 1
+    assert "error: cannot reach the database" in result.output and "Traceback" not in result.output

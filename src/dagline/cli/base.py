@@ -2,6 +2,9 @@
 
 Exit status: 0 ok, 1 a failed operation, 2 bad usage or invalid input. Errors go to stderr as one
 paragraph naming the cause; every command validates before it writes, and writes in one transaction.
+So a command whose transaction PostgreSQL rolled back for a conflict with a scheduler (a deadlock or a
+serialization failure: nothing of it was written) simply runs again, up to 4 times; a database that
+is down or keeps conflicting is an error naming the cause, exit 1, with nothing written.
 """
 
 from __future__ import annotations
@@ -10,12 +13,15 @@ import datetime as dt
 import json
 import logging
 import os
+import random
+import time
 
 import click
 from sqlalchemy import select
 
 from dagline.clock import FixedClock, SystemClock
 from dagline.db import engine as dbengine
+from dagline.db.faults import is_conflict, is_transient
 from dagline.db.models import dag_t
 from dagline.errors import DaglineError, InvalidInput
 from dagline.times import parse_instant
@@ -91,12 +97,54 @@ def print_table(rows: list[dict], columns: list[str]) -> None:
         click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
 
 
+log = logging.getLogger(__name__)
+
+CONFLICT_ATTEMPTS = 4
+
+
+class DaglineCommand(click.Command):
+    """A command run again when its transaction was rolled back for a conflict (see the module docstring).
+    Long-running commands (`scheduler`, `backfill run`, `operator`) pass `retry_conflicts=False`: their
+    loops retry each step's transaction themselves."""
+
+    def __init__(self, *args, retry_conflicts: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.retry_conflicts = retry_conflicts
+
+    def invoke(self, ctx):
+        attempts = CONFLICT_ATTEMPTS if self.retry_conflicts else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return super().invoke(ctx)
+            except Exception as exc:
+                if attempt == attempts or not is_conflict(exc):
+                    raise
+                log.info("%s: %s; running the command again (attempt %d of %d)", ctx.command_path,
+                         _first_line(exc), attempt + 1, attempts)
+                time.sleep(random.uniform(0.0, 0.05 * attempt))  # let the other transaction finish
+        raise AssertionError("unreachable")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class DaglineSubGroup(click.Group):
+    """A command group below `dagline` (dags, runs, ...): its commands are `DaglineCommand`s."""
+
+    command_class = DaglineCommand
+    group_class = type  # groups below it are of this class too
+
+
 class DaglineGroup(click.Group):
     """Maps dagline's errors to their exit codes with a one-paragraph message. Commands in
     `lazy_commands` are imported only when run (or listed by --help), so `dagline operator`'s kopf
     and kubernetes imports cost the other commands nothing."""
 
     lazy_commands = {"operator": ("dagline.cli.operator", "operator_cmd")}
+    command_class = DaglineCommand
+    group_class = DaglineSubGroup
 
     def list_commands(self, ctx):
         return sorted({*super().list_commands(ctx), *self.lazy_commands})
@@ -115,6 +163,12 @@ class DaglineGroup(click.Group):
         except DaglineError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            click.echo(f"error: the database failed ({_first_line(exc)}); the command's transaction was rolled back "
+                       "and nothing of it was written: run it again", err=True)
+            ctx.exit(1)
 
 
 now_option = click.option("--now", "now", default=None, metavar="ISO-8601",

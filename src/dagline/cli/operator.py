@@ -14,7 +14,7 @@ from dagline.cli.base import Context, log_folder_option, main, make_cli_executor
 from dagline.errors import InvalidInput
 
 
-@main.command("operator")
+@main.command("operator", retry_conflicts=False)
 @click.option("--executor", type=click.Choice(["spark-k8s", "noop", "local"]), default=None,
               help="How tasks run (default: $DAGLINE_EXECUTOR, else spark-k8s).")
 @click.option("--parallelism", type=click.IntRange(min=1), default=None,

@@ -33,7 +33,7 @@ from dagline.errors import OperationFailed
 from dagline.times import isoformat
 
 
-@main.command("scheduler")
+@main.command("scheduler", retry_conflicts=False)
 @executor_option
 @parallelism_option
 @click.option("--until-idle", is_flag=True, help="Return once nothing is runnable or running.")
@@ -143,7 +143,7 @@ def backfill_create(obj: Context, dag_id, start, end, reprocess, max_active_runs
     _print_plan(result, as_json)
 
 
-@backfill.command("run")
+@backfill.command("run", retry_conflicts=False)
 @_backfill_options
 @executor_option
 @parallelism_option
