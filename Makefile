@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(PY) bench/backfill.py --db postgres
 	$(PY) bench/wakeup.py --db postgres
 	$(PY) bench/wakeup.py --db sqlite
+	$(PY) bench/k8s_mirror.py
 
 # 3 replicas killed at random for 10 minutes, a throwaway PostgreSQL restarted once; JSON, exit 1 on a violation
 .PHONY: chaos
