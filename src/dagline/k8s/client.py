@@ -78,7 +78,8 @@ def api_message(exc: ApiException) -> str:
     return str(exc.reason or "no reason given")
 
 
-def _sorted_error(exc: Exception) -> Exception:
+def sorted_error(exc: Exception) -> Exception:
+    """A failed API call as dagline's error: ApiUnavailable (retry later), AlreadyExists or ApiRejected."""
     if isinstance(exc, ApiException):
         status = int(exc.status or 0)
         if status == 0 or status == 429 or status >= 500:
@@ -89,7 +90,8 @@ def _sorted_error(exc: Exception) -> Exception:
     return ApiUnavailable(f"{type(exc).__name__}: {exc}")
 
 
-_CALL_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
+CALL_ERRORS = (  # what a call through the kubernetes client may raise
+    ApiException, urllib3.exceptions.HTTPError, OSError)
 
 
 class SparkApplications:
@@ -107,16 +109,16 @@ class SparkApplications:
     def create(self, body: dict) -> dict:
         try:
             return self.api.create_namespaced_custom_object(body=body, **self._args())
-        except _CALL_ERRORS as exc:
-            raise _sorted_error(exc) from None
+        except CALL_ERRORS as exc:
+            raise sorted_error(exc) from None
 
     def get(self, name: str) -> dict | None:
         try:
             return self.api.get_namespaced_custom_object(name=name, **self._args())
-        except _CALL_ERRORS as exc:
+        except CALL_ERRORS as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 return None
-            raise _sorted_error(exc) from None
+            raise sorted_error(exc) from None
 
     def list(self, label_selector: str) -> list[dict]:
         """Every object matching the selector (page by page where the server pages)."""
@@ -128,8 +130,8 @@ class SparkApplications:
                 kwargs["_continue"] = token
             try:
                 page = self.api.list_namespaced_custom_object(**kwargs, **self._args())
-            except _CALL_ERRORS as exc:
-                raise _sorted_error(exc) from None
+            except CALL_ERRORS as exc:
+                raise sorted_error(exc) from None
             items.extend(page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue")
             if not token:
@@ -139,18 +141,18 @@ class SparkApplications:
         """Delete (its driver and executor pods go with it); False if it was already gone."""
         try:
             self.api.delete_namespaced_custom_object(name=name, **self._args())
-        except _CALL_ERRORS as exc:
+        except CALL_ERRORS as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 return False
-            raise _sorted_error(exc) from None
+            raise sorted_error(exc) from None
         return True
 
     def set_labels(self, name: str, labels: dict[str, str]) -> bool:
         """Merge these labels into the object's; False if it is gone."""
         try:
             self.api.patch_namespaced_custom_object(name=name, body={"metadata": {"labels": labels}}, **self._args())
-        except _CALL_ERRORS as exc:
+        except CALL_ERRORS as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 return False
-            raise _sorted_error(exc) from None
+            raise sorted_error(exc) from None
         return True

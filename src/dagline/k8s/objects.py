@@ -11,25 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dagline.k8s.client import DEFAULT_TIMEOUT, AlreadyExists, ApiRejected, ApiUnavailable, api_message
+from dagline.k8s.client import CALL_ERRORS, DEFAULT_TIMEOUT, AlreadyExists, sorted_error
 from dagline.k8s.resources import GROUP, VERSION
-
-_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
-
-
-def _sorted(exc: Exception) -> Exception:
-    if isinstance(exc, ApiException):
-        status = int(exc.status or 0)
-        if status == 0 or status == 429 or status >= 500:
-            return ApiUnavailable(f"HTTP {status or 'error'}: {api_message(exc)}")
-        if status == 409:
-            return AlreadyExists(status, api_message(exc))
-        return ApiRejected(status, api_message(exc))
-    return ApiUnavailable(f"{type(exc).__name__}: {exc}")
 
 
 class DaglineObjects:
@@ -48,8 +34,8 @@ class DaglineObjects:
         try:
             namespace = body["metadata"]["namespace"]
             self.api.create_namespaced_custom_object(body=dict(body), **self._args(plural, namespace))
-        except _ERRORS as exc:
-            error = _sorted(exc)
+        except CALL_ERRORS as exc:
+            error = sorted_error(exc)
             if isinstance(error, AlreadyExists):
                 return False
             raise error from None
@@ -59,10 +45,10 @@ class DaglineObjects:
         """Delete; False if it was gone already."""
         try:
             self.api.delete_namespaced_custom_object(name=name, **self._args(plural, namespace))
-        except _ERRORS as exc:
+        except CALL_ERRORS as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 return False
-            raise _sorted(exc) from None
+            raise sorted_error(exc) from None
         return True
 
     def patch_status(self, plural: str, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
@@ -70,8 +56,8 @@ class DaglineObjects:
         try:
             self.api.patch_namespaced_custom_object_status(
                 name=name, body={"status": dict(status)}, **self._args(plural, namespace))
-        except _ERRORS as exc:
+        except CALL_ERRORS as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 return False
-            raise _sorted(exc) from None
+            raise sorted_error(exc) from None
         return True
