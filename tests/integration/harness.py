@@ -80,3 +80,15 @@ def assert_invariants(db) -> None:
     with db.begin() as conn:
         violations = audit.all_violations(conn)
     assert violations == {k: [] for k in violations}, violations
+
+
+# One task, one retry, a job file `slow.py` beside it: for tests where a real job outlives its scheduler.
+SLOW_DAG = """
+apiVersion: dagline.io/v1alpha1
+kind: DAG
+metadata: {name: slow}
+spec:
+  schedule: null
+  tasks:
+    - {id: slow, retries: 1, retryDelay: PT1S, spark: {mainApplicationFile: slow.py}}
+"""

@@ -36,7 +36,7 @@ from dagline.scheduler.liveness import ReplicaFenced
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
 
-from .harness import apply, assert_invariants, events, runs, t, ti_states, tis, write_dag
+from .harness import SLOW_DAG, apply, assert_invariants, events, runs, t, ti_states, tis, write_dag
 
 NOW = "2026-03-01T00:00:00Z"
 CHAIN = """
@@ -386,15 +386,7 @@ def test_a_database_with_replicas_and_their_task_instances_upgrades_to_this_sche
 
 # -- real processes and real jobs: the local executor's jobs outlive their replica -----------------
 
-SLOW = """
-apiVersion: dagline.io/v1alpha1
-kind: DAG
-metadata: {name: slow}
-spec:
-  schedule: null
-  tasks:
-    - {id: slow, retries: 1, retryDelay: PT1S, spark: {mainApplicationFile: slow.py}}
-"""
+SLOW = SLOW_DAG
 JOB = "import time\nprint('started', flush=True)\ntime.sleep(8)\nprint('done', flush=True)\n"
 
 

@@ -18,17 +18,9 @@ from click.testing import CliRunner
 
 from dagline.cli import main
 
-from .harness import assert_invariants, events, runs, ti_states, tis
+from .harness import SLOW_DAG, assert_invariants, events, runs, ti_states, tis
 
-DAG = """
-apiVersion: dagline.io/v1alpha1
-kind: DAG
-metadata: {name: slow}
-spec:
-  schedule: null
-  tasks:
-    - {id: slow, retries: 1, retryDelay: PT1S, spark: {mainApplicationFile: slow.py}}
-"""
+DAG = SLOW_DAG
 JOB = "import sys, time\nprint('started', flush=True)\ntime.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 6)\n"
 
 

@@ -39,6 +39,19 @@ class Process:
     def text(self) -> str:
         return "\n".join(self.lines)
 
+    def stop_with_sigterm(self, timeout: float = 20) -> int:
+        """SIGTERM, then the exit code; fails the test if the process is still there after `timeout` s."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"no exit {timeout:g} s after SIGTERM; stderr:\n{self.text()}") from None
+
+    def kill_if_running(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
 
 def test_the_operator_process_serves_probes_and_metrics_and_stops_on_sigterm(kube, pg_db, tmp_path):
     env = {**os.environ, "KUBECONFIG": str(kube.kubeconfig_path), "DAGLINE_STATUS_INTERVAL": "0.2",
@@ -63,16 +76,9 @@ def test_the_operator_process_serves_probes_and_metrics_and_stops_on_sigterm(kub
         assert 'dagline_dag_runs{state="success"} 1' in page and 'dagline_task_instances{state="success"} 2' in page
         loops = int(re.search(r"^dagline_scheduler_loops_total (\d+)$", page, re.M)[1])
         assert loops > 0 and "dagline_database_up 1" in page
-        process.proc.send_signal(signal.SIGTERM)
-        try:
-            code = process.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"no exit 20 s after SIGTERM; stderr:\n{process.text()}") from None
-        assert code == 0, process.text()
+        assert process.stop_with_sigterm() == 0, process.text()
     finally:
-        if process.proc.poll() is None:
-            process.proc.kill()
-            process.proc.wait()
+        process.kill_if_running()
     assert "Traceback" not in process.text(), process.text()
     with pg_db.begin() as conn:
         assert conn.execute(select(scheduler_job_t.c.state)).scalars().all() == ["stopped"]
@@ -93,16 +99,9 @@ def test_kopf_run_serves_the_handlers_with_a_replica_built_from_the_environment(
         kube.wait_for(lambda: kube.get("dagruns", NS, "daily-1"), timeout=10, what="run success",
                       until=lambda r: (r.get("status") or {}).get("state") == "success")
         assert http_get(int(ports[1]), "/healthz") == (200, "ok\n")
-        process.proc.send_signal(signal.SIGTERM)
-        try:
-            code = process.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"no exit 20 s after SIGTERM; stderr:\n{process.text()}") from None
-        assert code == 0, process.text()
+        assert process.stop_with_sigterm() == 0, process.text()
     finally:
-        if process.proc.poll() is None:
-            process.proc.kill()
-            process.proc.wait()
+        process.kill_if_running()
     with pg_db.begin() as conn:
         assert conn.execute(select(scheduler_job_t.c.state)).scalars().all() == ["stopped"]
 
