@@ -23,11 +23,12 @@ from alembic import command
 from click.testing import CliRunner
 from sqlalchemy import select, text, update
 
+from dagline.backfill import create_backfill
 from dagline.cli import main
 from dagline.clock import FixedClock
 from dagline.db import replicas
 from dagline.db.engine import migrations_config, upgrade
-from dagline.db.models import scheduler_job_t, ti_t
+from dagline.db.models import backfill_t, dag_run_t, scheduler_job_t, ti_t
 from dagline.executors.base import TaskKey
 from dagline.executors.local import LocalExecutor, log_path
 from dagline.executors.noop import NoopExecutor
@@ -432,3 +433,22 @@ def test_a_job_outlives_its_replica_and_a_peer_on_the_host_follows_it_to_the_end
                 proc.wait(30)
     assert_invariants(pg_db)
 
+
+
+def test_a_backfill_whose_runs_a_dead_replica_finished_is_completed_by_a_peers_housekeeping(pg_db, tmp_path):
+    """A replica killed between finishing a backfill's last run and marking the backfill completed (two
+    transactions) leaves it `running`; any replica's housekeeping completes it."""
+    apply(pg_db, write_dag(tmp_path, CHAIN.replace("name: chain", "name: daily").replace(
+        "schedule: null", 'schedule: "@daily"\n  startDate: "2026-02-01"')))
+    create_backfill(pg_db, "daily", start=t("2026-02-01T00:00:00Z"), end=t("2026-02-02T00:00:00Z"),
+                    now=t(NOW))
+    with pg_db.begin() as conn:  # what the killed replica committed: every run finished
+        conn.execute(update(dag_run_t).where(dag_run_t.c.backfill_id.is_not(None)).values(state="success"))
+    peer = Scheduler(pg_db, NoopExecutor(1), clock=FixedClock(t(NOW)), settings=FAST)
+    peer.start()
+    try:
+        assert peer.iterate().runs_finished == 0  # nothing for it to finish: only housekeeping can see it
+    finally:
+        peer.stop()
+    with pg_db.begin() as conn:
+        assert conn.execute(select(backfill_t.c.state)).scalars().all() == ["completed"]

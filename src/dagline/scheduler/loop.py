@@ -300,8 +300,14 @@ class Scheduler:
         if time.monotonic() - self._last_housekeeping < self.settings.housekeeping_interval_s:
             return
         self._step = "timing out tasks"
-        timed_out = self.tx.run(lambda conn: housekeeping.time_out_tasks(conn, now=now, dags=self.dags, who=self.who),
-                                what=self._step)
+
+        def time_out_and_finish(conn):
+            timed_out = housekeeping.time_out_tasks(conn, now=now, dags=self.dags, who=self.who)
+            # Runs finished elsewhere (a cancelled backfill, a deactivated DAG, another replica) end theirs too.
+            housekeeping.finish_backfills(conn, now=now, who=self.who)
+            return timed_out
+
+        timed_out = self.tx.run(time_out_and_finish, what=self._step)
         for key in timed_out:
             self.executor.cancel(key)  # a no-op unless this replica runs it
         if not self.db.is_sqlite:
