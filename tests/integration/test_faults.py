@@ -181,7 +181,8 @@ def test_tries_a_replica_queued_but_lost_track_of_are_launched_once_by_its_own_r
 
 def test_the_listen_connection_reconnects_and_wakes_again(pg_db):
     wakeup = Wakeup(pg_db)
-    wakeup.start(who="scheduler:1")
+    wakeup.start()
+    wakeup.ignore("scheduler:1")
     try:
         admin = create_engine(pg_db.url, isolation_level="AUTOCOMMIT")
         with admin.connect() as conn:

@@ -13,15 +13,13 @@ import datetime as dt
 import json
 import logging
 import os
-import random
-import time
 
 import click
 from sqlalchemy import select
 
 from dagline.clock import FixedClock, SystemClock
 from dagline.db import engine as dbengine
-from dagline.db.faults import is_conflict, is_transient
+from dagline.db.faults import first_line, is_transient, run_again_on_conflict
 from dagline.db.models import dag_t
 from dagline.errors import DaglineError, InvalidInput
 from dagline.times import parse_instant
@@ -97,10 +95,6 @@ def print_table(rows: list[dict], columns: list[str]) -> None:
         click.echo("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
 
 
-log = logging.getLogger(__name__)
-
-CONFLICT_ATTEMPTS = 4
-
 
 class DaglineCommand(click.Command):
     """A command run again when its transaction was rolled back for a conflict (see the module docstring).
@@ -112,22 +106,10 @@ class DaglineCommand(click.Command):
         self.retry_conflicts = retry_conflicts
 
     def invoke(self, ctx):
-        attempts = CONFLICT_ATTEMPTS if self.retry_conflicts else 1
-        for attempt in range(1, attempts + 1):
-            try:
-                return super().invoke(ctx)
-            except Exception as exc:
-                if attempt == attempts or not is_conflict(exc):
-                    raise
-                log.info("%s: %s; running the command again (attempt %d of %d)", ctx.command_path,
-                         _first_line(exc), attempt + 1, attempts)
-                time.sleep(random.uniform(0.0, 0.05 * attempt))  # let the other transaction finish
-        raise AssertionError("unreachable")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+        if not self.retry_conflicts:
+            return super().invoke(ctx)
+        return run_again_on_conflict(lambda: super(DaglineCommand, self).invoke(ctx), what=ctx.command_path,
+                                     pause_s=0.05)
 
 
 class DaglineSubGroup(click.Group):
@@ -166,7 +148,7 @@ class DaglineGroup(click.Group):
         except Exception as exc:
             if not is_transient(exc):
                 raise
-            click.echo(f"error: the database failed ({_first_line(exc)}); the command's transaction was rolled back "
+            click.echo(f"error: the database failed ({first_line(exc)}); the command's transaction was rolled back "
                        "and nothing of it was written: run it again", err=True)
             ctx.exit(1)
 

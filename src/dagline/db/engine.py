@@ -16,6 +16,7 @@ from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 
+from dagline.db.faults import first_line
 from dagline.errors import InvalidInput, OperationFailed
 
 DEFAULT_URL = "sqlite:///dagline.db"
@@ -73,7 +74,7 @@ class Database:
         except OperationalError as exc:
             if _is_connection_error(exc):
                 raise OperationFailed(
-                    f"cannot reach the database at {redact(self.url)}: {_first_line(exc.orig)}"
+                    f"cannot reach the database at {redact(self.url)}: {first_line(exc.orig)}"
                 ) from exc
             raise
 
@@ -83,10 +84,6 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
-
-
-def _first_line(exc: BaseException | None) -> str:
-    return str(exc).strip().splitlines()[0] if exc and str(exc).strip() else type(exc).__name__
 
 
 def _is_connection_error(exc: OperationalError) -> bool:
@@ -157,7 +154,7 @@ def current_revision(db: Database) -> str | None:
         with db.engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()
     except OperationalError as exc:
-        raise OperationFailed(f"cannot reach the database at {redact(db.url)}: {_first_line(exc.orig)}") from exc
+        raise OperationFailed(f"cannot reach the database at {redact(db.url)}: {first_line(exc.orig)}") from exc
 
 
 def require_current_schema(db: Database) -> None:
@@ -181,7 +178,7 @@ def open_database(url: str | None = None, *, check_schema: bool = True) -> Datab
     try:
         db.check_reachable()
     except SQLAlchemyError as exc:
-        reason = _first_line(getattr(exc, "orig", exc))
+        reason = first_line(getattr(exc, "orig", exc))
         raise OperationFailed(f"cannot reach the database at {redact(db.url)}: {reason}") from exc
     if check_schema:
         require_current_schema(db)

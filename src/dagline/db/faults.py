@@ -11,12 +11,23 @@ Anything else (a constraint violation, a bug) is not transient and is raised as 
 
 from __future__ import annotations
 
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
 from sqlalchemy.exc import DBAPIError
 
 from dagline.errors import OperationFailed
 
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
 CONFLICT_CODES = frozenset({"40001", "40P01"})
-OUTAGE_CODES = frozenset({"57P01", "57P02", "57P03", "53300", "08000", "08001", "08003", "08004", "08006"})
+OUTAGE_CODES = frozenset({"57P01", "57P02", "57P03", "53300"})  # and all of class 08 (connection exceptions)
+CONFLICT_ATTEMPTS = 4
 _OUTAGE_MESSAGES = (
     "server closed the connection", "terminating connection", "connection already closed",
     "could not connect", "connection refused", "the database system is", "ssl connection has been closed",
@@ -61,3 +72,27 @@ def is_transient(exc: BaseException) -> bool:
             if any(needle in message for needle in _OUTAGE_MESSAGES):
                 return True
     return False
+
+
+def first_line(exc: BaseException | None) -> str:
+    """The first line of an error's message (the driver's, for a database error), for one log line."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def run_again_on_conflict(fn: Callable[[], T], *, what: str, attempts: int = CONFLICT_ATTEMPTS,
+                          pause_s: float = 0.01, on_conflict: Callable[[], None] | None = None) -> T:
+    """`fn()`, run again (up to `attempts` in all) while it fails with a conflict. Only for a `fn` whose
+    writes are one transaction: PostgreSQL rolled all of it back. Between attempts, a random pause of up
+    to `pause_s` x attempt lets the other transaction finish."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except Exception as exc:
+            if attempt == attempts or not is_conflict(exc):
+                raise
+            if on_conflict is not None:
+                on_conflict()
+            log.info("%s: %s; running it again (attempt %d of %d)", what, first_line(exc), attempt + 1, attempts)
+            time.sleep(random.uniform(0.0, pause_s * attempt))
+    raise AssertionError("unreachable")

@@ -22,6 +22,8 @@ import time
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from dagline.db.faults import first_line
+
 log = logging.getLogger(__name__)
 
 CHANNEL = "dagline"
@@ -42,9 +44,9 @@ def announce(conn: Connection, who: str) -> None:
 class Listener:
     """A dedicated LISTEN connection; `wait` returns when another writer committed a change."""
 
-    def __init__(self, engine, *, ignore: str | None = None):
+    def __init__(self, engine):
         self.engine = engine
-        self.ignore = ignore
+        self.ignore: str | None = None
         self._conn = None
         self.reconnects = 0  # connections opened after the first (after losing one)
         self._opened = 0
@@ -83,7 +85,7 @@ class Listener:
 
     def _cannot_listen(self, exc: BaseException) -> None:
         level = logging.DEBUG if self._failing else logging.WARNING
-        log.log(level, "cannot LISTEN for wake-ups (%s); polling until the database is back", _first_line(exc))
+        log.log(level, "cannot LISTEN for wake-ups (%s); polling until the database is back", first_line(exc))
         self._failing = True
 
     def wait(self, timeout: float, interrupt_fd: int | None = None) -> str:
@@ -112,7 +114,7 @@ class Listener:
                 if not readable:
                     break
         except Exception as exc:  # noqa: BLE001 - a lost connection: reopened on the next wait
-            log.warning("lost the LISTEN connection (%s); reconnecting", _first_line(exc))
+            log.warning("lost the LISTEN connection (%s); reconnecting", first_line(exc))
             self.close()
             self.open()  # if the database is still down, the next wait tries again
             return "reconnected"
@@ -146,8 +148,3 @@ def _sleep(timeout: float, interrupt_fd: int | None) -> None:
         select.select([], [], [], max(0.0, timeout))
     else:
         select.select([interrupt_fd], [], [], max(0.0, timeout))
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 
 from dagline.db.models import dag_run_t, event_t, ti_t
 from dagline.db.notify import announce
+from dagline.deps import TIState, next_state_after_failure
 
 
 def record_events(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -106,3 +107,18 @@ def per_id(column_type, values: Mapping[int, Any], id_column=ti_t.c.id):
 def _chunks(items: list, size: int):
     for start in range(0, len(items), size):
         yield items[start:start + size]
+
+
+def fail_running_tries(conn: Connection, rows: Sequence[Any], *, at: dt.datetime, who: str, detail: str) -> list[Any]:
+    """End running tries that failed without a report (timed out, zombies): each becomes `up_for_retry`
+    (retry at once) or `failed` per its tries left. `rows` have id, try_number and max_tries; a row
+    changes only while it is still running that try. Returns the changed rows, as `change_tis`."""
+    by_outcome: dict[str, list[Any]] = {}
+    for row in rows:
+        by_outcome.setdefault(next_state_after_failure(row.try_number, row.max_tries), []).append(row)
+    changed = []
+    for to, group in sorted(by_outcome.items()):
+        values = {"end_date": at, "next_retry_at": at} if to == TIState.UP_FOR_RETRY else {"end_date": at}
+        changed += change_tis(conn, [r.id for r in group], expected=TIState.RUNNING, to=to, at=at, who=who,
+                              tries={r.id: r.try_number for r in group}, values=values, detail=detail)
+    return changed

@@ -34,8 +34,8 @@ from dagline.dagstore import DagCache
 from dagline.db.claims import claim_orphaned_tis, claim_stale_replicas
 from dagline.db.models import dag_run_t, scheduler_job_t, ti_t
 from dagline.db.replicas import HOSTNAME, database_now, mark_all_others_dead
-from dagline.db.transitions import change_tis, record_events
-from dagline.deps import TIState, next_state_after_failure
+from dagline.db.transitions import fail_running_tries, record_events
+from dagline.deps import TIState
 from dagline.executors.base import Executor, TaskKey, TaskLaunch
 from dagline.scheduler.critical_section import QueuedTI
 from dagline.scheduler.executor_events import fail_unlaunchable
@@ -46,9 +46,11 @@ from dagline.scheduler.tries import InFlight
 log = logging.getLogger(__name__)
 
 
-def declare_stale_replicas_dead(conn: Connection, *, job_id: int, timeout_s: float, who: str) -> list:
-    """Mark `dead` the replicas silent for `timeout_s` (database clock), each once, with an event."""
-    now = database_now(conn)
+def declare_stale_replicas_dead(conn: Connection, *, job_id: int, timeout_s: float, who: str,
+                                now: dt.datetime | None = None) -> list:
+    """Mark `dead` the replicas silent for `timeout_s` (database clock, `now` if the caller read it), each
+    once, with an event."""
+    now = now or database_now(conn)
     dead = claim_stale_replicas(conn, job_id=job_id, now=now, timeout_s=timeout_s)
     record_events(conn, [{
         "at": now, "who": who, "entity": "scheduler", "from_state": "running", "to_state": "dead",
@@ -195,11 +197,7 @@ class Adopter:
 
 
 def _settle_zombies(conn: Connection, zombies: Sequence, *, now: dt.datetime, who: str, why: str) -> None:
-    for ti in zombies:
-        to = next_state_after_failure(ti.try_number, ti.max_tries)
-        values = {"end_date": now, "next_retry_at": now} if to == TIState.UP_FOR_RETRY else {"end_date": now}
-        change_tis(conn, [ti.id], expected=TIState.RUNNING, to=to, at=now, who=who, tries={ti.id: ti.try_number},
-                   values=values, detail=f"zombie: {why} and no job of this try was found")
+    fail_running_tries(conn, zombies, at=now, who=who, detail=f"zombie: {why} and no job of this try was found")
 
 
 def _own_and_tracked(conn: Connection, job_id: int, tracked: set[int]) -> list:

@@ -9,7 +9,6 @@ try, or a TI that someone else already moved on, change nothing.
 from __future__ import annotations
 
 import datetime as dt
-import socket
 from collections.abc import Sequence
 
 from sqlalchemy import select
@@ -17,11 +16,10 @@ from sqlalchemy.engine import Connection
 
 from dagline.dagstore import DagCache
 from dagline.db.models import UTCDateTime, dag_run_t, ti_t
+from dagline.db.replicas import HOSTNAME
 from dagline.db.transitions import change_tis, per_id
 from dagline.deps import TIState, next_state_after_failure, retry_delay
 from dagline.executors.base import TaskReport
-
-HOSTNAME = socket.gethostname()
 
 
 def apply_reports(

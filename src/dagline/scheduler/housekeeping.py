@@ -14,8 +14,8 @@ from sqlalchemy.engine import Connection
 
 from dagline.dagstore import DagCache
 from dagline.db.models import backfill_t, dag_run_t, ti_t
-from dagline.db.transitions import change_tis, record_events
-from dagline.deps import RunState, TIState, next_state_after_failure
+from dagline.db.transitions import fail_running_tries, record_events
+from dagline.deps import RunState, TIState
 from dagline.executors.base import TaskKey
 
 
@@ -28,21 +28,14 @@ def time_out_tasks(conn: Connection, *, now: dt.datetime, dags: DagCache, who: s
         .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
         .where(ti_t.c.state == TIState.RUNNING, ti_t.c.start_date.is_not(None))
     ).all()
-    keys = []
+    overdue = {}
     for row in rows:
         timeout = dags.get(conn, row.dag_version_id).tasks[row.task_id].execution_timeout
-        if timeout is None or row.start_date + timeout.as_timedelta() > now:
-            continue
-        to = next_state_after_failure(row.try_number, row.max_tries)
-        values = {"end_date": now}
-        if to == TIState.UP_FOR_RETRY:
-            values["next_retry_at"] = now
-        changed = change_tis(conn, [row.id], expected=TIState.RUNNING, to=to, at=now, who=who,
-                             tries={row.id: row.try_number}, values=values,
-                             detail="timed out: running longer than its executionTimeout")
-        if changed:
-            keys.append(TaskKey(row.dag_id, row.run_id, row.task_id, row.try_number))
-    return keys
+        if timeout is not None and row.start_date + timeout.as_timedelta() <= now:
+            overdue[row.id] = row
+    changed = fail_running_tries(conn, list(overdue.values()), at=now, who=who,
+                                 detail="timed out: running longer than its executionTimeout")
+    return [TaskKey(r.dag_id, overdue[r.id].run_id, r.task_id, r.try_number) for r in changed]
 
 
 def finish_backfills(conn: Connection, *, now: dt.datetime, who: str) -> int:

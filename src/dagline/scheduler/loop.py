@@ -31,7 +31,7 @@ from dagline.clock import Clock, SystemClock
 from dagline.dagstore import DagCache
 from dagline.db.claims import PoolsBusy, lock_running_runs, lock_runs_by_id
 from dagline.db.engine import Database
-from dagline.db.faults import is_transient
+from dagline.db.faults import first_line, is_transient
 from dagline.db.replicas import database_now
 from dagline.executors.base import Executor, TaskLaunch
 from dagline.scheduler import housekeeping
@@ -43,7 +43,7 @@ from dagline.scheduler.executor_events import apply_reports, fail_unlaunchable
 from dagline.scheduler.guard import SchedulerLock
 from dagline.scheduler.launches import build_launches
 from dagline.scheduler.liveness import Liveness, ReplicaFenced
-from dagline.scheduler.resilience import Backoff, Transactions, describe
+from dagline.scheduler.resilience import Backoff, Transactions
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.scheduler.start_runs import start_queued_runs
 from dagline.scheduler.tries import InFlight
@@ -130,7 +130,7 @@ class Scheduler:
         except Exception as exc:
             if not is_transient(exc):
                 raise
-            log.warning("database error while %s: %s; housekeeping tries again", self._step, describe(exc))
+            log.warning("database error while %s: %s; housekeeping tries again", self._step, first_line(exc))
 
     def stop(self) -> None:
         """Leave gracefully: store what the executor reported, leave its jobs running, deregister."""
@@ -139,14 +139,15 @@ class Scheduler:
                 try:
                     self._apply_reports(LoopStats())
                 except Exception as exc:  # noqa: BLE001 - a peer or the next start reads them from the jobs
-                    log.warning("could not store the last executor reports (%s): the jobs' adopter will", describe(exc))
+                    log.warning("could not store the last executor reports (%s): the jobs' adopter will",
+                                first_line(exc))
                 self._detach_executor()
                 try:
                     if self.liveness.deregister():
                         log.info("scheduler %s stopped", self.job_id)
                 except Exception as exc:  # noqa: BLE001 - peers will find the heartbeat stale instead
                     log.warning("scheduler %s stopped without deregistering (%s); peers will declare it dead",
-                                self.job_id, describe(exc))
+                                self.job_id, first_line(exc))
         finally:
             self.wakeup.close()
             self._lock.release()
@@ -192,7 +193,7 @@ class Scheduler:
                 raise
             self.failed_loops += 1
             delay = self.backoff.next()
-            log.warning("database error while %s: %s; carrying on in %.1fs", self._step, describe(exc), delay)
+            log.warning("database error while %s: %s; carrying on in %.1fs", self._step, first_line(exc), delay)
             self.wakeup.wait(delay, listen=False)
             return None
         self.backoff.reset()
@@ -331,10 +332,11 @@ class Scheduler:
         self._step = "declaring silent replicas dead"
 
         def declare(conn):
-            if not self.liveness.may_judge_peers(database_now(conn)):
+            now = database_now(conn)
+            if not self.liveness.may_judge_peers(now):
                 return []
             return declare_stale_replicas_dead(conn, job_id=self.job_id, timeout_s=self.settings.replica_timeout_s,
-                                               who=self.who)
+                                               who=self.who, now=now)
 
         self.tx.run(declare, what=self._step)
 

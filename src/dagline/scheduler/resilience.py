@@ -15,22 +15,15 @@ reconciled from the database later (`adoption.reconcile_own_tries`).
 
 from __future__ import annotations
 
-import logging
-import random
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from sqlalchemy.engine import Connection
 
 from dagline.db.engine import Database
-from dagline.db.faults import is_conflict
-
-log = logging.getLogger(__name__)
+from dagline.db.faults import CONFLICT_ATTEMPTS, run_again_on_conflict
 
 T = TypeVar("T")
-
-CONFLICT_ATTEMPTS = 4
 
 
 class Transactions:
@@ -42,18 +35,14 @@ class Transactions:
         self.conflicts = 0  # conflicts retried so far (for tests and logs)
 
     def run(self, fn: Callable[[Connection], T], *, what: str) -> T:
-        for attempt in range(1, self.attempts + 1):
-            try:
-                with self.db.begin() as conn:
-                    return fn(conn)
-            except Exception as exc:
-                if attempt == self.attempts or not is_conflict(exc):
-                    raise
-                self.conflicts += 1
-                log.info("%s: %s; running the transaction again (attempt %d of %d)", what,
-                         describe(exc), attempt + 1, self.attempts)
-                time.sleep(random.uniform(0.0, 0.01 * attempt))  # let the other transaction finish
-        raise AssertionError("unreachable")
+        def once() -> T:
+            with self.db.begin() as conn:
+                return fn(conn)
+
+        return run_again_on_conflict(once, what=what, attempts=self.attempts, on_conflict=self._count_conflict)
+
+    def _count_conflict(self) -> None:
+        self.conflicts += 1
 
 
 class Backoff:
@@ -71,10 +60,4 @@ class Backoff:
 
     def reset(self) -> None:
         self.failures = 0
-
-
-def describe(exc: BaseException) -> str:
-    """The first line of a database error's message, for a log line."""
-    text = str(getattr(exc, "orig", None) or exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 

@@ -28,18 +28,12 @@ class Wakeup:
         self.reasons: dict[str, int] = {}  # how waits ended, by reason (for tests and logs)
 
     @property
-    def listening(self) -> bool:
-        return self._listener is not None
-
-    @property
     def reconnects(self) -> int:
         return self._listener.reconnects if self._listener is not None else 0
 
-    def start(self, who: str | None = None) -> None:
+    def start(self) -> None:
         """Begin listening before the loop first looks at the database, so no change falls in between."""
         if self._listener is not None:
-            if who is not None:
-                self._listener.set_ignore(who)
             self._listener.open()  # if the database is down, the first wait retries
 
     def ignore(self, who: str) -> None:
