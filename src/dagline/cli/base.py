@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import os
 
 import click
 from sqlalchemy import select
@@ -66,10 +65,6 @@ def dag_timezone(db, dag_id: str) -> str:
     with db.begin() as conn:
         tz = conn.execute(select(dag_t.c.timezone).where(dag_t.c.dag_id == dag_id)).scalar()
     return tz or "UTC"
-
-
-def resolve_log_folder(value: str | None) -> str:
-    return os.path.abspath(value or os.environ.get("DAGLINE_LOG_FOLDER") or "logs")
 
 
 def emit_json(rows) -> None:
@@ -181,13 +176,9 @@ log_folder_option = click.option("--log-folder", default=None, metavar="DIR",
 
 
 def make_cli_executor(name, parallelism, log_folder, clock):
-    from dagline.executors import make_executor
+    from dagline.k8s.settings import build_executor  # light: the kubernetes client only for spark-k8s
 
-    if name == "spark-k8s":  # imported here: only this executor needs the kubernetes client
-        from dagline.k8s.executor import SparkK8sExecutor, SparkK8sSettings
-
-        return SparkK8sExecutor(SparkK8sSettings.from_env(), parallelism=parallelism, clock=clock)
-    return make_executor(name, parallelism=parallelism, log_folder=resolve_log_folder(log_folder), clock=clock)
+    return build_executor(name, parallelism=parallelism, clock=clock, log_folder=log_folder)
 
 
 def json_object(value: str | None, field: str) -> dict | None:

@@ -15,11 +15,11 @@ from dagline.cli.base import (
     main,
     make_clock,
     now_option,
-    resolve_log_folder,
     show_rows,
 )
 from dagline.db.models import ti_t
 from dagline.errors import InvalidInput, OperationFailed
+from dagline.executors import resolve_log_folder
 
 
 @main.group()

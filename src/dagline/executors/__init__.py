@@ -8,7 +8,14 @@ tasks that take time; options passed in explicitly win over the environment.
 
 from __future__ import annotations
 
+import os
+
 from dagline.executors.base import Executor
+
+
+def resolve_log_folder(value: str | None) -> str:
+    """Where task logs go: `value`, else `$DAGLINE_LOG_FOLDER`, else `./logs` (absolute)."""
+    return os.path.abspath(value or os.environ.get("DAGLINE_LOG_FOLDER") or "logs")
 
 
 def make_executor(name: str, *, parallelism: int, log_folder: str, clock=None, **options) -> Executor:

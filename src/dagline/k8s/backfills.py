@@ -31,11 +31,8 @@ from dagline.queries import backfill_run_counts
 from dagline.spec import BackfillSpec, format_path
 
 WAITING_FOR_DAG = "DagNotReady"   # a reason the status sync tries again
-PROGRESS_FIELDS = ("backfillId", "phase", "total", "queued", "running", "succeeded", "failed", "skippedExisting",
-                   "overridden", "message")
 _CLI_FIELDS = {"--start": "spec.start", "--end": "spec.end", "--reprocess": "spec.reprocess",
-               "--max-active-runs": "spec.maxActiveRuns", "--run-backwards": "spec.runBackwards",
-               "--conf": "spec.conf"}
+               "--max-active-runs": "spec.maxActiveRuns", "--run-backwards": "spec.runBackwards"}
 
 
 def ensure_backfill(db: Database, body: Mapping[str, Any], *, now: dt.datetime, who: str) -> Outcome:

@@ -50,11 +50,6 @@ def k8s_time(value: dt.datetime | None) -> str | None:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def status_time(value: dt.datetime | None) -> str | None:
-    """A database time in a status field: UTC ISO-8601 with its offset, as the CLI's JSON has it."""
-    return None if value is None else value.astimezone(UTC).isoformat()
-
-
 def _condition(type_: str, status: str, reason: str, message: str, now: dt.datetime,
                previous: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
     before = next((c for c in previous or () if c.get("type") == type_), None)

@@ -29,20 +29,16 @@ from dagline.db.engine import Database
 from dagline.db.models import dag_t
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.k8s import conditions
-from dagline.k8s.conditions import Outcome, status_time
+from dagline.k8s.conditions import Outcome
 from dagline.k8s.resources import API_VERSION, DAG, DAG_RUN, LABEL_DAG, LABEL_MANAGED, LABEL_RUN
 from dagline.k8s.sparkapp import MANAGED_BY, label_value
 from dagline.queries import runs_by_run_id, task_counts, version_numbers
 from dagline.runs import trigger_run
 from dagline.spec import DagRunSpec, format_path
-from dagline.times import parse_instant
+from dagline.times import isoformat, parse_instant
 
 UNKNOWN_DAG = "UnknownDag"   # a reason the status sync tries again
 _OBJECT_RUN_ID = re.compile(r"^manual__[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-RUN_FIELDS = ("id", "runId", "runType", "state", "logicalDate", "dataIntervalStart", "dataIntervalEnd",
-              "dagVersion", "backfillId", "startDate", "endDate", "taskCounts")
-
-
 def object_run_id(uid: str) -> str:
     """The run id of the manual run a user's DagRun object triggers."""
     return f"manual__{uid}"
@@ -109,9 +105,9 @@ def run_status(run, version_number: int | None, counts: Mapping[str, int] | None
     """A DagRun object's status fields for a run row."""
     return {
         "id": run.id, "runId": run.run_id, "runType": run.run_type, "state": run.state,
-        "logicalDate": status_time(run.logical_date), "dataIntervalStart": status_time(run.data_interval_start),
-        "dataIntervalEnd": status_time(run.data_interval_end), "dagVersion": version_number,
-        "backfillId": run.backfill_id, "startDate": status_time(run.start_date), "endDate": status_time(run.end_date),
+        "logicalDate": isoformat(run.logical_date), "dataIntervalStart": isoformat(run.data_interval_start),
+        "dataIntervalEnd": isoformat(run.data_interval_end), "dagVersion": version_number,
+        "backfillId": run.backfill_id, "startDate": isoformat(run.start_date), "endDate": isoformat(run.end_date),
         "taskCounts": dict(sorted((counts or {}).items())),
     }
 
@@ -124,7 +120,7 @@ def mirror_name(dag_id: str, run_id: str) -> str:
 def mirror_manifest(dag_object: Mapping[str, Any], run) -> dict[str, Any]:
     """A DagRun object for a run, owned by the DAG object (deleting the DAG collects it)."""
     meta = dag_object["metadata"]
-    spec: dict[str, Any] = {"dag": run.dag_id, "runId": run.run_id, "logicalDate": status_time(run.logical_date)}
+    spec: dict[str, Any] = {"dag": run.dag_id, "runId": run.run_id, "logicalDate": isoformat(run.logical_date)}
     if run.conf:
         spec["conf"] = run.conf
     return {

@@ -28,9 +28,10 @@ from dagline.db.engine import Database
 from dagline.db.models import dag_t, dag_version_t
 from dagline.errors import InvalidInput
 from dagline.k8s import conditions
-from dagline.k8s.conditions import Outcome, status_time
+from dagline.k8s.conditions import Outcome
 from dagline.queries import latest_runs, version_numbers
 from dagline.spec import Dag, LoadedDag, parse_dag_document
+from dagline.times import isoformat
 
 SOURCE_SCHEME = "k8s://"
 DERIVED_FIELDS = ("version", "versionHash", "active", "nextRun", "lastRunId", "lastRunState")
@@ -96,7 +97,7 @@ def _refused(db: Database, namespace: str, name: str, reason: str, message: str,
              previous) -> Outcome:
     """Nothing written. An object that defines a stored DAG still shows what the database runs."""
     with db.begin() as conn:
-        owner = conn.execute(select(dag_t.c.source_path).where(dag_t.c.dag_id == name)).scalar()
+        owner = sources(conn, [name]).get(name)
         stored = derived_statuses(conn, [name]).get(name) if owner == object_source(namespace, name) else None
     fields = status_fields(stored) if stored else dict.fromkeys(DERIVED_FIELDS)
     outcome = Outcome({**fields, "conditions": conditions.invalid(reason, message, now=now, previous=previous)})
@@ -114,10 +115,16 @@ def delete_dag_object(db: Database, body: Mapping[str, Any], *, now: dt.datetime
     meta = body.get("metadata") or {}
     namespace, name = meta.get("namespace") or "default", meta.get("name")
     with db.begin() as conn:
-        owner = conn.execute(select(dag_t.c.source_path).where(dag_t.c.dag_id == name)).scalar()
+        owner = sources(conn, [name]).get(name)
     if owner != object_source(namespace, name):
         return None
     return deactivate(db, name, now=now, who=who)
+
+
+def sources(conn: Connection, dag_ids: Iterable[str]) -> dict[str, str | None]:
+    """dag_id -> the object that defines the stored DAG (`k8s://<namespace>/<name>`), for stored DAGs."""
+    rows = conn.execute(select(dag_t.c.dag_id, dag_t.c.source_path).where(dag_t.c.dag_id.in_(list(dag_ids))))
+    return dict(rows.all())
 
 
 def derived_statuses(conn: Connection, dag_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -134,7 +141,7 @@ def derived_statuses(conn: Connection, dag_ids: Iterable[str]) -> dict[str, dict
         run = last.get(row.dag_id)
         result[row.dag_id] = {
             "version": numbers.get(row.current_version_id), "versionHash": row.version, "active": row.is_active,
-            "nextRun": status_time(row.next_dagrun_create_after or row.next_dagrun_data_interval_end)
+            "nextRun": isoformat(row.next_dagrun_create_after or row.next_dagrun_data_interval_end)
             if row.is_active else None,
             "lastRunId": run.run_id if run else None, "lastRunState": run.state if run else None,
             "source": row.source_path,

@@ -187,6 +187,4 @@ def pool_deleted(body, patch, memo, **_):
     runtime = _runtime(memo)
     outcome = pools.release_pool_object(runtime.db, _plain(body), _same_name(runtime, body),
                                         now=runtime.clock.now(), who=runtime.who)
-    if outcome is not None:
-        for type_, reason, message in outcome.events:
-            kopf.event(body, type=type_, reason=reason, message=message)
+    _report(body, patch, outcome)  # its status is empty: the object is going; its events are what counts

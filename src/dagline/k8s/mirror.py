@@ -154,8 +154,7 @@ class StatusSync:
         dagrun_objects = self.cache.objects("dagruns")
         dag_objects = [o for o in self.cache.objects("dags") if not _deleting(o)]
         with self.db.begin() as conn:
-            sources = {name: s["source"] for name, s in
-                       dags.derived_statuses(conn, [_meta(o)["name"] for o in dag_objects]).items()}
+            sources = dags.sources(conn, [_meta(o)["name"] for o in dag_objects])
             owners = {_meta(o)["name"]: o for o in dag_objects
                       if sources.get(_meta(o)["name"]) == dags.object_source(_meta(o)["namespace"], _meta(o)["name"])}
             shown = runs_to_show(conn, {dag_id: history_limit(o, self.default_limit) for dag_id, o in owners.items()})

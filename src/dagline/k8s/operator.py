@@ -13,30 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 
 import kopf
 
-from dagline.clock import Clock, SystemClock
+from dagline.clock import SystemClock
 from dagline.db.engine import Database, open_database
 from dagline.errors import InvalidInput
-from dagline.executors.base import Executor
 from dagline.k8s.runtime import Runtime
-from dagline.k8s.settings import OperatorSettings
+from dagline.k8s.settings import OperatorSettings, build_executor
 
 log = logging.getLogger(__name__)
-
-
-def build_executor(name: str, *, parallelism: int, clock: Clock, log_folder: str | None = None) -> Executor:
-    """The scheduler's executor: `spark-k8s` (settings from `DAGLINE_SPARK_*`), `noop` or `local`."""
-    if name == "spark-k8s":
-        from dagline.k8s.executor import SparkK8sExecutor, SparkK8sSettings
-
-        return SparkK8sExecutor(SparkK8sSettings.from_env(), parallelism=parallelism, clock=clock)
-    from dagline.executors import make_executor
-
-    folder = os.path.abspath(log_folder or os.environ.get("DAGLINE_LOG_FOLDER") or "logs")
-    return make_executor(name, parallelism=parallelism, log_folder=folder, clock=clock)
 
 
 def open_operator_database(settings: OperatorSettings) -> Database:

@@ -91,3 +91,16 @@ class OperatorSettings:
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**{key: value for key, value in values.items() if value is not None})
+
+
+def build_executor(name: str, *, parallelism: int, clock, log_folder: str | None = None):
+    """The scheduler's executor by name: `spark-k8s` (settings from `DAGLINE_SPARK_*`; the kubernetes client
+    is imported only then), or the core's `local` and `noop`. Used by `dagline scheduler|operator` and
+    by `kopf run -m dagline.k8s.handlers`."""
+    if name == "spark-k8s":
+        from dagline.k8s.executor import SparkK8sExecutor, SparkK8sSettings
+
+        return SparkK8sExecutor(SparkK8sSettings.from_env(), parallelism=parallelism, clock=clock)
+    from dagline.executors import make_executor, resolve_log_folder
+
+    return make_executor(name, parallelism=parallelism, log_folder=resolve_log_folder(log_folder), clock=clock)
