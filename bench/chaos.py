@@ -69,8 +69,6 @@ from dagline import audit  # noqa: E402
 from dagline.db.engine import Database, normalize_url  # noqa: E402
 from dagline.db.models import dag_run_t, dag_t, event_t, ti_t  # noqa: E402
 
-VIOLATIONS = ("duplicate_runs", "duplicate_launches", "pool_violations", "max_active_violations", "stuck_tis",
-              "lost_tis", "stuck_runs", "missing_runs", "unfinished_queued_tis", "broken_timeline")
 POOLS = {"alpha": 8, "beta": 8}
 
 
@@ -514,10 +512,10 @@ class Harness:
 
     def _result(self, chaos_s: float, drain_s: float, drained: bool) -> dict:
         now = dt.datetime.now(dt.timezone.utc)
+        progress = self._progress()
+        runs, tis = progress["runs"], progress["tis"]
         with self.db.engine.connect() as conn:
-            found = audit.drained_violations(conn, now)
-            runs = dict(conn.execute(select(dag_run_t.c.state, func.count()).group_by(dag_run_t.c.state)).all())
-            tis = dict(conn.execute(select(ti_t.c.state, func.count()).group_by(ti_t.c.state)).all())
+            found = audit.drained_violations(conn, now)  # every check the audit has, each a count below
             after_kill = 0
             if self.first_kill_at is not None:
                 after_kill = conn.execute(select(func.count()).select_from(dag_run_t).where(
@@ -545,12 +543,12 @@ class Harness:
             "tis": sum(tis.values()), "tis_succeeded": tis.get("success", 0), "tis_failed": tis.get("failed", 0),
             "retries": retries, "zombies": zombies, "replicas_declared_dead": declared_dead,
             "triggers": self.counts["triggers"], "cli_failures": self.counts["cli_failures"],
-            **{name: len(found[name]) for name in VIOLATIONS},
+            **{name: len(rows) for name, rows in found.items()}, "violation_checks": sorted(found),
             "drained": drained, "drain_s": round(drain_s, 1),
             "tis_per_s": round(tis.get("success", 0) / (chaos_s + drain_s), 1),
             "longest_quiet_s": round(longest_quiet, 1) if longest_quiet is not None else None,
         }
-        samples = {name: found[name][:5] for name in VIOLATIONS if found[name]}
+        samples = {name: rows[:5] for name, rows in found.items() if rows}
         if samples:
             result["samples"] = samples
         if failed_why:
@@ -569,7 +567,7 @@ def _is_drained(progress: dict) -> bool:
 
 
 def violation_count(result: dict) -> int:
-    return sum(result[name] for name in VIOLATIONS)
+    return sum(result[name] for name in result["violation_checks"])
 
 
 def run_chaos(config: ChaosConfig, url: str | None = None) -> dict:

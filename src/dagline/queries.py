@@ -71,10 +71,10 @@ def list_tasks(conn: Connection, run_pk: int) -> list[dict]:
     } for r in rows]
 
 
-def backfill_dict(conn: Connection, b) -> dict:
-    counts = dict(conn.execute(
-        select(dag_run_t.c.state, func.count()).where(dag_run_t.c.backfill_id == b.id)
-        .group_by(dag_run_t.c.state)).all())
+def backfill_dict(conn: Connection, b, counts: dict[str, int] | None = None) -> dict:
+    """A backfill as the CLI's JSON shows it; `counts` (runs per state) when the caller has them."""
+    if counts is None:
+        counts = backfill_run_counts(conn, [b.id]).get(b.id, {})
     return {
         "id": b.id, "dag_id": b.dag_id, "from_date": isoformat(b.from_date), "to_date": isoformat(b.to_date),
         "reprocess": b.reprocess, "max_active_runs": b.max_active_runs, "run_backwards": b.run_backwards,
@@ -97,7 +97,9 @@ def list_backfills(conn: Connection, dag_id: str | None = None) -> list[dict]:
     stmt = select(backfill_t).order_by(backfill_t.c.id)
     if dag_id is not None:
         stmt = stmt.where(backfill_t.c.dag_id == dag_id)
-    return [backfill_dict(conn, b) for b in conn.execute(stmt)]
+    backfills = conn.execute(stmt).all()
+    counts = backfill_run_counts(conn, [b.id for b in backfills])
+    return [backfill_dict(conn, b, counts.get(b.id, {})) for b in backfills]
 
 
 def task_counts(conn: Connection, run_pks: list[int]) -> dict[int, dict[str, int]]:

@@ -387,7 +387,6 @@ def test_a_database_with_replicas_and_their_task_instances_upgrades_to_this_sche
 
 # -- real processes and real jobs: the local executor's jobs outlive their replica -----------------
 
-SLOW = SLOW_DAG
 JOB = "import time\nprint('started', flush=True)\ntime.sleep(8)\nprint('done', flush=True)\n"
 
 
@@ -402,7 +401,7 @@ def _replica_process(db, logs, **env):
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
 def test_a_job_outlives_its_replica_and_a_peer_on_the_host_follows_it_to_the_end(pg_db, tmp_path, how):
     (tmp_path / "slow.py").write_text(JOB)
-    apply(pg_db, write_dag(tmp_path, SLOW))
+    apply(pg_db, write_dag(tmp_path, SLOW_DAG))
     run = trigger_run(pg_db, "slow", now=dt.datetime.now(dt.timezone.utc))
     logs = tmp_path / "logs"
     first = _replica_process(pg_db, logs)

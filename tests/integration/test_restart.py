@@ -20,7 +20,6 @@ from dagline.cli import main
 
 from .harness import SLOW_DAG, assert_invariants, events, runs, ti_states, tis
 
-DAG = SLOW_DAG
 JOB = "import sys, time\nprint('started', flush=True)\ntime.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 6)\n"
 
 
@@ -34,7 +33,7 @@ def _wait_for(predicate, what: str, timeout: float = 60.0):
 @pytest.fixture
 def setup(sqlite_db, tmp_path):
     (tmp_path / "slow.py").write_text(JOB)
-    (tmp_path / "dag.yaml").write_text(DAG)
+    (tmp_path / "dag.yaml").write_text(SLOW_DAG)
     runner = CliRunner()
     for args in (["dags", "apply", str(tmp_path / "dag.yaml")], ["dags", "trigger", "slow"]):
         assert runner.invoke(main, ["--db", sqlite_db.url, *args]).exit_code == 0

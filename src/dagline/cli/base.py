@@ -53,13 +53,6 @@ def read_instant(value: str | None, field: str, timezone: str = "UTC") -> dt.dat
         raise InvalidInput(str(exc), field=field) from None
 
 
-def is_plain_date(value: str) -> bool:
-    try:
-        dt.date.fromisoformat(value.strip())
-        return len(value.strip()) == 10
-    except ValueError:
-        return False
-
 
 def dag_timezone(db, dag_id: str) -> str:
     with db.begin() as conn:

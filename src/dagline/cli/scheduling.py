@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import signal
 import sys
@@ -15,7 +14,6 @@ from dagline.cli.base import (
     dag_timezone,
     emit_json,
     executor_option,
-    is_plain_date,
     json_object,
     json_option,
     log_folder_option,
@@ -25,7 +23,6 @@ from dagline.cli.base import (
     now_option,
     parallelism_option,
     print_table,
-    read_instant,
     show_rows,
 )
 from dagline.db.models import backfill_t
@@ -96,16 +93,12 @@ def _backfill_options(f):
 
 def _create_backfill(obj: Context, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
                      request_id, conf, now_value):
-    from dagline.backfill import create_backfill
+    from dagline.backfill import create_backfill, resolve_range
 
     database = obj.db()
-    tz = dag_timezone(database, dag_id)
-    end_instant = read_instant(end, "--end", tz)
-    if is_plain_date(end):  # `--end 2026-03-07` includes the whole of that day
-        end_instant = read_instant((dt.date.fromisoformat(end.strip()) + dt.timedelta(days=1)).isoformat(), "--end", tz)
-        end_instant -= dt.timedelta(microseconds=1)
+    first, last = resolve_range(start, end, dag_timezone(database, dag_id))  # `--end 2026-03-07`: all that day
     return create_backfill(
-        database, dag_id, start=read_instant(start, "--start", tz), end=end_instant, now=now_value,
+        database, dag_id, start=first, end=last, now=now_value,
         reprocess=reprocess, max_active_runs=max_active_runs, run_backwards=run_backwards, dry_run=dry_run,
         request_id=request_id, conf=json_object(conf, "--conf"),
     )
