@@ -20,6 +20,10 @@ class OperationFailed(DaglineError):
     exit_code = 1
 
 
+class DatabaseUnreachable(OperationFailed):
+    """The database cannot be reached now (down, restarting, refusing connections): an outage to wait out."""
+
+
 class InvalidInput(DaglineError):
     """Bad usage or invalid input; `field` names what was wrong (e.g. ``spec.tasks[1].upstream``)."""
 

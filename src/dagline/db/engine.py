@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 
 from dagline.db.faults import first_line
-from dagline.errors import InvalidInput, OperationFailed
+from dagline.errors import DatabaseUnreachable, InvalidInput, OperationFailed
 
 DEFAULT_URL = "sqlite:///dagline.db"
 
@@ -73,7 +73,7 @@ class Database:
                 yield conn
         except OperationalError as exc:
             if _is_connection_error(exc):
-                raise OperationFailed(
+                raise DatabaseUnreachable(
                     f"cannot reach the database at {redact(self.url)}: {first_line(exc.orig)}"
                 ) from exc
             raise
@@ -154,7 +154,7 @@ def current_revision(db: Database) -> str | None:
         with db.engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()
     except OperationalError as exc:
-        raise OperationFailed(f"cannot reach the database at {redact(db.url)}: {first_line(exc.orig)}") from exc
+        raise DatabaseUnreachable(f"cannot reach the database at {redact(db.url)}: {first_line(exc.orig)}") from exc
 
 
 def require_current_schema(db: Database) -> None:
@@ -179,7 +179,7 @@ def open_database(url: str | None = None, *, check_schema: bool = True) -> Datab
         db.check_reachable()
     except SQLAlchemyError as exc:
         reason = first_line(getattr(exc, "orig", exc))
-        raise OperationFailed(f"cannot reach the database at {redact(db.url)}: {reason}") from exc
+        raise DatabaseUnreachable(f"cannot reach the database at {redact(db.url)}: {reason}") from exc
     if check_schema:
         require_current_schema(db)
     return db

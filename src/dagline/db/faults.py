@@ -4,7 +4,7 @@ Two kinds, told apart because they are retried differently (see `dagline.schedul
 - conflicts: a serialization failure (40001) or a deadlock (40P01). PostgreSQL rolled the transaction
   back; running it again at once usually succeeds.
 - outages: the connection was reset or terminated, the server is shutting down or starting up
-  (57P01, 57P02, 57P03, class 08), the database cannot be reached (`OperationFailed` from
+  (57P01, 57P02, 57P03, class 08), the database cannot be reached (`DatabaseUnreachable` from
   `Database.begin`), SQLite is locked past its busy timeout. Retried after a backoff.
 Anything else (a constraint violation, a bug) is not transient and is raised as it is.
 """
@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError
 
-from dagline.errors import OperationFailed
+from dagline.errors import DatabaseUnreachable
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ _OUTAGE_MESSAGES = (
     "server closed the connection", "terminating connection", "connection already closed",
     "could not connect", "connection refused", "the database system is", "ssl connection has been closed",
     "connection timed out", "timeout expired", "no connection to the server", "database is locked",
-    "cannot reach the database", "could not receive data", "could not send data", "connection reset",
+    "could not receive data", "could not send data", "connection reset",
 )
 
 
@@ -65,9 +65,9 @@ def is_transient(exc: BaseException) -> bool:
     if code in CONFLICT_CODES or code in OUTAGE_CODES or (code or "").startswith("08"):
         return True
     for link in _chain(exc):
-        if isinstance(link, DBAPIError) and link.connection_invalidated:
+        if isinstance(link, DatabaseUnreachable) or (isinstance(link, DBAPIError) and link.connection_invalidated):
             return True
-        if isinstance(link, (DBAPIError, OperationFailed)) or type(link).__module__.startswith("psycopg2"):
+        if isinstance(link, DBAPIError) or type(link).__module__.startswith("psycopg2"):
             message = str(link).lower()
             if any(needle in message for needle in _OUTAGE_MESSAGES):
                 return True
