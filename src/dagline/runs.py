@@ -47,9 +47,7 @@ def trigger_run(
                 f"{when.isoformat()}; clear it (`dagline tasks clear {existing.id}`) or backfill with --reprocess")
         interval = timetable_for(dag).manual_interval(when)
         [run_pk] = insert_runs(conn, dag=dag, version_id=version_id, run_type="manual",
-                               runs=[NewRun(when, interval, when, conf=conf)], now=now, who=who)
-        if run_id is not None:  # same transaction, DAG row locked: nobody has seen the generated id
-            conn.execute(update(dag_run_t).where(dag_run_t.c.id == run_pk).values(run_id=run_id))
+                               runs=[NewRun(when, interval, when, conf=conf, run_id=run_id)], now=now, who=who)
         return conn.execute(select(dag_run_t).where(dag_run_t.c.id == run_pk)).one()
 
 

@@ -49,6 +49,7 @@ class NewRun:
     run_after: dt.datetime
     conf: dict | None = None
     replaces: int | None = None  # id of the live run at this date that the new one overrides
+    run_id: str | None = None  # chosen by the caller (unused in the DAG); else `<type>__<logical date>`
 
 
 def make_run_id(run_type: str, logical_date: dt.datetime) -> str:
@@ -78,7 +79,9 @@ def insert_runs(
                             detail=f"replaced by a {run_type} run")
         if len(done) != len(replaced):
             raise RuntimeError("a run chosen for replacement changed state meanwhile; nothing was written")
-    run_ids = _unique_run_ids(conn, dag.dag_id, [make_run_id(run_type, r.logical_date) for r in runs])
+    generated = iter(_unique_run_ids(conn, dag.dag_id, [make_run_id(run_type, r.logical_date)
+                                                         for r in runs if r.run_id is None]))
+    run_ids = [r.run_id if r.run_id is not None else next(generated) for r in runs]
     rows = [
         {
             "dag_id": dag.dag_id, "run_id": run_id, "logical_date": r.logical_date,
