@@ -90,9 +90,7 @@ def _created(db: Database, uid: str, *, now: dt.datetime, previous) -> Outcome:
 
 
 def _invalid(reason: str, message: str, now: dt.datetime, previous) -> Outcome:
-    outcome = Outcome({"phase": "Invalid", "message": message,
-                       "conditions": conditions.invalid(reason, message, now=now, previous=previous)})
-    return outcome.warn(reason, message)
+    return conditions.refused(reason, message, now=now, previous=previous, phase="Invalid", message=message)
 
 
 def progress(row, runs_by_state: Mapping[str, int]) -> dict[str, Any]:

@@ -69,6 +69,12 @@ def invalid(reason: str, message: str, *, now: dt.datetime, previous=None) -> li
             _condition(INVALID, "True", reason, message, now, previous)]
 
 
+def refused(reason: str, message: str, /, *, now: dt.datetime, previous=None, **fields: Any) -> Outcome:
+    """The outcome of refusing an object: `fields` and the `invalid` conditions in its status, and a
+    Warning Event saying why."""
+    return Outcome({**fields, "conditions": invalid(reason, message, now=now, previous=previous)}).warn(reason, message)
+
+
 def reason_of(status: Mapping[str, Any] | None, type_: str = INVALID) -> str | None:
     """The reason of the condition of that type when it is True (e.g. why an object was refused)."""
     for condition in (status or {}).get("conditions") or ():

@@ -96,9 +96,7 @@ def trigger_from_object(db: Database, body: Mapping[str, Any], *, now: dt.dateti
 
 
 def _refused(reason: str, message: str, now: dt.datetime, previous) -> Outcome:
-    outcome = Outcome({"message": message, "conditions": conditions.invalid(reason, message, now=now,
-                                                                            previous=previous)})
-    return outcome.warn(reason, message)
+    return conditions.refused(reason, message, now=now, previous=previous, message=message)
 
 
 def run_status(run, version_number: int | None, counts: Mapping[str, int] | None) -> dict[str, Any]:

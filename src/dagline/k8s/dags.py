@@ -100,8 +100,7 @@ def _refused(db: Database, namespace: str, name: str, reason: str, message: str,
         owner = sources(conn, [name]).get(name)
         stored = derived_statuses(conn, [name]).get(name) if owner == object_source(namespace, name) else None
     fields = status_fields(stored) if stored else dict.fromkeys(DERIVED_FIELDS)
-    outcome = Outcome({**fields, "conditions": conditions.invalid(reason, message, now=now, previous=previous)})
-    return outcome.warn(reason, message)
+    return conditions.refused(reason, message, now=now, previous=previous, **fields)
 
 
 def status_fields(derived: Mapping[str, Any]) -> dict[str, Any]:

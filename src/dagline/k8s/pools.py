@@ -47,9 +47,8 @@ def apply_pool_object(db: Database, body: Mapping[str, Any], others: Iterable[Ma
         where = owner["metadata"].get("namespace")
         message = (f"metadata.name: pool {name!r} is defined by the Pool object in namespace {where!r}; pool "
                    "names are global in the database")
-        return Outcome({"slots": None, "occupiedSlots": None, "observedGeneration": meta.get("generation"),
-                        "conditions": conditions.invalid("NameTaken", message, now=now, previous=previous)}
-                       ).warn("NameTaken", message)
+        return conditions.refused("NameTaken", message, now=now, previous=previous, slots=None, occupiedSlots=None,
+                                  observedGeneration=meta.get("generation"))
     spec = body.get("spec") or {}
     set_pool(db, name, int(spec["slots"]), now=now, description=spec.get("description"), who=who)
     pool = stored_pools(db).get(name, {"slots": int(spec["slots"]), "used_slots": 0})
