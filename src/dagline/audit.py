@@ -130,8 +130,8 @@ def pool_violations(conn: Connection) -> list[dict]:
     return violations
 
 
-def max_active_violations(conn: Connection) -> list[dict]:
-    dags = DagCache()
+def max_active_violations(conn: Connection, dags: DagCache | None = None) -> list[dict]:
+    dags = dags or DagCache()
     run_of = {r.id: r for r in conn.execute(
         select(dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.dag_version_id, dag_run_t.c.backfill_id))}
     ti_of = {r.id: r for r in conn.execute(select(ti_t.c.id, ti_t.c.dag_run_id, ti_t.c.dag_id, ti_t.c.task_id))}
@@ -220,7 +220,7 @@ def broken_timeline(conn: Connection) -> list[int]:
     return broken
 
 
-def lost_tis(conn: Connection) -> list[dict]:
+def lost_tis(conn: Connection, dags: DagCache | None = None) -> list[dict]:
     rows = {r.id: r for r in conn.execute(select(ti_t.c.id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state,
                                                  ti_t.c.try_number))}
     lost: list[dict] = []
@@ -243,12 +243,11 @@ def lost_tis(conn: Connection) -> list[dict]:
             continue  # in flight
         lost.append({"ti_id": ti_id, "try_number": try_number, "event": event_id, "state": row.state,
                      "row_try_number": row.try_number, "reason": "queued, and the log shows no end of this try"})
-    lost.extend(_runs_missing_tis(conn, rows))
+    lost.extend(_runs_missing_tis(conn, rows, dags or DagCache()))
     return lost
 
 
-def _runs_missing_tis(conn: Connection, rows: dict) -> list[dict]:
-    dags = DagCache()
+def _runs_missing_tis(conn: Connection, rows: dict, dags: DagCache) -> list[dict]:
     present: dict[int, set[str]] = collections.defaultdict(set)
     for r in rows.values():
         present[r.dag_run_id].add(r.task_id)
@@ -264,8 +263,8 @@ def _runs_missing_tis(conn: Connection, rows: dict) -> list[dict]:
     return missing
 
 
-def stuck_tis(conn: Connection, now: dt.datetime) -> list[dict]:
-    dags = DagCache()
+def stuck_tis(conn: Connection, now: dt.datetime, dags: DagCache | None = None) -> list[dict]:
+    dags = dags or DagCache()
     paused = {r.dag_id for r in conn.execute(select(dag_t.c.dag_id).where(dag_t.c.is_paused.is_(True)))}
     pools = set(conn.execute(select(pool_t.c.name)).scalars())
     runs = {r.id: r for r in conn.execute(
@@ -357,8 +356,8 @@ def stuck_runs(conn: Connection, now: dt.datetime) -> list[dict]:
     return [{"dag_run_id": r.id, "dag_id": r.dag_id, "run_id": r.run_id, "state": r.state} for r in rows]
 
 
-def missing_runs(conn: Connection, now: dt.datetime) -> list[dict]:
-    dags = DagCache()
+def missing_runs(conn: Connection, now: dt.datetime, dags: DagCache | None = None) -> list[dict]:
+    dags = dags or DagCache()
     missing = []
     for row in conn.execute(select(dag_t.c.dag_id, dag_t.c.current_version_id).where(
             dag_t.c.is_active.is_(True), dag_t.c.is_paused.is_(False)).order_by(dag_t.c.dag_id)):
@@ -374,20 +373,22 @@ def missing_runs(conn: Connection, now: dt.datetime) -> list[dict]:
     return missing
 
 
-def all_violations(conn: Connection) -> dict[str, list]:
-    """The checks that hold at every moment, by name."""
+def all_violations(conn: Connection, dags: DagCache | None = None) -> dict[str, list]:
+    """The checks that hold at every moment, by name (`dags`: parsed DAG versions, shared by the checks)."""
+    dags = dags or DagCache()
     return {
         "duplicate_runs": duplicate_runs(conn),
         "duplicate_launches": duplicate_launches(conn),
         "pool_violations": pool_violations(conn),
-        "max_active_violations": max_active_violations(conn),
+        "max_active_violations": max_active_violations(conn, dags),
         "unfinished_queued_tis": unfinished_queued_tis(conn),
         "broken_timeline": broken_timeline(conn),
-        "lost_tis": lost_tis(conn),
+        "lost_tis": lost_tis(conn, dags),
     }
 
 
 def drained_violations(conn: Connection, now: dt.datetime) -> dict[str, list]:
     """Every check, for a system that has drained (no replica running, nothing in flight)."""
-    return {**all_violations(conn), "stuck_tis": stuck_tis(conn, now), "stuck_runs": stuck_runs(conn, now),
-            "missing_runs": missing_runs(conn, now)}
+    dags = DagCache()
+    return {**all_violations(conn, dags), "stuck_tis": stuck_tis(conn, now, dags), "stuck_runs": stuck_runs(conn, now),
+            "missing_runs": missing_runs(conn, now, dags)}
