@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
+import time
 import uuid
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, func, select, text
 
 from dagline.db.engine import Database, normalize_url, upgrade
+from dagline.db.models import scheduler_job_t
 
 PG_URL = os.environ.get("DAGLINE_TEST_POSTGRES_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
 
@@ -66,3 +70,58 @@ def percentiles(values: list[float]) -> dict:
 
     return {"p50": round(statistics.median(ordered), 1), "p95": pick(0.95), "p99": pick(0.99),
             "max": round(ordered[-1], 1)}
+
+
+def apply_dag_texts(db: Database, texts: dict[str, str]) -> None:
+    """Store DAG specs given as {file name: YAML}, as `dagline dags apply` of a folder does."""
+    from dagline.clock import SystemClock
+    from dagline.dagstore import apply_dags
+    from dagline.spec import load_dag_paths
+
+    with tempfile.TemporaryDirectory(prefix="dagline-bench-dags-") as folder:
+        for name, text in texts.items():
+            with open(os.path.join(folder, name), "w") as fh:
+                fh.write(text)
+        apply_dags(db, load_dag_paths([folder]), now=SystemClock().now())
+
+
+def start_noop_replicas(db: Database, count: int, *, poll_interval_s: float, parallelism: int | None = None):
+    """`count` processes of `dagline scheduler --executor noop` against `db`; waits until all registered."""
+    env = dict(os.environ, DAGLINE_SCHEDULER_POLL_INTERVAL_S=str(poll_interval_s))
+    args = [sys.executable, "-m", "dagline.cli", "--db", db.url, "scheduler", "--executor", "noop"]
+    if parallelism is not None:
+        args += ["--parallelism", str(parallelism)]
+    procs = [subprocess.Popen(args, env=env, stderr=subprocess.DEVNULL) for _ in range(count)]
+    try:
+        wait_until(lambda: running_replicas(db) >= count, "the replicas to register", procs)
+    except BaseException:
+        stop_processes(procs)
+        raise
+    return procs
+
+
+def stop_processes(procs) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.wait(30)
+
+
+def running_replicas(db: Database) -> int:
+    return count_rows(db, select(func.count()).select_from(scheduler_job_t).where(scheduler_job_t.c.state == "running"))
+
+
+def count_rows(db: Database, stmt) -> int:
+    with db.engine.connect() as conn:
+        return conn.execute(stmt).scalar_one()
+
+
+def wait_until(condition, what: str, procs=(), timeout_s: float = 300, poll_s: float = 0.02) -> None:
+    """Poll `condition` until true; fail if a process in `procs` exits or `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if any(p.poll() is not None for p in procs):
+            raise RuntimeError(f"a replica exited while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(poll_s)

@@ -14,71 +14,44 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import chain_dag_yaml, fresh_database, percentiles  # noqa: E402
+from common import (  # noqa: E402
+    apply_dag_texts,
+    chain_dag_yaml,
+    count_rows,
+    fresh_database,
+    percentiles,
+    start_noop_replicas,
+    stop_processes,
+    wait_until,
+)
 from sqlalchemy import func, select  # noqa: E402
 
 from dagline import audit  # noqa: E402
 from dagline.clock import SystemClock  # noqa: E402
-from dagline.dagstore import apply_dags  # noqa: E402
-from dagline.db.models import dag_run_t, scheduler_job_t, ti_t  # noqa: E402
+from dagline.db.models import dag_run_t, ti_t  # noqa: E402
 from dagline.runs import trigger_run  # noqa: E402
-from dagline.spec import load_dag_paths  # noqa: E402
 
 
 def run_once(kind: str, replicas: int, dags: int, length: int, poll_interval_s: float) -> dict:
     db, drop = fresh_database(kind)
-    procs: list[subprocess.Popen] = []
+    procs = []
     try:
         clock = SystemClock()
-        with tempfile.TemporaryDirectory(prefix="dagline-bench-dags-") as folder:
-            for i in range(dags):
-                with open(os.path.join(folder, f"chain{i:03d}.yaml"), "w") as fh:
-                    fh.write(chain_dag_yaml(f"chain-{i:03d}", length))
-            apply_dags(db, load_dag_paths([folder]), now=clock.now())
-        env = dict(os.environ, DAGLINE_SCHEDULER_POLL_INTERVAL_S=str(poll_interval_s))
-        procs = [subprocess.Popen(
-            [sys.executable, "-m", "dagline.cli", "--db", db.url, "scheduler", "--executor", "noop",
-             "--parallelism", "1024"], env=env, stderr=subprocess.DEVNULL) for _ in range(replicas)]
-        _wait(lambda: _registered(db) >= replicas, "the replicas to register", procs)
+        apply_dag_texts(db, {f"chain{i:03d}.yaml": chain_dag_yaml(f"chain-{i:03d}", length) for i in range(dags)})
+        procs = start_noop_replicas(db, replicas, poll_interval_s=poll_interval_s, parallelism=1024)
         for i in range(dags):
             trigger_run(db, f"chain-{i:03d}", now=clock.now())
         total = dags * length
-        _wait(lambda: _finished(db) >= total, "every task instance to succeed", procs)
+        succeeded = select(func.count()).select_from(ti_t).where(ti_t.c.state == "success")
+        wait_until(lambda: count_rows(db, succeeded) >= total, "every task instance to succeed", procs)
         return _measure(db, kind, replicas, total)
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(30)
+        stop_processes(procs)
         drop()
-
-
-def _wait(condition, what: str, procs, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if any(p.poll() is not None for p in procs):
-            raise RuntimeError(f"a replica exited while waiting for {what}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
-def _registered(db) -> int:
-    with db.engine.connect() as conn:
-        return conn.execute(select(func.count()).select_from(scheduler_job_t)
-                            .where(scheduler_job_t.c.state == "running")).scalar_one()
-
-
-def _finished(db) -> int:
-    with db.engine.connect() as conn:
-        return conn.execute(select(func.count()).select_from(ti_t).where(ti_t.c.state == "success")).scalar_one()
 
 
 def _measure(db, kind: str, replicas: int, total: int) -> dict:

@@ -16,21 +16,26 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import chain_dag_yaml, fresh_database, percentiles  # noqa: E402
+from common import (  # noqa: E402
+    apply_dag_texts,
+    chain_dag_yaml,
+    count_rows,
+    fresh_database,
+    percentiles,
+    start_noop_replicas,
+    stop_processes,
+    wait_until,
+)
 from sqlalchemy import func, select  # noqa: E402
 
 from dagline.clock import SystemClock  # noqa: E402
-from dagline.dagstore import apply_dags  # noqa: E402
-from dagline.db.models import dag_run_t, scheduler_job_t, ti_t  # noqa: E402
+from dagline.db.models import dag_run_t, ti_t  # noqa: E402
 from dagline.runs import trigger_run  # noqa: E402
-from dagline.spec import load_dag_paths  # noqa: E402
 
 DAG_ID = "one-task"
 
@@ -38,23 +43,17 @@ DAG_ID = "one-task"
 def run(kind: str, triggers: int, poll_interval_s: float, seed: int) -> dict:
     db, drop = fresh_database(kind)
     rng = random.Random(seed)
-    proc = None
+    procs = []
     try:
         clock = SystemClock()
-        with tempfile.TemporaryDirectory(prefix="dagline-bench-dags-") as folder:
-            with open(os.path.join(folder, "one.yaml"), "w") as fh:
-                fh.write(chain_dag_yaml(DAG_ID, 1))
-            apply_dags(db, load_dag_paths([folder]), now=clock.now())
-        env = dict(os.environ, DAGLINE_SCHEDULER_POLL_INTERVAL_S=str(poll_interval_s))
-        proc = subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", db.url, "scheduler", "--executor",
-                                 "noop"], env=env, stderr=subprocess.DEVNULL)
-        _wait(lambda: _count(db, select(func.count()).select_from(scheduler_job_t)
-                             .where(scheduler_job_t.c.state == "running")) == 1, proc)
+        apply_dag_texts(db, {"one.yaml": chain_dag_yaml(DAG_ID, 1)})
+        procs = start_noop_replicas(db, 1, poll_interval_s=poll_interval_s)
+        succeeded = select(func.count()).select_from(ti_t).where(ti_t.c.state == "success")
         for n in range(1, triggers + 1):
             time.sleep(rng.uniform(0.1, 0.6))  # the replica is idle again, somewhere in its poll wait
             trigger_run(db, DAG_ID, now=clock.now())
-            _wait(lambda n=n: _count(db, select(func.count()).select_from(ti_t)
-                                     .where(ti_t.c.state == "success")) == n, proc)
+            wait_until(lambda n=n: count_rows(db, succeeded) == n, f"task {n} to succeed", procs,
+                       timeout_s=60, poll_s=0.005)
         with db.engine.connect() as conn:
             rows = conn.execute(select(dag_run_t.c.created_at, ti_t.c.start_date)
                                 .join(ti_t, ti_t.c.dag_run_id == dag_run_t.c.id)).all()
@@ -62,25 +61,8 @@ def run(kind: str, triggers: int, poll_interval_s: float, seed: int) -> dict:
         return {"db": kind, "triggers": triggers, "poll_interval_s": poll_interval_s,
                 "wakes_by": "notify" if kind == "postgres" else "poll", "latency_ms": percentiles(latencies)}
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(30)
+        stop_processes(procs)
         drop()
-
-
-def _count(db, stmt) -> int:
-    with db.engine.connect() as conn:
-        return conn.execute(stmt).scalar_one()
-
-
-def _wait(condition, proc, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if proc.poll() is not None:
-            raise RuntimeError("the replica exited")
-        if time.monotonic() > deadline:
-            raise RuntimeError("timed out")
-        time.sleep(0.005)
 
 
 def main() -> None:
