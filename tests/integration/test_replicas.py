@@ -90,6 +90,16 @@ def _abandon(sched: Scheduler) -> None:
     sched._lock.release()
 
 
+def _replica_running_a(db, clock, settings=None) -> Scheduler:
+    """A started replica whose noop job for task `a` of the chain runs (for an hour): `a` running."""
+    sched = Scheduler(db, NoopExecutor(4, clock=clock, duration_s=3600), clock=clock,
+                      **({"settings": settings} if settings else {}))
+    sched.start()
+    sched.iterate()
+    sched.iterate()
+    return sched
+
+
 @pytest.fixture
 def chain(pg_db, tmp_path):
     apply(pg_db, write_dag(tmp_path, CHAIN))
@@ -121,10 +131,7 @@ def test_heartbeats_use_the_database_clock_so_replicas_hours_apart_never_declare
 def test_a_silent_replica_is_declared_dead_once_and_its_task_instances_are_adopted(chain):
     run = trigger_run(chain, "chain", now=t(NOW))
     clock = FixedClock(t(NOW))
-    victim = Scheduler(chain, NoopExecutor(4, clock=clock, duration_s=3600), clock=clock, settings=FAST)
-    victim.start()
-    victim.iterate()
-    victim.iterate()
+    victim = _replica_running_a(chain, clock, FAST)
     assert ti_states(chain, run.id) == {"a": "running", "b": "none"}
     _abandon(victim)  # killed with its job; its heartbeat stops
     _backdate(chain, victim.job_id, heartbeat=dt.timedelta(minutes=5))
@@ -223,11 +230,7 @@ def test_a_running_try_whose_job_is_gone_is_a_zombie_and_a_queued_one_without_tr
         conn.execute(update(scheduler_job_t).where(scheduler_job_t.c.id == gone).values(state="dead"))
         ids = dict(conn.execute(select(ti_t.c.task_id, ti_t.c.id).where(ti_t.c.dag_run_id == run.id)).all())
     clock = FixedClock(t(NOW))
-    first = Scheduler(chain, NoopExecutor(4, clock=clock, duration_s=3600), clock=clock)
-    first.start()
-    first.iterate()
-    first.iterate()
-    first.stop()
+    _replica_running_a(chain, clock).stop()
     with chain.begin() as conn:  # as the ended local replica left them: `a` running, `b` queued (try 1)
         conn.execute(update(ti_t).where(ti_t.c.id == ids["a"]).values(queued_by_job_id=gone))
         conn.execute(update(ti_t).where(ti_t.c.id == ids["b"]).values(state="queued", try_number=1,
@@ -283,10 +286,7 @@ spec:
 def test_a_stopped_replicas_task_instances_are_adopted_by_a_peer_at_once(chain):
     run = trigger_run(chain, "chain", now=t(NOW))
     clock = FixedClock(t(NOW))
-    leaving = Scheduler(chain, NoopExecutor(4, clock=clock, duration_s=3600), clock=clock)
-    leaving.start()
-    leaving.iterate()
-    leaving.iterate()
+    leaving = _replica_running_a(chain, clock)
     leaving.request_stop()
     leaving.stop()
     assert _jobs(chain)[leaving.job_id].state == "stopped"
