@@ -22,7 +22,7 @@ from dagline.dagstore import DagCache
 from dagline.db.claims import lock_pools_nowait, lock_schedulable_tis
 from dagline.db.models import ti_t
 from dagline.db.transitions import change_tis
-from dagline.deps import TIState
+from dagline.states import TIState
 
 log = logging.getLogger(__name__)
 

@@ -20,15 +20,8 @@ from sqlalchemy.engine import Connection
 from dagline.dagstore import DagCache
 from dagline.db.models import dag_run_t, dag_t, ti_t
 from dagline.db.transitions import change_runs, change_tis
-from dagline.deps import (
-    Decision,
-    RunState,
-    TIState,
-    UpstreamCounts,
-    depends_on_past_met,
-    evaluate_trigger_rule,
-    run_outcome,
-)
+from dagline.deps import Decision, UpstreamCounts, depends_on_past_met, evaluate_trigger_rule, run_outcome
+from dagline.states import RunState, TIState
 from dagline.timeline import refresh_next_dagrun
 
 _DECISION_STATE = {
