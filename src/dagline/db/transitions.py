@@ -10,14 +10,17 @@ transaction on PostgreSQL, delivered at commit), so idle replicas wake at once.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import case, insert, literal, select, tuple_, update
 from sqlalchemy.engine import Connection
 
+from dagline import metrics
 from dagline.db.models import dag_run_t, event_t, ti_t
 from dagline.db.notify import announce
+from dagline.db.observe import at_commit
 from dagline.deps import next_state_after_failure
 from dagline.states import RunState, TIState
 
@@ -61,6 +64,8 @@ def change_tis(
          "to_state": to, "detail": detail}
         for r in changed
     ])
+    if changed:
+        at_commit(conn, functools.partial(metrics.TI_TRANSITIONS.labels(state=to).inc, len(changed)))
     return changed
 
 
@@ -84,6 +89,8 @@ def change_runs(
          "from_state": expected, "to_state": to, "detail": detail}
         for r in changed
     ])
+    if changed and to in RunState.FINISHED:
+        at_commit(conn, functools.partial(metrics.RUNS_FINISHED.labels(state=to).inc, len(changed)))
     return changed
 
 
