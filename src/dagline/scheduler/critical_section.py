@@ -52,27 +52,23 @@ def queue_task_instances(
     candidates = lock_schedulable_tis(conn, limit, backfill_id)
     if not candidates:
         return []
-    active = TIState.ACTIVE
-    pool_used = collections.Counter({
-        row[0]: row[1] or 0 for row in conn.execute(
-            select(ti_t.c.pool, func.sum(ti_t.c.pool_slots)).where(ti_t.c.state.in_(active)).group_by(ti_t.c.pool))
-    })
-    dag_ids = sorted({c.dag_id for c in candidates})
-    dag_active = collections.Counter({
-        row[0]: row[1] for row in conn.execute(
-            select(ti_t.c.dag_id, func.count()).where(ti_t.c.state.in_(active), ti_t.c.dag_id.in_(dag_ids))
-            .group_by(ti_t.c.dag_id))
-    })
-    task_active = collections.Counter({
-        (row[0], row[1]): row[2] for row in conn.execute(
-            select(ti_t.c.dag_id, ti_t.c.task_id, func.count())
-            .where(ti_t.c.state.in_(active), ti_t.c.dag_id.in_(dag_ids)).group_by(ti_t.c.dag_id, ti_t.c.task_id))
-    })
-    max_active_tasks = {dag_id: dag.spec.max_active_tasks for dag_id, dag in dags.current_many(conn, dag_ids).items()}
+    pool_used: collections.Counter = collections.Counter()
+    dag_active: collections.Counter = collections.Counter()
+    task_active: collections.Counter = collections.Counter()
+    for pool, dag_id, task_id, count, slots in conn.execute(  # what queued and running TIs hold, in one read
+        select(ti_t.c.pool, ti_t.c.dag_id, ti_t.c.task_id, func.count(), func.sum(ti_t.c.pool_slots))
+        .where(ti_t.c.state.in_(TIState.ACTIVE)).group_by(ti_t.c.pool, ti_t.c.dag_id, ti_t.c.task_id)
+    ):
+        pool_used[pool] += slots or 0
+        dag_active[dag_id] += count
+        task_active[(dag_id, task_id)] += count
+    current = {c.dag_id: c.current_version_id or c.dag_version_id for c in candidates}  # maxActiveTasks: current spec
+    versions = dags.get_many(conn, {c.dag_version_id for c in candidates} | set(current.values()))
+    max_active_tasks = {dag_id: versions[version].spec.max_active_tasks for dag_id, version in current.items()}
 
     decision = admit(
         [Candidate(c.id, c.dag_id, c.task_id, c.pool, c.pool_slots,
-                   dags.get(conn, c.dag_version_id).tasks[c.task_id].max_active_tis_per_dag) for c in candidates],
+                   versions[c.dag_version_id].tasks[c.task_id].max_active_tis_per_dag) for c in candidates],
         Load(pool_used=pool_used, dag_active=dag_active, task_active=task_active),
         Limits(pool_slots=pools, max_active_tasks=max_active_tasks, executor_slots=executor_slots),
     )

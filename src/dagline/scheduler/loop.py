@@ -103,6 +103,7 @@ class Scheduler:
         self.failed_loops = 0  # iterations ended by a transient database error
         self._lock = SchedulerLock(db)
         self._pending_reports: list = []  # read from the executor, not yet stored
+        self._skipped_runs: set[int] = set()  # runs the mini-scheduler could not lock (a peer held them)
         self._stop_requested = False
         self._last_housekeeping = float("-inf")
         self._step = "start"
@@ -255,14 +256,42 @@ class Scheduler:
         if not self._stop_requested:  # a stopping replica takes no new work
             self._queue_and_launch(stats, now)
         with self._phase("executor_sync", "storing executor reports"):
-            self._apply_reports(stats)
+            decided = self._apply_reports(stats)
+        self._follow_up(stats, decided, began=time.monotonic())
         if stats.runs_finished:
             with self._phase("finish_backfills", "finishing backfills"):
                 self.tx.run(lambda conn: housekeeping.finish_backfills(conn, now=now, who=self.who), what=self._step)
         self._housekeeping(stats, now)
         return stats
 
-    def _queue_and_launch(self, stats: LoopStats, now) -> None:
+    def _follow_up(self, stats: LoopStats, decided: int, *, began: float) -> None:
+        """The fast path: while the reports just stored made tasks runnable (the mini-scheduler decided
+        them), queue, launch and store reports again at once, without a full pass (create, start, examine)
+        in between, for at most `follow_up_s`. A chain of quick tasks then moves one hop per critical
+        section, not one hop per loop. Nothing is skipped: the next iteration's full pass still looks at
+        everything."""
+        limit = self.settings.follow_up_s
+        while (decided or self._skipped_runs) and not self._stop_requested and time.monotonic() - began < limit:
+            if self._skipped_runs:  # runs a peer was examining when the reports came: their peer is done now
+                decided += self._retry_skipped(stats)
+            queued = self._queue_and_launch(stats, self.clock.now())
+            with self._phase("executor_sync", "storing executor reports"):
+                decided = self._apply_reports(stats)
+            if not queued and not decided:
+                break
+
+    def _retry_skipped(self, stats: LoopStats) -> int:
+        run_ids, self._skipped_runs = self._skipped_runs, set()
+        mini = LoopStats()
+        with self._phase("executor_sync", "deciding runs a peer held"):
+            self.tx.run(lambda conn: self._mini_schedule(conn, run_ids, mini, self.clock.now()), what=self._step)
+        self._skipped_runs -= run_ids  # skipped twice: left to the next examination
+        stats.tis_decided += mini.tis_decided
+        stats.runs_finished += mini.runs_finished
+        return mini.tis_decided
+
+    def _queue_and_launch(self, stats: LoopStats, now) -> int:
+        """The critical section and the launches; returns how many TIs it queued."""
         def queue(conn):
             mini = LoopStats()
             queued = queue_task_instances(
@@ -282,11 +311,12 @@ class Scheduler:
         except PoolsBusy:
             metrics.CRITICAL_SECTION_BUSY.inc()
             log.debug("another replica is in the critical section; queueing nothing this round")
-            return
-        stats.tis_queued = len(queued)
+            return 0
+        stats.tis_queued += len(queued)
         stats.tis_decided += mini.tis_decided
         stats.runs_finished += mini.runs_finished
         self._launch(launches)  # only now: the queueing transaction has committed
+        return len(queued)
 
     def _launch(self, launches: list[TaskLaunch]) -> None:
         if not launches:
@@ -297,13 +327,14 @@ class Scheduler:
             self.in_flight.add(launches)
         self._launched.inc(len(launches))
 
-    def _apply_reports(self, stats: LoopStats) -> None:
+    def _apply_reports(self, stats: LoopStats) -> int:
         """Store the executor's reports. Reports whose transaction fails are kept and stored next time
-        (compare-and-set makes storing one twice harmless), so none is lost."""
+        (compare-and-set makes storing one twice harmless), so none is lost. Returns how many task
+        instances the mini-scheduler decided."""
         self._pending_reports += self.executor.sync()
         reports = self._pending_reports
         if not reports:
-            return
+            return 0
         now = self.clock.now()
 
         def store(conn):
@@ -320,13 +351,19 @@ class Scheduler:
         stats.reports += len(reports)
         stats.tis_decided += mini.tis_decided
         stats.runs_finished += mini.runs_finished
+        return mini.tis_decided
 
     def _mini_schedule(self, conn, run_ids, stats: LoopStats, now) -> None:
-        """Decide the downstream tasks of runs whose TIs just ended, in the same transaction."""
+        """Decide the downstream tasks of runs whose TIs just ended, in the same transaction. Runs a peer
+        holds (it is examining them) are skipped, and noted: the follow-up tries them again once."""
         if run_ids:
-            result = examine_runs(conn, lock_runs_by_id(conn, sorted(run_ids)), now=now, dags=self.dags, who=self.who)
+            locked = lock_runs_by_id(conn, sorted(run_ids))
+            result = examine_runs(conn, locked, now=now, dags=self.dags, who=self.who)
             stats.tis_decided += result.tis_changed
             stats.runs_finished += result.runs_finished
+            skipped = set(run_ids) - {run.id for run in locked}
+            if skipped:
+                at_commit(conn, lambda: self._skipped_runs.update(skipped))
 
     # -- housekeeping ------------------------------------------------------------------------------
 
