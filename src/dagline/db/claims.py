@@ -141,7 +141,7 @@ def lock_schedulable_tis(conn: Connection, limit: int, backfill_id: int | None =
         select(
             ti_t.c.id, ti_t.c.dag_id, ti_t.c.task_id, ti_t.c.pool, ti_t.c.pool_slots, ti_t.c.priority_weight,
             ti_t.c.try_number, ti_t.c.dag_run_id, dag_run_t.c.dag_version_id, dag_run_t.c.logical_date,
-            dag_t.c.current_version_id,
+            dag_t.c.current_version_id, ti_t.c.scheduled_at,
         )
         .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
         .join(dag_t, dag_t.c.dag_id == ti_t.c.dag_id)
