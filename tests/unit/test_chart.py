@@ -4,8 +4,8 @@ the verbs the operator uses -- a widened rule fails here.
 
 There is no `helm` binary on these machines, so `render_chart` below is a small test-only renderer of the
 Go-template subset the chart uses: `{{ .Values.x }}`, `$`/`$var := ...`, pipelines, `if`/`else if`/`else`,
-`with`, `define`/`include`, and the functions `toYaml nindent indent quote default trunc trimSuffix
-contains printf not eq ne and or`. It is strict where Helm is lenient: a value path that does not exist
+`with`, `define`/`include`, `.Files.Get`, and the functions `toYaml nindent indent quote default trunc
+trimSuffix contains printf not eq ne and or`. It is strict where Helm is lenient: a value path that does not exist
 in values.yaml is an error, so a typo in a template fails the test instead of rendering nothing.
 What only a real `helm` can check (Sprig's exact semantics, `helm lint`, hook ordering, CRD installation
 from `crds/`) is left to tests/e2e/.
@@ -211,6 +211,7 @@ class Renderer:
             "ne": lambda a, b: a != b,
             "and": lambda *values: all(_truthy(v) for v in values),
             "or": lambda *values: any(_truthy(v) for v in values),
+            ".Files.Get": lambda path: (chart / path).read_text(),  # a file of the chart, outside templates/
         }
 
     def _collect_defines(self, nodes: list) -> None:
@@ -483,6 +484,72 @@ def test_metrics_service_selects_the_operator_pods():
     pod_labels = one(manifests, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     assert service["spec"]["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}]
+
+
+def test_the_service_monitor_and_the_dashboard_are_off_by_default():
+    manifests, _ = render_chart()
+    assert not [m for m in manifests if m["kind"] in ("ServiceMonitor", "ConfigMap")]
+
+
+def test_the_service_monitor_scrapes_every_replica_through_the_metrics_service():
+    manifests, _ = render_chart({"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}})
+    monitor = one(manifests, "ServiceMonitor")
+    service = one(manifests, "Service")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["metadata"]["namespace"] == "dataplat"
+    assert monitor["metadata"]["labels"]["release"] == "prom"  # what a Prometheus selects monitors by
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["dataplat"]}
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s",
+                                             "scrapeTimeout": "10s"}]
+    assert [p["name"] for p in service["spec"]["ports"]] == ["metrics"]
+
+
+def test_the_dashboard_configmap_carries_the_chart_dashboard_for_grafanas_sidecar():
+    manifests, _ = render_chart({"metrics": {"grafanaDashboard": {"enabled": True}}})
+    config_map = one(manifests, "ConfigMap", "dagline-dashboard")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(config_map["data"]["dagline.json"])
+    assert dashboard == json.loads((CHART / "dashboards" / "dagline.json").read_text())
+    assert dashboard["uid"] == "dagline-scheduler" and len(dashboard["panels"]) > 10
+
+
+def _exported_metric_names() -> set[str]:
+    """Every series name dagline's replicas expose: `dagline.metrics` (with the database gauges) and
+    the operator's own figures."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from dagline import metrics
+    from dagline.k8s.metrics import render as render_operator_page
+
+    class Runtime:  # the operator's page needs only these figures of a replica
+        class health:
+            scheduler_beat = None
+
+        scheduler = None
+
+        class sync:
+            class stats:
+                syncs = failed_syncs = status_patches = dagruns_created = dagruns_deleted = 0
+
+    figures = metrics.DatabaseFigures(runs={}, task_instances={}, pools={"default": (128, 0)}, backfills={},
+                                      backfill_runs={})
+    database = metrics.DatabaseCollector(lambda: figures, run_states=("success",), ti_states=("success",),
+                                         backfill_states=("running",))
+    page = render_operator_page(Runtime()) + "".join(
+        f"# TYPE {family.name} gauge\n" for family in database.collect())
+    names = set()
+    suffixes = {"counter": ["_total"], "gauge": [""], "histogram": ["_bucket", "_sum", "_count"]}
+    for family in text_string_to_metric_families(page):
+        names.update(family.name + suffix for suffix in suffixes.get(family.type, [""]))
+    return names
+
+
+def test_the_dashboard_queries_only_metrics_dagline_exports():
+    dashboard = json.loads((CHART / "dashboards" / "dagline.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    used = {name for expr in exprs for name in re.findall(r"\b((?:dagline|process)_[a-z_]+)\b", expr)}
+    assert used and not used - _exported_metric_names(), used - _exported_metric_names()
+    assert all('namespace=~"$namespace"' in expr for expr in exprs)
 
 
 def test_database_is_migrated_once_by_a_hook_job():
