@@ -10,6 +10,7 @@ from sqlalchemy import select
 
 from dagline.cli.base import (
     Context,
+    confirm,
     json_option,
     log_folder_option,
     main,
@@ -93,14 +94,25 @@ def tasks_list(obj: Context, run_ref, as_json):
 @click.argument("task_ids", nargs=-1)
 @click.option("--downstream", is_flag=True, help="Also clear everything downstream of the tasks.")
 @click.option("--failed-only", is_flag=True, help="Only failed and upstream_failed task instances.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before clearing more than one task instance.")
 @now_option
 @click.pass_obj
-def tasks_clear(obj: Context, run_ref, task_ids, downstream, failed_only, now):
-    """Reset task instances so they run again; the run returns to running."""
+def tasks_clear(obj: Context, run_ref, task_ids, downstream, failed_only, yes, now):
+    """Reset task instances so they run again; the run returns to running.
+
+    Asks before clearing more than one task instance (as Airflow does); without --yes, with no
+    terminal and no answer on stdin, it refuses (exit 1) and changes nothing."""
     from dagline.runs import clear_tasks
 
-    cleared, busy = clear_tasks(obj.db(), run_ref, list(task_ids) or None, downstream=downstream,
-                                failed_only=failed_only, now=make_clock(now).now())
+    database = obj.db()
+    at = make_clock(now).now()
+    planned, _ = clear_tasks(database, run_ref, list(task_ids) or None, downstream=downstream,
+                             failed_only=failed_only, now=at, dry_run=True)
+    if len(planned) > 1:
+        confirm(f"clear {len(planned)} task instances of run {run_ref} ({', '.join(planned)})?", yes=yes,
+                refusal=f"not clearing {len(planned)} task instances")
+    cleared, busy = clear_tasks(database, run_ref, planned or list(task_ids) or None, failed_only=failed_only,
+                                now=at)
     click.echo(f"cleared {len(cleared)} task instance(s): {', '.join(cleared) or '-'}")
     if busy:
         click.echo(f"left alone (queued or running): {', '.join(busy)}", err=True)
