@@ -64,6 +64,36 @@ def list_runs(conn: Connection, dag_id: str | None = None, state: str | None = N
     return [run_dict(r) for r in conn.execute(stmt)][-limit if limit else None:]
 
 
+def run_detail(conn: Connection, run) -> dict:
+    """One run as `dagline runs show` prints it: its fields, conf and times, its task instances with
+    durations, and its neighbours on the timeline (`previous`: the run it follows; `next`: the live
+    run that follows it). A test run is on no timeline: both are null."""
+    row = conn.execute(select(dag_run_t, dag_version_t.c.version)
+                       .join(dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
+                       .where(dag_run_t.c.id == run.id)).one()
+    data = run_dict(row)
+    data.update(conf=row.conf, created_at=isoformat(row.created_at), queued_at=isoformat(row.queued_at),
+                run_after=isoformat(row.run_after))
+
+    def neighbour(r) -> dict | None:
+        if r is None:
+            return None
+        return {"id": r.id, "run_id": r.run_id, "logical_date": isoformat(r.logical_date), "run_type": r.run_type,
+                "state": r.state}
+
+    brief = select(dag_run_t.c.id, dag_run_t.c.run_id, dag_run_t.c.logical_date, dag_run_t.c.run_type,
+                   dag_run_t.c.state)
+    previous = None if row.previous_run_id is None else conn.execute(
+        brief.where(dag_run_t.c.id == row.previous_run_id)).first()
+    following = None if row.is_test else conn.execute(
+        brief.where(dag_run_t.c.previous_run_id == row.id, on_timeline())
+        .order_by(dag_run_t.c.logical_date, dag_run_t.c.id).limit(1)).first()
+    data["previous"] = neighbour(previous)
+    data["next"] = neighbour(following)
+    data["tasks"] = list_tasks(conn, row.id)
+    return data
+
+
 def task_states(conn: Connection, run_pks: list[int]) -> dict[int, dict[str, str]]:
     """run id -> task id -> state of its task instance (for grids)."""
     states: dict[int, dict[str, str]] = {}

@@ -238,3 +238,8 @@ def dag_timezones(conn, dag_ids) -> dict[str, str]:
         return {}
     return dict(conn.execute(select(dag_t.c.dag_id, dag_t.c.timezone).where(dag_t.c.dag_id.in_(dag_ids))).all())
 
+
+def dag_timezone_of(conn, dag_id: str) -> str:
+    """A DAG's time zone (UTC for a DAG no longer stored)."""
+    return dag_timezones(conn, [dag_id]).get(dag_id, "UTC")
+

@@ -9,6 +9,7 @@ from sqlalchemy import select
 
 from dagline.cli.base import (
     Context,
+    confirm,
     dag_timezone,
     emit_json,
     json_object,
@@ -195,4 +196,27 @@ def dags_trigger(obj: Context, dag_id, logical_date, conf, now):
     run = trigger_run(database, dag_id, now=make_clock(now).now(), logical_date=when, conf=conf_value)
     click.echo(run.run_id)
 
+
+@dags.command("delete")
+@click.argument("dag_id")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask first.")
+@now_option
+@click.pass_obj
+def dags_delete(obj: Context, dag_id, yes, now):
+    """Remove a DAG with its versions, runs, task instances and backfills (asks first).
+
+    As in Airflow, running task instances do not stop it: the scheduler running them stops their
+    jobs. The event log keeps the DAG's history. Without --yes, with no terminal and no answer on
+    stdin, it refuses (exit 1) and removes nothing."""
+    from dagline.deletion import delete_dag, footprint
+
+    database = obj.db()
+    with database.begin() as conn:
+        found = footprint(conn, dag_id)
+    running = f" ({found.active_task_instances} of them queued or running: their jobs will be stopped)" \
+        if found.active_task_instances else ""
+    confirm(f"delete DAG {dag_id!r} with {found.describe()}{running}?", yes=yes,
+            refusal=f"not deleting DAG {dag_id!r}")
+    removed = delete_dag(database, dag_id, now=make_clock(now).now())
+    click.echo(f"{dag_id}: deleted with {removed.describe()}")
 
