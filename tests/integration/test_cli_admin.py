@@ -236,3 +236,59 @@ def test_tasks_logs_follow_prints_until_the_try_ends(db, tmp_path):
     assert follow.returncode == 0, err
     assert out.index("first line") < out.index("second line")
     assert "try 1 of talk ended: success" in err
+
+
+DST = """
+apiVersion: dagline.io/v1alpha1
+kind: DAG
+metadata: {name: dst}
+spec:
+  schedule: "0 2 * * *"
+  timezone: Europe/Amsterdam
+  startDate: "2026-03-27"
+  tasks:
+    - id: only
+      spark: {mainApplicationFile: only.py}
+"""
+
+
+def test_listings_take_limit_and_dag_and_show_local_times(db, two_dags, tmp_path):
+    (tmp_path / "dst.yaml").write_text(DST)
+    cli(db, "dags", "apply", str(tmp_path / "dst.yaml"))
+    conf = tmp_path / "conf.json"
+    conf.write_text('{"out": "/tmp/x"}')
+    cli(db, "backfill", "run", "dst", "--start", "2026-03-28", "--end", "2026-03-30", "--executor", "noop",
+        "--conf-file", str(conf), "--now", "2026-04-01")
+    table = cli(db, "runs", "list", "--dag", "dst").output
+    # local times with their offset, across the spring-forward night (02:00 does not exist on the 29th)
+    for shown in ("2026-03-28 02:00+01:00", "2026-03-29 03:00+02:00", "2026-03-30 02:00+02:00"):
+        assert shown in table
+    assert "DURATION" in table and "0.0s" in table
+    listed = json.loads(cli(db, "runs", "list", "dst", "--json").output)
+    assert [r["logical_date"] for r in listed] == ["2026-03-28T01:00:00+00:00", "2026-03-29T01:00:00+00:00",
+                                                   "2026-03-30T00:00:00+00:00"]  # JSON stays UTC
+    latest = json.loads(cli(db, "runs", "list", "--dag", "dst", "--limit", "1", "--json").output)
+    assert [r["logical_date"] for r in latest] == ["2026-03-30T00:00:00+00:00"]
+    shown = json.loads(cli(db, "runs", "show", str(latest[0]["id"]), "--json").output)
+    assert shown["conf"] == {"out": "/tmp/x"}  # from --conf-file
+    assert "names DAG 'dst', but DAG_ID names 'sales'" in cli(db, "runs", "list", "sales", "--dag", "dst",
+                                                              expect=2).output
+    assert len(json.loads(cli(db, "dags", "list", "--limit", "2", "--json").output)) == 2
+    assert len(json.loads(cli(db, "tasks", "list", "1", "--limit", "1", "--json").output)) == 1
+    assert [b["dag_id"] for b in json.loads(cli(db, "backfill", "list", "--limit", "1", "--json").output)] == ["dst"]
+    assert [b["dag_id"] for b in json.loads(cli(db, "backfill", "list", "--dag", "sales", "--json").output)] == [
+        "sales"]
+    assert len(json.loads(cli(db, "pools", "list", "--limit", "1", "--json").output)) == 1
+    assert len(json.loads(cli(db, "dags", "next-runs", "dst", "--limit", "2", "--json").output)) == 2
+    before = snapshot(db)
+    conf.write_text("{not json")
+    result = cli(db, "dags", "trigger", "dst", "--conf-file", str(conf), expect=2)
+    assert "--conf-file: not valid JSON" in result.output
+    result = cli(db, "backfill", "create", "dst", "--start", "2026-03-27", "--end", "2026-03-27", "--conf-file",
+                 str(tmp_path / "missing.json"), "--now", "2026-04-01", expect=2)
+    assert "--conf-file: cannot read" in result.output
+    assert snapshot(db) == before
+    conf.write_text('{"n": 1}')
+    run_id = cli(db, "dags", "trigger", "dst", "--logical-date", "2026-03-31T02:00", "--conf-file", str(conf),
+                 "--now", "2026-04-01").output.strip()
+    assert json.loads(cli(db, "runs", "show", run_id, "--json").output)["conf"] == {"n": 1}

@@ -64,12 +64,21 @@ def emit_json(rows) -> None:
     click.echo(json.dumps(rows, indent=2))
 
 
-def show_rows(rows: list[dict], columns: list[str], as_json: bool) -> None:
-    """A listing: every field as JSON (`--json`), or the chosen columns as a table."""
+def show_rows(rows: list[dict], columns: list[str], as_json: bool, *, limit: int | None = None,
+              latest: bool = False, timezones=None) -> None:
+    """A listing: every field as JSON (`--json`), or the chosen columns as a table. `limit` keeps the
+    first N rows, or the last N (the most recent) when the rows are in time order (`latest`). The table
+    shows times in each row's DAG time zone (`timezones`: dag_id -> zone, or one zone), JSON in UTC."""
+    if limit is not None:
+        rows = rows[-limit:] if latest else rows[:limit]
     if as_json:
         emit_json(rows)
-    else:
-        print_table(rows, columns)
+        return
+    if timezones is not None:
+        from dagline.cli.display import for_people
+
+        rows = for_people(rows, timezones)
+    print_table(rows, columns)
 
 
 def print_table(rows: list[dict], columns: list[str]) -> None:

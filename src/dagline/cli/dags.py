@@ -9,10 +9,12 @@ from sqlalchemy import select
 
 from dagline.cli.base import (
     Context,
+    conf_options,
     confirm,
+    limit_option,
+    read_conf,
     dag_timezone,
     emit_json,
-    json_object,
     json_option,
     main,
     make_clock,
@@ -70,16 +72,17 @@ def dags_apply(obj: Context, paths, now):
 
 
 @dags.command("list")
+@limit_option
 @json_option
 @click.pass_obj
-def dags_list(obj: Context, as_json):
-    """The DAGs, their schedule and where they stand."""
+def dags_list(obj: Context, limit, as_json):
+    """The DAGs, their schedule and where they stand (times in each DAG's zone; JSON in UTC)."""
     from dagline.queries import list_dags
 
     with obj.db().begin() as conn:
         rows = list_dags(conn)
     show_rows(rows, ["dag_id", "paused", "schedule", "timezone", "version", "next_run_after", "last_run_state"],
-              as_json)
+              as_json, limit=limit, timezones={r["dag_id"]: r["timezone"] for r in rows})
 
 
 @dags.command("show")
@@ -109,10 +112,14 @@ def dags_show(obj: Context, dag_id, as_json):
     import yaml
 
     click.echo(f"dag_id: {dag_id}\nactive: {row.is_active}\npaused: {row.is_paused}\nsource: {row.source_path}")
-    click.echo(f"next run: {data['next_dagrun']} (created after {data['next_run_after']})")
+    from dagline.cli.display import local_time
+
+    zone = row.timezone
+    click.echo(f"next run: {local_time(data['next_dagrun'], zone)} "
+               f"(created after {local_time(data['next_run_after'], zone)})")
     click.echo("versions:")
     for v in data["versions"]:
-        click.echo(f"  {v['version']}  {v['created_at']}{'  (current)' if v['current'] else ''}")
+        click.echo(f"  {v['version']}  {local_time(v['created_at'], zone)}{'  (current)' if v['current'] else ''}")
     click.echo("spec:")
     click.echo("  " + yaml.safe_dump(current.spec, sort_keys=False).replace("\n", "\n  ").rstrip())
 
@@ -120,7 +127,8 @@ def dags_show(obj: Context, dag_id, as_json):
 @dags.command("next-runs")
 @click.argument("dag_ref")
 @click.option("--after", default=None, metavar="ISO", help="Start from the first interval starting at or after this.")
-@click.option("--count", default=5, show_default=True, type=click.IntRange(min=1))
+@click.option("--count", "--limit", "count", default=5, show_default=True, type=click.IntRange(min=1),
+              help="How many intervals.")
 @json_option
 @click.pass_obj
 def dags_next_runs(obj: Context, dag_ref, after, count, as_json):
@@ -151,7 +159,8 @@ def dags_next_runs(obj: Context, dag_ref, after, count, as_json):
         if not table.periodic:
             break
         info = table.next_run(info.data_interval.end, catchup=True)
-    show_rows(rows, ["logical_date", "data_interval_start", "data_interval_end", "run_after"], as_json)
+    show_rows(rows, ["logical_date", "data_interval_start", "data_interval_end", "run_after"], as_json,
+              timezones=dag.timezone)
 
 
 @dags.command("pause")
@@ -183,15 +192,15 @@ def _set_paused(obj: Context, dag_id: str, paused: bool, now: str | None) -> Non
 @dags.command("trigger")
 @click.argument("dag_id")
 @click.option("--logical-date", default=None, metavar="ISO", help="Default: now.")
-@click.option("--conf", default=None, metavar="JSON", help="The run's conf, a JSON object.")
+@conf_options
 @now_option
 @click.pass_obj
-def dags_trigger(obj: Context, dag_id, logical_date, conf, now):
+def dags_trigger(obj: Context, dag_id, logical_date, conf, conf_file, now):
     """Create a manual run; prints its run id."""
     from dagline.runs import trigger_run
 
     database = obj.db()
-    conf_value = json_object(conf, "--conf")
+    conf_value = read_conf(conf, conf_file)
     when = read_instant(logical_date, "--logical-date", dag_timezone(database, dag_id))
     run = trigger_run(database, dag_id, now=make_clock(now).now(), logical_date=when, conf=conf_value)
     click.echo(run.run_id)

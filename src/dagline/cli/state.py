@@ -14,6 +14,8 @@ from dagline.cli.base import (
     Context,
     confirm,
     dag_timezone_of,
+    dag_timezones,
+    limit_option,
     emit_json,
     print_table,
     json_option,
@@ -37,20 +39,29 @@ def runs():
 
 @runs.command("list")
 @click.argument("dag_id", required=False)
+@click.option("--dag", "dag_option", default=None, metavar="DAG_ID", help="Only this DAG's runs (as DAG_ID).")
 @click.option("--state", default=None, type=click.Choice(["queued", "running", "success", "failed", "overridden"]))
+@limit_option
 @json_option
 @click.pass_obj
-def runs_list(obj: Context, dag_id, state, as_json):
-    """Runs in logical-date order."""
+def runs_list(obj: Context, dag_id, dag_option, state, limit, as_json):
+    """Runs in logical-date order (per DAG); `--limit N`: the latest N. The table shows the logical date
+    in the DAG's zone, the run's duration, and `manual (test)` for `dags test` runs (JSON: `is_test`)."""
     from dagline.dagstore import require_dag
     from dagline.queries import list_runs
 
+    if dag_id is not None and dag_option is not None and dag_id != dag_option:
+        raise InvalidInput(f"names DAG {dag_option!r}, but DAG_ID names {dag_id!r}", field="--dag")
+    dag_id = dag_id or dag_option
     with obj.db().begin() as conn:
         if dag_id is not None:
             require_dag(conn, dag_id, active=False)
-        rows = list_runs(conn, dag_id, state)
-    show_rows(rows, ["id", "dag_id", "run_id", "run_type", "state", "previous_run_id", "dag_version",
-                    "backfill_id"], as_json)
+        rows = list_runs(conn, dag_id, state, limit=limit)
+        zones = dag_timezones(conn, [r["dag_id"] for r in rows])
+    if not as_json:
+        rows = [{**r, "run_type": r["run_type"] + (" (test)" if r["is_test"] else "")} for r in rows]
+    show_rows(rows, ["id", "dag_id", "run_id", "run_type", "state", "logical_date", "duration", "previous_run_id",
+                     "dag_version", "backfill_id"], as_json, timezones=zones)
 
 
 @runs.command("show")
@@ -101,7 +112,7 @@ def runs_grid(obj: Context, dag_id, limit, color):
     with obj.db().begin() as conn:
         require_dag(conn, dag_id, active=False)
         _, dag = DagCache().current(conn, dag_id)
-        run_rows = [r for r in list_runs(conn, dag_id) if r["state"] != "overridden"][-limit:]
+        run_rows = [r for r in list_runs(conn, dag_id) if r["state"] != "overridden" and not r["is_test"]][-limit:]
         tis: dict[int, dict[str, str]] = {}
         for row in conn.execute(select(ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state)
                                 .where(ti_t.c.dag_run_id.in_([r["id"] for r in run_rows]))):
@@ -117,17 +128,20 @@ def tasks():
 
 @tasks.command("list")
 @click.argument("run_ref", metavar="RUN_ID")
+@limit_option
 @json_option
 @click.pass_obj
-def tasks_list(obj: Context, run_ref, as_json):
-    """The task instances of a run."""
+def tasks_list(obj: Context, run_ref, limit, as_json):
+    """The task instances of a run (times in the DAG's zone; JSON in UTC)."""
     from dagline.queries import list_tasks
     from dagline.runs import find_run
 
     with obj.db().begin() as conn:
-        rows = list_tasks(conn, find_run(conn, run_ref).id)
-    show_rows(rows, ["task_id", "state", "try_number", "max_tries", "pool", "start_date", "end_date",
-                    "message"], as_json)
+        run = find_run(conn, run_ref)
+        rows = list_tasks(conn, run.id)
+        zone = dag_timezone_of(conn, run.dag_id)
+    show_rows(rows, ["task_id", "state", "try_number", "max_tries", "pool", "start_date", "end_date", "duration",
+                     "message"], as_json, limit=limit, timezones=zone)
 
 
 @tasks.command("clear")
@@ -239,15 +253,16 @@ def pools_set(obj: Context, name, slots, description, now):
 
 
 @pools.command("list")
+@limit_option
 @json_option
 @click.pass_obj
-def pools_list(obj: Context, as_json):
+def pools_list(obj: Context, limit, as_json):
     """Pools, their slots and the slots in use."""
     from dagline.pools import list_pools
 
     with obj.db().begin() as conn:
         rows = list_pools(conn)
-    show_rows(rows, ["name", "slots", "used_slots", "description"], as_json)
+    show_rows(rows, ["name", "slots", "used_slots", "description"], as_json, limit=limit)
 
 
 @pools.command("delete")
