@@ -207,3 +207,29 @@ def test_tasks_clear_asks_before_clearing_more_than_one(db, applied):
     assert "cleared 2" in accepted.output
     cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", "2026-03-02T03:00+01:00")
     assert "cleared 1" in cli(db, "tasks", "clear", "1", "load").output  # one task: no question
+
+
+def test_dags_test_runs_beside_a_scheduler_on_the_same_sqlite_file(sqlite_db, dag_file):
+    """The SQLite scheduler lock is for scheduler replicas: a test run is nobody else's work, so
+    `dags test` needs no lock and runs while a real scheduler process holds it."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    cli(sqlite_db, "dags", "apply", str(dag_file))
+    env = dict(os.environ, DAGLINE_SCHEDULER_POLL_INTERVAL_S="0.05")
+    scheduler = subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", sqlite_db.url, "scheduler",
+                                  "--executor", "noop"], env=env, stderr=subprocess.PIPE)
+    try:
+        lock = sqlite_db.sqlite_path + ".scheduler.lock"
+        deadline = time.monotonic() + 60
+        while not (os.path.exists(lock) and open(lock).read().startswith("pid")):
+            assert scheduler.poll() is None and time.monotonic() < deadline, scheduler.stderr.read()
+            time.sleep(0.05)
+        out = cli(sqlite_db, "dags", "test", "sales", "2026-03-02", "--executor", "noop").output
+        assert "test run test__" in out and ": success" in out
+    finally:
+        scheduler.terminate()
+        scheduler.wait(60)
+    assert scheduler.returncode == 0
