@@ -45,7 +45,8 @@ def footprint(conn: Connection, dag_id: str) -> DagFootprint:
     require_dag(conn, dag_id, active=False)
 
     def count(table, *where):
-        return conn.execute(select(func.count()).select_from(table).where(table.c.dag_id == dag_id, *where)).scalar_one()
+        stmt = select(func.count()).select_from(table).where(table.c.dag_id == dag_id, *where)
+        return conn.execute(stmt).scalar_one()
 
     return DagFootprint(dag_id, count(dag_version_t), count(dag_run_t), count(ti_t),
                         count(ti_t, ti_t.c.state.in_(TIState.ACTIVE)), count(backfill_t))

@@ -12,12 +12,11 @@ from sqlalchemy import select
 from dagline.cli.base import (
     Context,
     dag_timezone,
+    dag_timezones,
     emit_json,
     executor_option,
-    dag_timezones,
-    limit_option,
-    read_conf,
     json_option,
+    limit_option,
     log_folder_option,
     main,
     make_cli_executor,
@@ -25,6 +24,7 @@ from dagline.cli.base import (
     now_option,
     parallelism_option,
     print_table,
+    read_conf,
     show_rows,
 )
 from dagline.db.models import backfill_t

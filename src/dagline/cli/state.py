@@ -15,14 +15,14 @@ from dagline.cli.base import (
     confirm,
     dag_timezone_of,
     dag_timezones,
-    limit_option,
     emit_json,
-    print_table,
     json_option,
+    limit_option,
     log_folder_option,
     main,
     make_clock,
     now_option,
+    print_table,
     show_rows,
 )
 from dagline.cli.display import for_people

@@ -80,8 +80,8 @@ def dags_test(obj: Context, dag_id, logical_date, conf, conf_file, executor, par
     folder = resolve_log_folder(log_folder)
     runner = make_executor(executor, parallelism=parallelism, log_folder=folder, clock=clock)
     run = create_test_run(database, dag_id, now=clock.now(), logical_date=when, conf=conf_value)
-    click.echo(f"test run {run.run_id} (id {run.id}) of {dag_id}: logical date {local_time(run.logical_date, timezone)}, "
-               f"{executor} executor")
+    click.echo(f"test run {run.run_id} (id {run.id}) of {dag_id}: logical date "
+               f"{local_time(run.logical_date, timezone)}, {executor} executor")
 
     seen: dict[str, tuple[str, int]] = {}
     tails: dict[tuple[str, int], LogTail] = {}

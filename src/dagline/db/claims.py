@@ -188,7 +188,8 @@ def claim_orphaned_tis(
     conn: Connection, *, job_id: int, limit: int, executor: str | None = None, hostname: str | None = None
 ) -> list[Any]:
     """Take over `queued` and `running` task instances whose replica has ended (`dead` or `stopped`, or
-    none recorded; test runs' task instances are their `dagline dags test` process's alone): they become `job_id`'s (`queued_by_job_id`), in id order, at most `limit`.
+    none recorded; test runs' task instances are their `dagline dags test` process's alone): they
+    become `job_id`'s (`queued_by_job_id`), in id order, at most `limit`.
     Returns (id, dag_run_id, dag_id, task_id, try_number, state, max_tries, dag_version_id,
     previous_job_id). Protects: one replica adopts each orphaned try, so a try is followed, launched
     again or settled by one replica only (SKIP LOCKED; the state and the owner are checked under the

@@ -222,7 +222,8 @@ class Scheduler:
         stats = LoopStats()
         now = self.clock.now()
         s = self.settings
-        if self.job_id is not None and self.liveness.heartbeat_due():  # first: a replica declared dead learns it before taking work
+        # first: a replica declared dead learns it before taking work (a test run's process is no replica)
+        if self.job_id is not None and self.liveness.heartbeat_due():
             self._step = "heartbeating"
             self.liveness.beat()
         testing = self.test_run_id is not None  # a test run is created running: nothing to create or start
