@@ -21,7 +21,7 @@ from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, ti_t
 from dagline.db.transitions import record_events
-from dagline.deps import TIState
+from dagline.states import TIState
 
 
 @dataclasses.dataclass(frozen=True)

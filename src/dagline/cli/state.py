@@ -27,9 +27,9 @@ from dagline.cli.base import (
 )
 from dagline.cli.display import for_people
 from dagline.db.models import ti_t
-from dagline.deps import TIState
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.executors import resolve_log_folder
+from dagline.states import TIState
 
 
 @main.group()
@@ -186,7 +186,7 @@ def tasks_logs(obj: Context, run_ref, task_id, try_number, follow, poll_interval
     """Print a task's log; with --follow, keep printing as it grows until the try ends."""
     from dagline.cli.logtail import LogTail
     from dagline.executors.base import TaskKey
-    from dagline.executors.local import log_path
+    from dagline.executors.try_files import log_path
     from dagline.runs import find_run
 
     database = obj.db()

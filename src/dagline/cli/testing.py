@@ -66,7 +66,7 @@ def dags_test(obj: Context, dag_id, logical_date, conf, conf_file, executor, par
     succeeded, 1 if not."""
     from dagline.executors import make_executor, resolve_log_folder
     from dagline.executors.base import TaskKey
-    from dagline.executors.local import log_path
+    from dagline.executors.try_files import log_path
     from dagline.runs import create_test_run, end_test_run
     from dagline.scheduler.one_run import drive_test_run
     from dagline.scheduler.settings import SchedulerSettings
@@ -269,7 +269,7 @@ def tasks_test(obj: Context, dag_id, task_id, logical_date, conf, conf_file, exe
     temporary log folder), and the exit status is the job's (0 when it succeeded)."""
     from dagline.executors import make_executor
     from dagline.executors.base import TaskKey, TaskLaunch
-    from dagline.executors.local import exit_file_path, log_path, read_outcome
+    from dagline.executors.try_files import exit_file_path, log_path, read_outcome
     from dagline.times import duration_seconds
 
     dag, task, facts, source_dir = _try_context(obj, dag_id, task_id, logical_date, conf, conf_file)
