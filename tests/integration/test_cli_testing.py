@@ -233,3 +233,16 @@ def test_dags_test_runs_beside_a_scheduler_on_the_same_sqlite_file(sqlite_db, da
         scheduler.terminate()
         scheduler.wait(60)
     assert scheduler.returncode == 0
+
+
+def test_a_template_that_cannot_render_is_a_failed_operation_naming_the_task(db, tmp_path):
+    path = tmp_path / "sales.yaml"
+    path.write_text(DAG.replace("POOL", "default").replace('"{{ params.out }}"', '"{{ conf.out.upper() }}"'))
+    cli(db, "dags", "apply", str(path))
+    before = snapshot(db)
+    for command in ("render", "test"):
+        result = cli(db, "tasks", command, "sales", "extract", "2026-03-02", expect=1)
+        assert "task 'extract': template error" in result.output and "conf.out" in result.output
+    assert snapshot(db) == before
+    assert "{{ conf.out.upper() }}" not in cli(db, "tasks", "render", "sales", "extract", "2026-03-02",
+                                               "--conf", '{"out": "/x"}').output
