@@ -209,30 +209,40 @@ def test_tasks_clear_asks_before_clearing_more_than_one(db, applied):
     assert "cleared 1" in cli(db, "tasks", "clear", "1", "load").output  # one task: no question
 
 
-def test_dags_test_runs_beside_a_scheduler_on_the_same_sqlite_file(sqlite_db, dag_file):
-    """The SQLite scheduler lock is for scheduler replicas: a test run is nobody else's work, so
-    `dags test` needs no lock and runs while a real scheduler process holds it."""
+def test_dags_test_runs_beside_a_running_scheduler(db, dag_file):
+    """On SQLite the scheduler lock is for scheduler replicas, and on PostgreSQL the replicas leave test
+    runs alone: either way `dags test` needs no scheduler stopped, and the scheduler's own work goes on."""
     import os
     import subprocess
     import sys
     import time
 
-    cli(sqlite_db, "dags", "apply", str(dag_file))
+    from dagline.db.models import scheduler_job_t
+
+    cli(db, "dags", "apply", str(dag_file))
     env = dict(os.environ, DAGLINE_SCHEDULER_POLL_INTERVAL_S="0.05")
-    scheduler = subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", sqlite_db.url, "scheduler",
-                                  "--executor", "noop"], env=env, stderr=subprocess.PIPE)
+    scheduler = subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", db.url, "scheduler", "--executor",
+                                  "noop", "--now", "2026-03-03T02:00+01:00"], env=env, stderr=subprocess.PIPE)
     try:
-        lock = sqlite_db.sqlite_path + ".scheduler.lock"
         deadline = time.monotonic() + 60
-        while not (os.path.exists(lock) and open(lock).read().startswith("pid")):
+        while True:  # the replica has registered (on SQLite: it holds the file lock by then)
+            with db.begin() as conn:
+                if conn.execute(select(scheduler_job_t.c.id).where(scheduler_job_t.c.state == "running")).first():
+                    break
             assert scheduler.poll() is None and time.monotonic() < deadline, scheduler.stderr.read()
             time.sleep(0.05)
-        out = cli(sqlite_db, "dags", "test", "sales", "2026-03-02", "--executor", "noop").output
+        out = cli(db, "dags", "test", "sales", "2026-03-02", "--executor", "noop").output
         assert "test run test__" in out and ": success" in out
+        deadline = time.monotonic() + 60
+        while len([r for r in runs(db) if r["state"] == "success"]) < 3:  # its 2 scheduled runs, and the test
+            assert scheduler.poll() is None and time.monotonic() < deadline, runs(db)
+            time.sleep(0.05)
     finally:
         scheduler.terminate()
         scheduler.wait(60)
     assert scheduler.returncode == 0
+    assert sorted((r["run_type"], r["is_test"]) for r in runs(db)) == [
+        ("manual", True), ("scheduled", False), ("scheduled", False)]
 
 
 def test_a_template_that_cannot_render_is_a_failed_operation_naming_the_task(db, tmp_path):
