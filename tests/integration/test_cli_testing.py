@@ -95,7 +95,7 @@ def test_a_test_run_that_cannot_go_on_stops_and_says_why(db, tmp_path):
     path.write_text(DAG.replace("POOL", "nowhere"))
     cli(db, "dags", "apply", str(path))
     result = cli(db, "dags", "test", "sales", "2026-03-02", "--executor", "noop", "--now", "2026-03-10", expect=1)
-    assert "cannot go on: load (pool 'nowhere' does not exist" in result.output
+    assert "cannot go on: load: pool 'nowhere' does not exist" in result.output
     [run] = runs(db)
     assert run["state"] == "failed"  # not left running for ever
     tasks = {t["task_id"]: t["state"] for t in json.loads(cli(db, "tasks", "list", str(run["id"]), "--json").output)}

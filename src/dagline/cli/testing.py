@@ -113,11 +113,10 @@ def dags_test(obj: Context, dag_id, logical_date, conf, conf_file, executor, par
         end_test_run(database, run.id, now=clock.now(), reason="dags test interrupted")
         raise OperationFailed(f"interrupted: test run {run.run_id} failed, its jobs were stopped") from None
     if outcome.state == "running":
-        pools = _pool_names(database)
-        reasons = [f"{t.task_id} ({_why_waiting(t, pools, clock.now())})" for t in outcome.waiting]
-        end_test_run(database, run.id, now=clock.now(), reason="dags test: nothing could move the run any more")
+        end_test_run(database, run.id, now=clock.now(), reason="dags test: nothing can move the run any more")
         _print_grid(database, dag_id, run.id, color)
-        raise OperationFailed(f"test run {run.run_id} cannot go on: {'; '.join(reasons)}; it was marked failed")
+        raise OperationFailed(f"test run {run.run_id} cannot go on: {'; '.join(outcome.blocked)}; "
+                              "it was marked failed")
     _print_grid(database, dag_id, run.id, color)
     if outcome.state != "success":
         raise OperationFailed(f"test run {run.run_id} failed: {_failures(database, run.id)}")
@@ -140,23 +139,6 @@ def _state_line(ti) -> str:
     if ti.state == "up_for_retry" and ti.next_retry_at is not None:
         return f"up_for_retry (try {ti.try_number} failed; next try at {ti.next_retry_at.isoformat()})"
     return ti.state
-
-
-def _why_waiting(ti, pools: set[str], now: dt.datetime) -> str:
-    if ti.state == "scheduled":
-        if ti.pool not in pools:
-            return f"pool {ti.pool!r} does not exist (`dagline pools set {ti.pool} N`)"
-        return f"no free slot in pool {ti.pool!r}, or maxActiveTasks / maxActiveTisPerDag reached"
-    if ti.state == "up_for_retry":
-        return f"its retry is due at {ti.next_retry_at.isoformat()}, after the frozen --now {now.isoformat()}"
-    return f"{ti.state}, waiting for its upstream tasks"
-
-
-def _pool_names(database) -> set[str]:
-    from dagline.db.models import pool_t
-
-    with database.begin() as conn:
-        return set(conn.execute(select(pool_t.c.name)).scalars())
 
 
 def _print_grid(database, dag_id: str, run_pk: int, color) -> None:
