@@ -89,7 +89,7 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
                     f"`dagline pools set NAME SLOTS` creates them"
                 )
             if result.action != "unchanged":
-                refresh_next_dagrun(conn, dag.dag_id, dag)
+                refresh_next_dagrun(conn, dag.dag_id, dag, now=now)
             results.append(result)
     return results
 
@@ -180,7 +180,7 @@ def set_paused(db: Database, dag_id: str, paused: bool, *, now: dt.datetime, who
                               "from_state": "paused" if row.is_paused else "active",
                               "to_state": "paused" if paused else "active"}])
         _, dag = cache.current(conn, dag_id)
-        refresh_next_dagrun(conn, dag_id, dag)
+        refresh_next_dagrun(conn, dag_id, dag, now=now)
     return True
 
 

@@ -78,7 +78,7 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
                                 values={"end_date": now})
     result.runs_finished = len(finished)
     conn.execute(update(dag_run_t).where(dag_run_t.c.id.in_(run_ids)).values(last_scheduling_decision=now))
-    _after_runs_finished(conn, finished, dags)
+    _after_runs_finished(conn, finished, dags, now)
     return result
 
 
@@ -97,9 +97,9 @@ def _previous_states(conn: Connection, runs: Sequence, dag_by_run: dict) -> dict
     return found
 
 
-def _after_runs_finished(conn: Connection, finished: Sequence, dags: DagCache) -> None:
+def _after_runs_finished(conn: Connection, finished: Sequence, dags: DagCache, now: dt.datetime) -> None:
     """A finished scheduled or manual run frees a `maxActiveRuns` place: let the DAG create runs again."""
     for dag_id in sorted({r.dag_id for r in finished if r.run_type != "backfill"}):
         version_id = conn.execute(select(dag_t.c.current_version_id).where(dag_t.c.dag_id == dag_id)).scalar()
         if version_id is not None:
-            refresh_next_dagrun(conn, dag_id, dags.get(conn, version_id))
+            refresh_next_dagrun(conn, dag_id, dags.get(conn, version_id), now=now)
