@@ -56,11 +56,11 @@ def start_queued_runs(
 
 
 def _running_counts(conn: Connection, dag_ids: list[str]) -> dict[str, dict[int | None, int]]:
-    """Running runs of each DAG by backfill id (None for scheduled and manual runs)."""
+    """Running runs of each DAG by backfill id (None for scheduled and manual runs); test runs do not count."""
     counts: dict[str, dict[int | None, int]] = collections.defaultdict(dict)
     for dag_id, backfill, count in conn.execute(
         select(dag_run_t.c.dag_id, dag_run_t.c.backfill_id, func.count())
-        .where(dag_run_t.c.dag_id.in_(dag_ids), dag_run_t.c.state == RunState.RUNNING)
+        .where(dag_run_t.c.dag_id.in_(dag_ids), dag_run_t.c.state == RunState.RUNNING, ~dag_run_t.c.is_test)
         .group_by(dag_run_t.c.dag_id, dag_run_t.c.backfill_id)
     ):
         counts[dag_id][backfill] = count
