@@ -117,6 +117,7 @@ def test_a_replicas_metrics_move_as_it_creates_runs_and_finishes_task_instances(
     finally:
         proc.terminate()
         proc.wait(30)
+        proc.stderr.close()
 
     # Runs: daily for 03-01 (due at 03-02, created a day late) and 03-02 (due now); broken for 03-02.
     assert value(after, "dagline_dag_runs_created_total", run_type="scheduled") == 3
