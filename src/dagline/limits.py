@@ -61,8 +61,15 @@ MAX_RETRY_DELAY = dt.timedelta(days=1)
 MAX_EXECUTION_TIMEOUT = dt.timedelta(days=365)
 """`executionTimeout` (months count 30 days, years 365)."""
 
+MAX_SCHEDULE_INTERVAL = dt.timedelta(days=3650)
+"""An ISO-8601 duration `schedule` (`P1D`, `PT6H`): at most about ten years."""
+
 MAX_SPARK_CORES = 1_024
+"""`driver.cores`, `executor.cores`."""
 MAX_SPARK_INSTANCES = 10_000
+"""`executor.instances`."""
+MAX_SPARK_MEMORY_BYTES = 1024**5
+"""`driver.memory`, `executor.memory`: 1 PiB (`1p`); a bare number is MiB, as Spark reads it."""
 
 MIN_YEAR = 1900
 MAX_YEAR = 9000

@@ -73,7 +73,7 @@ def _resolve_task(task: TaskSpec, defaults: TaskDefaults, timezone: str) -> Task
         upstream=tuple(dict.fromkeys(task.upstream)),
         trigger_rule=task.trigger_rule.value,
         retries=setting("retries"),
-        retry_delay=parse_duration(setting("retry_delay")),
+        retry_delay=parse_duration(setting("retry_delay"), allow_zero=True),
         retry_exponential_backoff=setting("retry_exponential_backoff"),
         depends_on_past=setting("depends_on_past"),
         pool=setting("pool"),

@@ -13,8 +13,28 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import to_jsonable_python
 
 from dagline.deps import TriggerRule
-from dagline.spec.fields import DagId, IsoDuration, SparkMemory, SpecModel, TaskId, TemplatedStr
-from dagline.times import validate_timezone
+from dagline.limits import (
+    INT32_MAX,
+    INT32_MIN,
+    MAX_ACTIVE_LIMIT,
+    MAX_POOL_SLOTS,
+    MAX_RETRIES,
+    MAX_SPARK_CORES,
+    MAX_SPARK_INSTANCES,
+)
+from dagline.spec.bounds import json_value_problem
+from dagline.spec.fields import (
+    DagId,
+    ExecutionTimeout,
+    PoolName,
+    RetryDelay,
+    SparkMemory,
+    SpecModel,
+    TaskId,
+    TemplatedStr,
+    check_schedule_interval,
+)
+from dagline.times import check_year, validate_timezone
 
 API_VERSION = "dagline.io/v1alpha1"  # for the Kubernetes code; `DagDocument.api_version` spells it out
 
@@ -22,14 +42,14 @@ API_VERSION = "dagline.io/v1alpha1"  # for the Kubernetes code; `DagDocument.api
 class DriverSpec(SpecModel):
     """Resources of the Spark driver (unset: Spark's defaults)."""
 
-    cores: int | None = Field(None, ge=1)
+    cores: int | None = Field(None, ge=1, le=MAX_SPARK_CORES)
     memory: SparkMemory | None = Field(None, description="Spark memory size, e.g. 512m or 1g")
 
 
 class ExecutorSpec(DriverSpec):
     """Resources of the Spark executors."""
 
-    instances: int | None = Field(None, ge=1)
+    instances: int | None = Field(None, ge=1, le=MAX_SPARK_INSTANCES)
 
 
 class SparkSpec(SpecModel):
@@ -49,15 +69,15 @@ class SparkSpec(SpecModel):
 class TaskDefaults(SpecModel):
     """Task settings that apply to every task of the DAG unless the task sets its own."""
 
-    retries: int = Field(0, ge=0)
-    retry_delay: IsoDuration = Field("PT5M", description="ISO-8601 duration")
+    retries: int = Field(0, ge=0, le=MAX_RETRIES)
+    retry_delay: RetryDelay = Field("PT5M", description="ISO-8601 duration; PT0S retries at once")
     retry_exponential_backoff: bool = False
     depends_on_past: bool = False
-    pool: str = Field("default", min_length=1)
-    pool_slots: int = Field(1, ge=1)
-    priority_weight: int = 1
-    max_active_tis_per_dag: int | None = Field(None, ge=1)
-    execution_timeout: IsoDuration | None = Field(None, description="ISO-8601 duration")
+    pool: PoolName = "default"
+    pool_slots: int = Field(1, ge=1, le=MAX_POOL_SLOTS)
+    priority_weight: int = Field(1, ge=INT32_MIN, le=INT32_MAX)
+    max_active_tis_per_dag: int | None = Field(None, ge=1, le=MAX_ACTIVE_LIMIT)
+    execution_timeout: ExecutionTimeout | None = Field(None, description="ISO-8601 duration")
 
 
 class TaskSpec(SpecModel):
@@ -67,16 +87,23 @@ class TaskSpec(SpecModel):
     upstream: list[str] = []
     trigger_rule: TriggerRule = TriggerRule.ALL_SUCCESS
     start_date: dt.datetime | None = Field(None, description="naive = in the DAG's time zone")
-    retries: int | None = Field(None, ge=0)
-    retry_delay: IsoDuration | None = None
+    retries: int | None = Field(None, ge=0, le=MAX_RETRIES)
+    retry_delay: RetryDelay | None = None
     retry_exponential_backoff: bool | None = None
     depends_on_past: bool | None = None
-    pool: str | None = Field(None, min_length=1)
-    pool_slots: int | None = Field(None, ge=1)
-    priority_weight: int | None = None
-    max_active_tis_per_dag: int | None = Field(None, ge=1)
-    execution_timeout: IsoDuration | None = None
+    pool: PoolName | None = None
+    pool_slots: int | None = Field(None, ge=1, le=MAX_POOL_SLOTS)
+    priority_weight: int | None = Field(None, ge=INT32_MIN, le=INT32_MAX)
+    max_active_tis_per_dag: int | None = Field(None, ge=1, le=MAX_ACTIVE_LIMIT)
+    execution_timeout: ExecutionTimeout | None = None
     spark: SparkSpec
+
+    @field_validator("start_date")
+    @classmethod
+    def _year_in_range(cls, value: dt.datetime | None) -> dt.datetime | None:
+        if value is not None:
+            check_year(value)
+        return value
 
 
 class DagSpec(SpecModel):
@@ -90,8 +117,8 @@ class DagSpec(SpecModel):
     end_date: dt.datetime | None = None
     catchup: bool = True
     paused: bool = False
-    max_active_runs: int = Field(16, ge=1)
-    max_active_tasks: int = Field(16, ge=1)
+    max_active_runs: int = Field(16, ge=1, le=MAX_ACTIVE_LIMIT)
+    max_active_tasks: int = Field(16, ge=1, le=MAX_ACTIVE_LIMIT)
     params: dict[str, Any] = {}
     defaults: TaskDefaults = Field(default_factory=TaskDefaults)
     tasks: list[TaskSpec] = Field(min_length=1)
@@ -104,12 +131,29 @@ class DagSpec(SpecModel):
         )
 
         validate_schedule(value)
+        if value is not None and value.strip()[:1] in ("P", "p"):
+            check_schedule_interval(value.strip())
+        return value
+
+    @field_validator("start_date", "end_date")
+    @classmethod
+    def _year_in_range(cls, value: dt.datetime | None) -> dt.datetime | None:
+        if value is not None:
+            check_year(value)
         return value
 
     @field_validator("timezone")
     @classmethod
     def _valid_timezone(cls, value: str) -> str:
         return validate_timezone(value)
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _bounded_params(cls, value: Any) -> Any:
+        problem = json_value_problem(value)  # before pydantic or JSON walks it: iterative, safe on any depth
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("params")
     @classmethod

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from dagline.limits import MAX_ACTIVE_LIMIT, MAX_ID_LENGTH, MAX_POOL_SLOTS
+from dagline.spec.bounds import json_value_problem
 from dagline.spec.fields import DagId, InstantStr, SpecModel
 
 
@@ -19,7 +21,7 @@ class BackfillSpec(SpecModel):
     start: InstantStr = Field(description="date or date-time; naive = in the DAG's time zone")
     end: InstantStr = Field(description="date or date-time; naive = in the DAG's time zone")
     reprocess: Literal["none", "failed", "completed"] = "none"
-    max_active_runs: int | None = Field(None, ge=1)
+    max_active_runs: int | None = Field(None, ge=1, le=MAX_ACTIVE_LIMIT)
     run_backwards: bool = False
     dry_run: bool = False
     paused: bool = False
@@ -32,11 +34,20 @@ class DagRunSpec(SpecModel):
     dag: DagId
     logical_date: InstantStr | None = Field(None, description="date or date-time; naive = in the DAG's time zone")
     conf: dict[str, Any] = Field(default_factory=dict, description="overrides `params` in this run's templates")
-    run_id: str | None = Field(None, description="set by dagline on the runs it mirrors; leave empty to trigger")
+    run_id: str | None = Field(None, max_length=MAX_ID_LENGTH,
+                               description="set by dagline on the runs it mirrors; leave empty to trigger")
+
+    @field_validator("conf", mode="before")
+    @classmethod
+    def _bounded_conf(cls, value: Any) -> Any:
+        problem = json_value_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 class PoolSpec(SpecModel):
     """A pool: a named number of slots shared by the tasks that name it."""
 
-    slots: int = Field(ge=0)
+    slots: int = Field(ge=0, le=MAX_POOL_SLOTS)
     description: str | None = None
