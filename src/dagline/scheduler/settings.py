@@ -10,6 +10,7 @@ import dataclasses
 import os
 
 from dagline.errors import InvalidInput
+from dagline.limits import MAX_SETTING_COUNT, MAX_SETTING_SECONDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,8 +27,12 @@ class SchedulerSettings:
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
-            if getattr(self, field.name) <= 0:
-                raise InvalidInput(f"must be positive, got {getattr(self, field.name)!r}", field=_env_name(field.name))
+            value = getattr(self, field.name)
+            limit = MAX_SETTING_SECONDS if isinstance(field.default, float) else MAX_SETTING_COUNT
+            # `not 0 < value` also refuses NaN, which compares false with everything (a busy loop)
+            if not 0 < value <= limit:
+                raise InvalidInput(f"must be a positive number no larger than {limit:,.0f}, got {value!r}",
+                                   field=_env_name(field.name))
         if self.heartbeat_interval_s * 2 > self.replica_timeout_s:
             raise InvalidInput(
                 f"must be at least twice heartbeat_interval_s ({self.heartbeat_interval_s:g}), got "
