@@ -7,6 +7,7 @@ import copy
 import datetime as dt
 import json
 import os
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,20 @@ def test_a_long_string_is_refused_naming_its_line_and_the_limit():
     assert f"{limits.MAX_STRING_LENGTH + 1:,} characters" in error.reason
     assert f"{limits.MAX_STRING_LENGTH:,} characters per string" in error.reason
     assert "line " in error.reason
+
+
+def test_a_template_that_would_build_a_huge_constant_is_not_built_at_load():
+    """Jinja folds constant expressions while compiling: `{{ 'x' * 10**8 }}` would be a 100 MB string
+    built by `dags apply` (and 10**10, 10 GB). Loading compiles it without evaluating it."""
+    data = with_task(spark={"mainApplicationFile": "a", "arguments": ["{{ 'x' * 10**8 }}", "{{ 10 ** 10 ** 10 }}"]})
+    tracemalloc.start()
+    try:
+        dag = load(data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert dag.tasks["t"].spark.arguments == ["{{ 'x' * 10**8 }}", "{{ 10 ** 10 ** 10 }}"]
+    assert peak < 20 * limits.MIB
 
 
 # --- nesting ------------------------------------------------------------------------------------------
