@@ -362,3 +362,15 @@ def test_a_symlink_to_a_device_in_a_folder_is_skipped(tmp_path):
     warnings: list[str] = []
     assert [item.dag.dag_id for item in load_dag_paths([tmp_path], warn=warnings.append)] == ["good"]
     assert "a character device" in warnings[0]
+
+
+# --- documentation --------------------------------------------------------------------------------------
+
+
+def test_the_readme_lists_every_limit():
+    """README's "Limits" section names every bound of `dagline.limits` (units and the column types they
+    are built from aside), so a new bound cannot go undocumented."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("\n## Limits\n", 1)[1].split("\n## ", 1)[0]
+    names = [name for name in vars(limits) if name.isupper() and name not in ("KIB", "MIB", "INT32_MAX", "INT32_MIN")]
+    assert [name for name in names if f"`{name}`" not in section] == []
