@@ -20,11 +20,10 @@ from dagline.dagstore import DagCache, require_dag
 from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t
-from dagline.db.transitions import record_events
-from dagline.deps import RunState
+from dagline.db.transitions import fail_queued_runs, record_events
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.limits import MAX_ACTIVE_LIMIT, MAX_BACKFILL_RUNS, MAX_ID_LENGTH
-from dagline.runs import fail_queued_runs
+from dagline.states import RunState
 from dagline.timeline import NewRun, insert_runs, refresh_next_dagrun, timetable_for
 from dagline.times import parse_instant, to_utc
 from dagline.timetable import DataInterval, Timetable
@@ -212,7 +211,7 @@ def create_backfill(
                          .values(state="completed", completed_at=now))
         record_events(conn, [{"at": now, "who": who, "entity": "backfill", "dag_id": dag_id,
                               "detail": f"backfill {backfill_id}: {len(new_runs)} runs", "to_state": "running"}])
-        refresh_next_dagrun(conn, dag_id, dag)
+        refresh_next_dagrun(conn, dag_id, dag, now=now)
     return BackfillResult(backfill_id, plan, created=True)
 
 

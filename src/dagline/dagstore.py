@@ -21,10 +21,11 @@ from sqlalchemy.exc import IntegrityError
 from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, pool_t
-from dagline.db.transitions import record_events
-from dagline.deps import RunState, pool_too_small
+from dagline.db.transitions import fail_queued_runs, record_events
+from dagline.deps import pool_too_small
 from dagline.errors import OperationFailed
 from dagline.spec import Dag, LoadedDag
+from dagline.states import RunState
 
 
 class DagCache:
@@ -95,7 +96,7 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
                         f"task {task.task_id}: {too_small}: it never runs until "
                         f"`dagline pools set {task.pool} {task.pool_slots}` makes the pool large enough")
             if result.action != "unchanged":
-                refresh_next_dagrun(conn, dag.dag_id, dag)
+                refresh_next_dagrun(conn, dag.dag_id, dag, now=now)
             results.append(result)
     return results
 
@@ -186,7 +187,7 @@ def set_paused(db: Database, dag_id: str, paused: bool, *, now: dt.datetime, who
                               "from_state": "paused" if row.is_paused else "active",
                               "to_state": "paused" if paused else "active"}])
         _, dag = cache.current(conn, dag_id)
-        refresh_next_dagrun(conn, dag_id, dag)
+        refresh_next_dagrun(conn, dag_id, dag, now=now)
     return True
 
 
@@ -197,8 +198,6 @@ def deactivate(db: Database, dag_id: str, *, now: dt.datetime, who: str = "cli")
     skipped; its running backfills are cancelled. Running runs finish on their version. Applying the
     spec again restores the DAG with its history. Returns the number of runs cancelled, or None if
     the DAG was already inactive (nothing is written: a second replica's delete is a no-op)."""
-    from dagline.runs import fail_queued_runs  # runs builds on this module
-
     with db.begin() as conn:
         require_dag(conn, dag_id, active=False)
         row = lock_dag(conn, dag_id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dagline.deps import TIState
+from dagline.states import TIState
 
 
 class ProgressBar:

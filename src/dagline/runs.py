@@ -13,9 +13,9 @@ from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
 from dagline.db.models import dag_run_t, ti_t
 from dagline.db.transitions import change_runs, change_tis
-from dagline.deps import RunState, TIState
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.limits import MAX_ROW_ID
+from dagline.states import RunState, TIState
 from dagline.timeline import NewRun, insert_runs, live_run_at, timetable_for
 
 
@@ -64,18 +64,6 @@ def _refuse_other_arguments(run, logical_date: dt.datetime | None, conf: dict | 
         raise InvalidInput(f"run {run.run_id!r} of DAG {run.dag_id!r} exists with other arguments "
                            f"({'; '.join(differences)}): a run id names one trigger; choose another id",
                            field="run_id")
-
-
-def fail_queued_runs(conn: Connection, run_ids: list[int], *, now: dt.datetime, who: str, detail: str) -> list:
-    """Cancel runs that have not started: each still `queued` becomes `failed`, its task instances that
-    never ran `skipped` (so `dependsOnPast` of later runs is not blocked by them). A run that started
-    meanwhile is left to finish. Returns the runs changed."""
-    cancelled = change_runs(conn, run_ids, expected=RunState.QUEUED, to=RunState.FAILED, at=now, who=who,
-                            values={"end_date": now}, detail=detail)
-    ti_ids = list(conn.execute(select(ti_t.c.id).where(
-        ti_t.c.dag_run_id.in_([r.id for r in cancelled]), ti_t.c.state == TIState.NONE)).scalars())
-    change_tis(conn, ti_ids, expected=TIState.NONE, to=TIState.SKIPPED, at=now, who=who, detail=detail)
-    return cancelled
 
 
 def find_run(conn: Connection, run_ref: str):

@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import jinja2
 import pendulum
 from jinja2 import meta, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-if TYPE_CHECKING:
-    from dagline.spec.models import SparkSpec
 
 TEMPLATE_VARIABLES = frozenset({
     "ds", "ds_nodash", "logical_date", "data_interval_start", "data_interval_end",
@@ -135,7 +132,15 @@ def render(text: str, context: Mapping[str, Any]) -> str:
         raise ValueError(f"cannot render template {text!r}: {type(exc).__name__}: {exc}") from None
 
 
-def render_spark(spark: SparkSpec, context: Mapping[str, Any]) -> tuple[list[str], dict[str, str]]:
+class TemplatedSpark(Protocol):
+    """What rendering needs of a task's Spark section (`dagline.spec.SparkSpec` is one): the spec layer
+    builds on this module to check templates, so this module does not import the spec."""
+
+    arguments: Sequence[str]
+    conf: Mapping[str, str]
+
+
+def render_spark(spark: TemplatedSpark, context: Mapping[str, Any]) -> tuple[list[str], dict[str, str]]:
     """A task's Spark arguments and conf with every template rendered."""
     arguments = [render(argument, context) for argument in spark.arguments]
     conf = {key: render(value, context) for key, value in spark.conf.items()}
