@@ -28,7 +28,7 @@ from tests.integration.test_cli import GOOD
 
 pytestmark = pytest.mark.timeout(120)
 
-EXAMPLES = 5  # per kind of hostility and database: about 55 specs per database, 15 s in all
+EXAMPLES = 5  # per kind of hostility and database: 60 specs per database, about 25 s in all
 
 # --- a valid document and ways to break it ------------------------------------------------------------------
 
@@ -100,6 +100,8 @@ def huge_number(draw) -> str:
     path, low, high = draw(st.sampled_from(INTEGERS))
     value = draw(st.one_of(st.integers(high + 1, 10**40), st.integers(-(10**40), low - 1),
                            st.sampled_from([float("nan"), float("inf"), float("-inf"), 1e29])))
+    if draw(st.integers(0, 4)) == 0:  # an integer too long for Python to read (over 4,300 digits)
+        return as_yaml(put(base_document(), path, 7)).replace(": 7\n", ": " + "9" * 5_000 + "\n", 1)
     return as_yaml(put(base_document(), path, value))
 
 
@@ -180,6 +182,16 @@ def bad_date(draw) -> str:
 
 
 @st.composite
+def deep_template(draw) -> str:
+    depth = draw(st.integers(2_000, 20_000))
+    template = draw(st.sampled_from(["{{ " + "(" * depth + "1" + ")" * depth + " }}", "{{ " + "[" * depth + "]" * depth
+                                     + " }}", "{% if 1 %}" * depth, "{{ " + "-" * depth + "1 }}"]))
+    if len(template) > limits.MAX_STRING_LENGTH:
+        template = template[: limits.MAX_STRING_LENGTH]  # still unbalanced, so still refused
+    return as_yaml(put(base_document(), ("spec", "tasks", 0, "spark", "arguments", 0), template))
+
+
+@st.composite
 def too_many_tasks(draw) -> str:
     count = draw(st.integers(limits.MAX_TASKS_PER_DAG + 1, 20_000))
     document = base_document()
@@ -190,7 +202,7 @@ def too_many_tasks(draw) -> str:
 HOSTILE = {"bad type": bad_type(), "huge number": huge_number(), "deep nesting": deep_nesting(),
            "long string": long_string(), "alias bomb": alias_bomb(), "alias flood": alias_flood(), "bad id": bad_id(),
            "unknown kind": unknown_kind(), "bad duration": bad_duration(), "bad date": bad_date(),
-           "too many tasks": too_many_tasks()}
+           "deep template": deep_template(), "too many tasks": too_many_tasks()}
 
 
 # --- the test -------------------------------------------------------------------------------------------------

@@ -242,6 +242,25 @@ def test_numbers_beyond_what_a_column_or_a_date_holds_are_refused_naming_the_fie
     assert limit in error.reason
 
 
+def test_an_integer_of_thousands_of_digits_is_an_error_not_a_crash():
+    text = yaml.safe_dump(with_task(retries=7)).replace("retries: 7", "retries: " + "9" * 5000)
+    error = refused(text)
+    assert "invalid YAML value" in error.reason and "digits" in error.reason
+
+
+def test_an_unquoted_date_of_year_zero_is_an_error_not_a_crash():
+    text = yaml.safe_dump(document()).replace("startDate: '2026-03-01'", "startDate: 0000-01-01")
+    assert "startDate: 0000-01-01" in text
+    assert "invalid YAML value" in refused(text).reason
+
+
+@pytest.mark.parametrize("template", ["{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}", "{% if 1 %}" * 3000])
+def test_a_template_nested_thousands_deep_is_an_error_not_a_crash(template):
+    error = refused(with_task(spark={"mainApplicationFile": "a", "arguments": [template]}))
+    assert error.field == "spec.tasks[0].spark.arguments[0]"
+    assert "nests too deeply" in error.reason
+
+
 def test_the_largest_accepted_numbers_load():
     dag = load(with_task(priorityWeight=limits.INT32_MAX, retries=limits.MAX_RETRIES, poolSlots=limits.MAX_POOL_SLOTS,
                          retryDelay="P1D", retryExponentialBackoff=True, executionTimeout="P365D"))

@@ -86,10 +86,11 @@ def _iso(delta: dt.timedelta) -> str:
 def _check_memory(value: str) -> str:
     match = _SPARK_MEMORY_RE.fullmatch(value)
     if not match:
-        raise ValueError(f"{value!r} is not a Spark memory size (examples: '512m', '1g', '4g')")
+        raise ValueError(f"{shorten(value)} is not a Spark memory size (examples: '512m', '1g', '4g')")
     unit = (match["unit"] or "m")[0].lower()  # Spark reads a bare number of driver/executor memory as MiB
-    if int(match["number"]) * _MEMORY_UNITS[unit] > MAX_SPARK_MEMORY_BYTES:
-        raise ValueError(f"{value!r} is more memory than the limit of {MAX_SPARK_MEMORY_BYTES // 1024**5}p "
+    number = match["number"].lstrip("0") or "0"
+    if len(number) > 20 or int(number) * _MEMORY_UNITS[unit] > MAX_SPARK_MEMORY_BYTES:
+        raise ValueError(f"{shorten(value)} is more memory than the limit of {MAX_SPARK_MEMORY_BYTES // 1024**5}p "
                          f"({MAX_SPARK_MEMORY_BYTES:,} bytes)")
     return value
 
@@ -104,7 +105,10 @@ def _scalar_to_str(value: Any) -> Any:
 
 
 def _check_templated(value: str) -> str:
-    check_template(value)
+    try:
+        check_template(value)
+    except RecursionError:  # thousands of nested brackets or blocks: Jinja's parser recurses
+        raise ValueError(f"template {shorten(value)} nests too deeply for the template parser") from None
     return value
 
 
