@@ -4,7 +4,8 @@ and leave every stored row exactly as it was (issue 11).
 
 Each example takes a valid document and breaks it in one way drawn from the kinds of hostile input the
 issue lists: wrong types, numbers beyond what a column or a date holds, deep nesting, long strings, YAML
-alias bombs and alias floods, bad ids, unknown kinds, durations and dates out of range. Hypothesis runs a
+alias bombs and alias floods, bad ids, unknown kinds, durations and dates out of range, templates nested
+thousands deep, too many tasks. Hypothesis runs a
 fixed, derandomized batch (so CI is repeatable) with a per-example deadline as the bound on time.
 """
 
