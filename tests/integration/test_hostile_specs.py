@@ -82,18 +82,18 @@ def as_yaml(document: dict) -> str:
     return yaml.safe_dump(document, sort_keys=False, width=10**9)
 
 
-wrong_types = st.one_of(st.lists(st.integers(), min_size=1, max_size=3), st.dictionaries(
-    st.text("abc", min_size=1, max_size=3), st.integers(), min_size=1, max_size=2),
-    st.text("xyz ", min_size=1, max_size=8))
+collections = st.one_of(st.lists(st.integers(), min_size=1, max_size=3),
+                      st.dictionaries(st.text("abc", min_size=1, max_size=3), st.integers(), min_size=1, max_size=2))
 
 
 @st.composite
 def bad_type(draw) -> str:
-    if draw(st.booleans()):
+    if draw(st.booleans()):  # a number field given a collection or words
         path, _, _ = draw(st.sampled_from(INTEGERS))
-    else:
-        path = draw(st.sampled_from(STRINGS[:5]))
-    return as_yaml(put(base_document(), path, draw(wrong_types)))
+        value = draw(st.one_of(collections, st.text("xyz ", min_size=1, max_size=8)))
+    else:  # a text field given a collection
+        path, value = draw(st.sampled_from(STRINGS[:5])), draw(collections)
+    return as_yaml(put(base_document(), path, value))
 
 
 @st.composite
@@ -146,7 +146,8 @@ def bad_id(draw) -> str:
         st.just(good + "\n"),
         st.just(good + "\n" + good),
         st.integers(limits.MAX_ID_LENGTH + 1, 5_000).map(lambda n: "a" * n),
-        st.sampled_from(["", " ", "a b", "a\tb", "a\x00b", "é" if path[-1] != "pool" else "\x1b[31m"]),
+        st.sampled_from(["", " ", "a\tb", "a\x00b", " a", "a ", "\x1b[31m"]),
+        st.sampled_from(["a b", "é"] if path[-1] != "pool" else ["\u200ba\u2028"]),  # fine in a pool name: a b
     ))
     if path[-1] == "name" and value == "é":
         value = "Hostile"  # a dag id must be a lowercase DNS label
