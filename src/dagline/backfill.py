@@ -24,7 +24,7 @@ from dagline.db.transitions import fail_queued_runs, record_events
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.limits import MAX_ACTIVE_LIMIT, MAX_BACKFILL_RUNS, MAX_ID_LENGTH
 from dagline.states import RunState
-from dagline.timeline import NewRun, insert_runs, refresh_next_dagrun, timetable_for
+from dagline.timeline import NewRun, insert_runs, on_timeline, refresh_next_dagrun, timetable_for
 from dagline.times import parse_instant, to_utc
 from dagline.timetable import DataInterval, Timetable
 
@@ -87,18 +87,29 @@ class BackfillPlan:
 def _refuse_too_many_intervals(timetable: Timetable, start: dt.datetime, end: dt.datetime) -> None:
     """Count the intervals of [start, end] in growing windows, stopping soon after MAX_BACKFILL_RUNS: an
     hourly backfill over centuries would otherwise list millions of intervals (minutes and gigabytes)
-    before anything is said. Each window holds a few thousand intervals at most."""
-    count, cursor, span = 0, start, dt.timedelta(hours=1)
+    before anything is said. Once a thousand are counted, a range whose intervals at that rate would be
+    more than twice the limit is refused at once; closer to the limit, counting goes on to the exact bound."""
+    count, cursor, span, first = 0, start, dt.timedelta(hours=1), None
+
+    def refuse(how_many: str) -> InvalidInput:
+        return InvalidInput(f"[{start.isoformat()}, {end.isoformat()}] holds {how_many} intervals (the limit is "
+                            f"{MAX_BACKFILL_RUNS:,} per backfill): split the range into several backfills",
+                            field="--end")
+
     while cursor <= end:
         window_end = end if span >= end - cursor else cursor + span
         found = len(timetable.runs_between(cursor, window_end))
+        if found and first is None:
+            first = cursor
         count += found
         if count > MAX_BACKFILL_RUNS:
-            raise InvalidInput(
-                f"[{start.isoformat()}, {end.isoformat()}] holds more than {MAX_BACKFILL_RUNS:,} intervals (the limit "
-                f"per backfill): split the range into several backfills", field="--end")
+            raise refuse(f"more than {MAX_BACKFILL_RUNS:,}")
         if window_end >= end:
             return
+        if count >= 1_000 and first is not None and window_end > first:
+            estimate = count * ((end - first) / (window_end - first))
+            if estimate > 2 * MAX_BACKFILL_RUNS:
+                raise refuse(f"about {estimate:,.0f}")
         cursor = window_end + dt.timedelta(microseconds=1)
         if found < 1_000:
             span *= 4
@@ -189,7 +200,7 @@ def create_backfill(
         existing = {
             r.logical_date: (r.id, r.state) for r in conn.execute(
                 select(dag_run_t.c.id, dag_run_t.c.logical_date, dag_run_t.c.state)
-                .where(dag_run_t.c.dag_id == dag_id, dag_run_t.c.state != RunState.OVERRIDDEN,
+                .where(dag_run_t.c.dag_id == dag_id, on_timeline(),
                        dag_run_t.c.logical_date >= start, dag_run_t.c.logical_date <= end))
         }
         plan = plan_backfill(timetable_for(dag), existing, start=start, end=end, reprocess=reprocess, now=now,
