@@ -385,7 +385,7 @@ def _replica_process(db, logs, **env):
     env = dict(os.environ, DAGLINE_SCHEDULER_POLL_INTERVAL_S="0.1", DAGLINE_SCHEDULER_HEARTBEAT_INTERVAL_S="0.5",
                DAGLINE_SCHEDULER_REPLICA_TIMEOUT_S="2", DAGLINE_SCHEDULER_HOUSEKEEPING_INTERVAL_S="0.5", **env)
     return subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", db.url, "scheduler", "--log-folder",
-                             str(logs), "--parallelism", "1"], env=env, stderr=subprocess.PIPE, text=True)
+                             str(logs), "--parallelism", "1"], env=env, stderr=subprocess.DEVNULL)
 
 
 @pytest.mark.spark
