@@ -34,6 +34,7 @@ from dagline.db.engine import Database
 from dagline.db.faults import first_line, is_transient
 from dagline.db.replicas import database_now
 from dagline.executors.base import Executor, TaskLaunch
+from dagline.queries import pending_retries
 from dagline.scheduler import housekeeping
 from dagline.scheduler.adoption import Adopter, Settled, declare_others_dead, declare_stale_replicas_dead
 from dagline.scheduler.create_runs import create_scheduled_runs
@@ -101,6 +102,7 @@ class Scheduler:
         self._stop_requested = False
         self._last_housekeeping = float("-inf")
         self._step = "start"
+        self.waiting_retry = None  # with `until_idle`: the soonest retry it waits for (dag_id, run_id, task_id...)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -177,10 +179,36 @@ class Scheduler:
                     break
                 if stats.work == 0 and not self._stop_requested:
                     if until_idle and not self.executor.has_work() and not self._pending_reports:
-                        break
+                        wait_s = self._retry_wait()
+                        if wait_s is None:
+                            break
+                        self.wakeup.wait(wait_s)  # a NOTIFY or SIGTERM ends it early
+                        continue
                     self.wakeup.wait(self.settings.poll_interval_s)
         finally:
             self.stop()
+
+    def _retry_wait(self) -> float | None:
+        """With nothing runnable and nothing running: seconds until the earliest retry time of a task
+        instance waiting to be retried (pending work, so `until_idle` waits for it), or None when there
+        is none, or when the clock is frozen (`--now`: its time never comes by waiting)."""
+        self._step = "looking for retries"
+        waiting = self.tx.run(lambda conn: pending_retries(conn, self.backfill_id, limit=1), what=self._step)
+        self.waiting_retry = waiting[0] if waiting else None
+        if self.waiting_retry is None:
+            return None
+        now = self.clock.now()
+        at = self.waiting_retry.next_retry_at or now
+        if getattr(self.clock, "frozen", False):
+            if at <= now:
+                return None  # due, yet nothing was runnable (a limit holds it): nothing more happens
+            log.info("%s.%s waits for its retry at %s; the clock is frozen at %s, so it stays waiting",
+                     self.waiting_retry.dag_id, self.waiting_retry.task_id, at.isoformat(), now.isoformat())
+            return None
+        wait_s = min(max((at - now).total_seconds(), 0.0) + 0.01, self.settings.retry_wait_max_s)
+        log.info("%s.%s (run %s) retries at %s: waiting %.1fs", self.waiting_retry.dag_id,
+                 self.waiting_retry.task_id, self.waiting_retry.run_id, at.isoformat(), wait_s)
+        return wait_s
 
     def iterate_safely(self) -> LoopStats | None:
         """One iteration; after a transient database error, a warning and a backoff, and None."""
