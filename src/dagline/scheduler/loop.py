@@ -42,8 +42,9 @@ from dagline.scheduler.critical_section import queue_task_instances
 from dagline.scheduler.examine import examine_runs
 from dagline.scheduler.executor_events import apply_reports, fail_unlaunchable
 from dagline.scheduler.guard import SchedulerLock
-from dagline.scheduler.launches import build_launches
+from dagline.scheduler.launches import gather_launches, render_launches
 from dagline.scheduler.liveness import Liveness, ReplicaFenced
+from dagline.scheduler.renderer import Renderer
 from dagline.scheduler.resilience import Backoff, Transactions
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.scheduler.start_runs import start_queued_runs
@@ -95,6 +96,7 @@ class Scheduler:
         self.wakeup = Wakeup(db)
         self.backoff = Backoff(max_s=s.backoff_max_s)
         self.in_flight = InFlight()
+        self.renderer = Renderer(time_budget_s=s.template_time_budget_s, should_stop=lambda: self._stop_requested)
         self.adopter: Adopter | None = None
         self.failed_loops = 0  # iterations ended by a transient database error
         self._lock = SchedulerLock(db)
@@ -113,7 +115,7 @@ class Scheduler:
         self.who = f"scheduler:{self.job_id}"
         self.wakeup.ignore(self.who)
         self.adopter = Adopter(self.tx, self.executor, dags=self.dags, job_id=self.job_id, who=self.who,
-                               batch=self.settings.tis_per_loop, sqlite=self.db.is_sqlite)
+                               batch=self.settings.tis_per_loop, sqlite=self.db.is_sqlite, renderer=self.renderer)
         self.executor.start()
         if self.db.is_sqlite:  # the file lock proves every earlier scheduler is gone
             self.tx.run(lambda conn: declare_others_dead(conn, job_id=self.job_id, who=self.who),
@@ -151,6 +153,7 @@ class Scheduler:
                     log.warning("scheduler %s stopped without deregistering (%s); peers will declare it dead",
                                 self.job_id, first_line(exc))
         finally:
+            self.renderer.close()
             self.wakeup.close()
             self._lock.release()
 
@@ -264,26 +267,35 @@ class Scheduler:
         self._step = "queueing task instances"
 
         def queue(conn):
-            mini = LoopStats()
             queued = queue_task_instances(
                 conn, now=now, dags=self.dags, who=self.who, job_id=self.job_id,
                 executor_slots=self.executor.free_slots(), limit=self.settings.tis_per_loop,
                 backfill_id=self.backfill_id)
-            launches, broken = build_launches(conn, queued, dags=self.dags)
-            if broken:
-                affected = fail_unlaunchable(conn, broken, at=now, dags=self.dags, who=self.who)
-                self._mini_schedule(conn, affected, mini, now)
-            return queued, launches, mini
+            return queued, gather_launches(conn, queued, dags=self.dags)
 
         try:
-            queued, launches, mini = self.tx.run(queue, what=self._step)
+            queued, pending = self.tx.run(queue, what=self._step)
         except PoolsBusy:
             log.debug("another replica is in the critical section; queueing nothing this round")
             return
         stats.tis_queued = len(queued)
-        stats.tis_decided += mini.tis_decided
-        stats.runs_finished += mini.runs_finished
-        self._launch(launches)  # only now: the queueing transaction has committed
+        self._step = "rendering templates"  # outside any transaction: a template may take its whole budget
+        rendered = render_launches(pending, self.renderer)
+        if rendered.broken:
+            self._step = "failing tries whose templates do not render"
+
+            def fail(conn):
+                mini = LoopStats()
+                affected = fail_unlaunchable(conn, rendered.broken, at=now, dags=self.dags, who=self.who)
+                self._mini_schedule(conn, affected, mini, now)
+                return mini
+
+            mini = self.tx.run(fail, what=self._step)
+            stats.tis_decided += mini.tis_decided
+            stats.runs_finished += mini.runs_finished
+        if rendered.left:
+            log.info("stopping: %d queued tries left unrendered for the next replica to launch", len(rendered.left))
+        self._launch(rendered.launches)  # only now: the queueing transaction has committed
 
     def _launch(self, launches: list[TaskLaunch]) -> None:
         if not launches:
