@@ -21,6 +21,8 @@ import datetime as dt
 import enum
 from collections.abc import Iterable, Mapping
 
+from dagline.limits import MAX_RETRY_DELAY
+
 
 class TIState:
     """States of a task instance (stored as these strings)."""
@@ -203,7 +205,7 @@ def retry_delay(
     try_number: int,
     base: dt.timedelta,
     exponential: bool,
-    max_delay: dt.timedelta = dt.timedelta(days=1),
+    max_delay: dt.timedelta = MAX_RETRY_DELAY,
 ) -> dt.timedelta:
     """Delay before the next try after try `try_number` (1-based) failed.
 

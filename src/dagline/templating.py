@@ -35,7 +35,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from jinja2.utils import _PassArg
 
 if TYPE_CHECKING:
-    from dagline.spec import SparkSpec
+    from dagline.spec.models import SparkSpec
 
 TEMPLATE_VARIABLES = frozenset({
     "ds", "ds_nodash", "logical_date", "data_interval_start", "data_interval_end",

@@ -8,7 +8,7 @@ import pathlib
 
 SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "dagline"
 
-PURE = {"times", "errors", "clock", "spec", "templating", "timetable", "deps"}
+PURE = {"times", "errors", "clock", "spec", "templating", "timetable", "deps", "limits"}
 FORBIDDEN = {
     # module (or package) -> prefixes it must not import
     **{m: ("dagline.db", "dagline.scheduler", "dagline.executors", "dagline.cli", "dagline.k8s",
@@ -65,3 +65,9 @@ def test_row_locks_are_taken_only_in_the_claims_module():
 
 def test_operator_folder_is_not_a_package():
     assert not (SRC.parents[1] / "operator" / "__init__.py").exists()
+
+
+def test_the_limits_module_is_plain_data():
+    """`dagline.limits` is imported by every layer (the loaders, the CLI, the scheduler's render budget):
+    it imports nothing of dagline, so it can never close an import cycle."""
+    assert {name for name in _imports(SRC / "limits.py") if name.startswith("dagline")} == set()
