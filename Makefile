@@ -17,7 +17,8 @@ install: $(STAMP)
 demo: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash examples/demo.sh
 
-test: $(STAMP)
+test: $(STAMP)   # the import contracts (pyproject.toml [tool.importlinter]), then the suite
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
 
 bench: $(STAMP)

@@ -56,7 +56,8 @@ from sqlalchemy.engine import Connection
 
 from dagline.dagstore import DagCache
 from dagline.db.models import backfill_t, dag_run_t, dag_t, event_t, pool_t, ti_t
-from dagline.deps import RunState, TIState, depends_on_past_met
+from dagline.deps import depends_on_past_met
+from dagline.states import RunState, TIState
 from dagline.timeline import timetable_for
 
 

@@ -19,10 +19,9 @@ from dagline.dagstore import DagCache, require_dag
 from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t
-from dagline.db.transitions import record_events
-from dagline.deps import RunState
+from dagline.db.transitions import fail_queued_runs, record_events
 from dagline.errors import InvalidInput, OperationFailed
-from dagline.runs import fail_queued_runs
+from dagline.states import RunState
 from dagline.timeline import NewRun, insert_runs, refresh_next_dagrun, timetable_for
 from dagline.times import parse_instant
 from dagline.timetable import DataInterval, Timetable

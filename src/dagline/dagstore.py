@@ -21,10 +21,10 @@ from sqlalchemy.exc import IntegrityError
 from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, pool_t
-from dagline.db.transitions import record_events
-from dagline.deps import RunState
+from dagline.db.transitions import fail_queued_runs, record_events
 from dagline.errors import OperationFailed
 from dagline.spec import Dag, LoadedDag
+from dagline.states import RunState
 
 
 class DagCache:
@@ -191,8 +191,6 @@ def deactivate(db: Database, dag_id: str, *, now: dt.datetime, who: str = "cli")
     skipped; its running backfills are cancelled. Running runs finish on their version. Applying the
     spec again restores the DAG with its history. Returns the number of runs cancelled, or None if
     the DAG was already inactive (nothing is written: a second replica's delete is a no-op)."""
-    from dagline.runs import fail_queued_runs  # runs builds on this module
-
     with db.begin() as conn:
         require_dag(conn, dag_id, active=False)
         row = lock_dag(conn, dag_id)

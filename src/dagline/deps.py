@@ -1,4 +1,4 @@
-"""Whether a task instance may be scheduled: state names, trigger rules, retries and run outcomes.
+"""Whether a task instance may be scheduled: trigger rules, retries and run outcomes.
 
 Pure domain logic, modelled on Airflow's dependency checks: no database, no clock reads. Callers
 (the scheduler, backfill planning, the database layer) gather the facts -- upstream TI states, the
@@ -11,7 +11,7 @@ previous run's TI state, try numbers -- and these functions decide:
 * `run_outcome`: the final state of a DAG run once all its TIs are finished (stricter than Airflow:
   any failed TI fails the run, so an ``all_done`` cleanup task cannot turn a failed run green).
 
-`TIState` and `RunState` are plain string constants, also what the database layer stores.
+The states themselves (`TIState`, `RunState`) live in `dagline.states`.
 """
 
 from __future__ import annotations
@@ -22,37 +22,7 @@ import enum
 from collections.abc import Iterable, Mapping
 
 from dagline.limits import MAX_RETRY_DELAY
-
-
-class TIState:
-    """States of a task instance (stored as these strings)."""
-
-    NONE = "none"
-    SCHEDULED = "scheduled"
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCESS = "success"
-    FAILED = "failed"
-    UP_FOR_RETRY = "up_for_retry"
-    UPSTREAM_FAILED = "upstream_failed"
-    SKIPPED = "skipped"
-    REMOVED = "removed"
-
-    FINISHED = frozenset({SUCCESS, FAILED, UPSTREAM_FAILED, SKIPPED, REMOVED})
-    ACTIVE = frozenset({QUEUED, RUNNING})  # hold pool slots
-
-
-class RunState:
-    """States of a DAG run (stored as these strings)."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCESS = "success"
-    FAILED = "failed"
-    OVERRIDDEN = "overridden"
-
-    FINISHED = frozenset({SUCCESS, FAILED})
-    ACTIVE = frozenset({QUEUED, RUNNING})
+from dagline.states import RunState, TIState
 
 
 class TriggerRule(str, enum.Enum):

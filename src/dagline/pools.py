@@ -12,8 +12,8 @@ from dagline.db.claims import lock_pool
 from dagline.db.engine import Database
 from dagline.db.models import pool_t, ti_t
 from dagline.db.transitions import record_events
-from dagline.deps import TIState
 from dagline.errors import InvalidInput, OperationFailed
+from dagline.states import TIState
 
 DEFAULT_POOL = "default"
 

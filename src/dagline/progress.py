@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from dagline.deps import TIState
+from dagline.states import TIState
 
 
 def in_words(seconds: float) -> str:

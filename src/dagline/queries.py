@@ -7,7 +7,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, event_t, ti_t
-from dagline.deps import RunState
+from dagline.states import RunState
 from dagline.times import isoformat
 
 

@@ -13,8 +13,8 @@ from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
 from dagline.db.models import dag_run_t, ti_t
 from dagline.db.transitions import change_runs, change_tis
-from dagline.deps import RunState, TIState
 from dagline.errors import InvalidInput, OperationFailed
+from dagline.states import RunState, TIState
 from dagline.timeline import NewRun, insert_runs, live_run_at, timetable_for
 
 
@@ -49,18 +49,6 @@ def trigger_run(
         [run_pk] = insert_runs(conn, dag=dag, version_id=version_id, run_type="manual",
                                runs=[NewRun(when, interval, when, conf=conf, run_id=run_id)], now=now, who=who)
         return conn.execute(select(dag_run_t).where(dag_run_t.c.id == run_pk)).one()
-
-
-def fail_queued_runs(conn: Connection, run_ids: list[int], *, now: dt.datetime, who: str, detail: str) -> list:
-    """Cancel runs that have not started: each still `queued` becomes `failed`, its task instances that
-    never ran `skipped` (so `dependsOnPast` of later runs is not blocked by them). A run that started
-    meanwhile is left to finish. Returns the runs changed."""
-    cancelled = change_runs(conn, run_ids, expected=RunState.QUEUED, to=RunState.FAILED, at=now, who=who,
-                            values={"end_date": now}, detail=detail)
-    ti_ids = list(conn.execute(select(ti_t.c.id).where(
-        ti_t.c.dag_run_id.in_([r.id for r in cancelled]), ti_t.c.state == TIState.NONE)).scalars())
-    change_tis(conn, ti_ids, expected=TIState.NONE, to=TIState.SKIPPED, at=now, who=who, detail=detail)
-    return cancelled
 
 
 def find_run(conn: Connection, run_ref: str):

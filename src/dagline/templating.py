@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import jinja2
 import pendulum
@@ -34,17 +34,16 @@ from jinja2.compiler import CodeGenerator
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from jinja2.utils import _PassArg
 
-if TYPE_CHECKING:
-    from dagline.spec.models import SparkSpec
+from dagline.limits import TEMPLATE_MAX_NUMBER_BITS, TEMPLATE_OUTPUT_BUDGET, TEMPLATE_TIME_BUDGET_S
 
 TEMPLATE_VARIABLES = frozenset({
     "ds", "ds_nodash", "logical_date", "data_interval_start", "data_interval_end",
     "run_id", "dag_id", "task_id", "try_number", "params", "conf",
 })
 
-TIME_BUDGET_S = 2.0  # per template, enforced by the renderer process (a thread cannot be interrupted)
-OUTPUT_BUDGET = 1 << 20  # characters a template (or any value inside it) may produce: 1 MiB
-MAX_NUMBER_BITS = 4096  # integers a template computes (`10**10**10` would take minutes to compute)
+TIME_BUDGET_S = TEMPLATE_TIME_BUDGET_S  # per template, enforced by the renderer process (a thread cannot be stopped)
+OUTPUT_BUDGET = TEMPLATE_OUTPUT_BUDGET  # characters a template (or any value inside it) may produce: 1 MiB
+MAX_NUMBER_BITS = TEMPLATE_MAX_NUMBER_BITS  # integers a template computes
 
 
 class TemplateBudgetExceeded(SecurityError):
@@ -290,13 +289,21 @@ def _short(text: str, limit: int = 120) -> str:
     return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text):,} characters)"
 
 
-def spark_templates(spark: SparkSpec) -> list[tuple[str, str]]:
+class TemplatedSpark(Protocol):
+    """What rendering needs of a task's Spark section (`dagline.spec.SparkSpec` is one): the spec layer
+    builds on this module to check templates, so this module does not import the spec."""
+
+    arguments: Sequence[str]
+    conf: Mapping[str, str]
+
+
+def spark_templates(spark: TemplatedSpark) -> list[tuple[str, str]]:
     """A task's templates with where they are, in YAML spelling: (`spark.arguments[1]`, text)."""
     found = [(f"spark.arguments[{i}]", text) for i, text in enumerate(spark.arguments)]
     return found + [(f"spark.conf[{key!r}]", text) for key, text in spark.conf.items()]
 
 
-def render_spark(spark: SparkSpec, context: Mapping[str, Any]) -> tuple[list[str], dict[str, str]]:
+def render_spark(spark: TemplatedSpark, context: Mapping[str, Any]) -> tuple[list[str], dict[str, str]]:
     """A task's Spark arguments and conf with every template rendered."""
     arguments = [render(argument, context) for argument in spark.arguments]
     conf = {key: render(value, context) for key, value in spark.conf.items()}

@@ -22,8 +22,8 @@ from sqlalchemy.engine import Connection
 
 from dagline.db.models import dag_run_t, dag_t, ti_t
 from dagline.db.transitions import change_runs, record_events
-from dagline.deps import RunState, TIState
 from dagline.spec import Dag
+from dagline.states import RunState, TIState
 from dagline.times import isoformat
 from dagline.timetable import DataInterval, Timetable, make_timetable
 

@@ -9,8 +9,6 @@ import pytest
 
 from dagline.deps import (
     Decision,
-    RunState,
-    TIState,
     TriggerRule,
     UpstreamCounts,
     depends_on_past_met,
@@ -19,6 +17,7 @@ from dagline.deps import (
     retry_delay,
     run_outcome,
 )
+from dagline.states import RunState, TIState
 
 R = Decision.RUN
 W = Decision.WAIT

@@ -10,7 +10,7 @@ import os
 
 import click
 
-from dagline.cli.base import Context, log_folder_option, main, make_cli_executor, make_clock, now_option
+from dagline.cli.base import Context, log_folder_option, main, make_clock, now_option
 from dagline.errors import InvalidInput
 
 
@@ -36,19 +36,18 @@ def operator_cmd(obj: Context, executor, parallelism, namespace, all_namespaces,
     logging.getLogger("dagline").setLevel(logging.INFO)  # say what it does, even without -v
     from dagline.k8s.operator import run
     from dagline.k8s.runtime import Runtime
-    from dagline.k8s.settings import OperatorSettings
 
     if not (obj.db_url or os.environ.get("DAGLINE_DB_URL")):
         raise InvalidInput("the operator's replicas share one database: pass --db URL or set DAGLINE_DB_URL "
                            "(postgresql://user@host/db; sqlite:///file.db for a single replica)", field="--db")
-    settings = OperatorSettings.from_env(executor=executor, parallelism=parallelism, health_port=health_port,
-                                         metrics_port=metrics_port, namespace=namespace or None)
-    if all_namespaces:
-        settings = OperatorSettings(**{**settings.__dict__, "namespace": None})
-    clock = make_clock(now)
-    db = obj.db()  # reachable and on the current schema, or a clear error
-    if db.is_sqlite:
-        click.echo("warning: SQLite: run exactly one operator replica (use PostgreSQL for more)", err=True)
-    runtime = Runtime(settings, db, clock=clock,
-                      executor=make_cli_executor(settings.executor, settings.parallelism, log_folder, clock))
+
+    def open_db(_settings):
+        db = obj.db()  # reachable and on the current schema, or a clear error
+        if db.is_sqlite:
+            click.echo("warning: SQLite: run exactly one operator replica (use PostgreSQL for more)", err=True)
+        return db
+
+    runtime = Runtime.from_env(open_db=open_db, clock=make_clock(now), log_folder=log_folder,
+                               all_namespaces=all_namespaces, executor=executor, parallelism=parallelism,
+                               health_port=health_port, metrics_port=metrics_port, namespace=namespace or None)
     raise SystemExit(run(runtime))

@@ -115,7 +115,7 @@ def tasks_clear(obj: Context, run_ref, task_ids, downstream, failed_only, now):
 def tasks_logs(obj: Context, run_ref, task_id, try_number, log_folder):
     """Print a task's log."""
     from dagline.executors.base import TaskKey
-    from dagline.executors.local import log_path
+    from dagline.executors.try_files import log_path
     from dagline.runs import find_run
 
     with obj.db().begin() as conn:

@@ -13,12 +13,13 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import case, insert, literal, tuple_, update
+from sqlalchemy import case, insert, literal, select, tuple_, update
 from sqlalchemy.engine import Connection
 
 from dagline.db.models import dag_run_t, event_t, ti_t
 from dagline.db.notify import announce
-from dagline.deps import TIState, next_state_after_failure
+from dagline.deps import next_state_after_failure
+from dagline.states import RunState, TIState
 
 
 def record_events(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -122,3 +123,15 @@ def fail_running_tries(conn: Connection, rows: Sequence[Any], *, at: dt.datetime
         changed += change_tis(conn, [r.id for r in group], expected=TIState.RUNNING, to=to, at=at, who=who,
                               tries={r.id: r.try_number for r in group}, values=values, detail=detail)
     return changed
+
+
+def fail_queued_runs(conn: Connection, run_ids: list[int], *, now: dt.datetime, who: str, detail: str) -> list:
+    """Cancel runs that have not started: each still `queued` becomes `failed`, its task instances that
+    never ran `skipped` (so `dependsOnPast` of later runs is not blocked by them). A run that started
+    meanwhile is left to finish. Returns the runs changed."""
+    cancelled = change_runs(conn, run_ids, expected=RunState.QUEUED, to=RunState.FAILED, at=now, who=who,
+                            values={"end_date": now}, detail=detail)
+    ti_ids = list(conn.execute(select(ti_t.c.id).where(
+        ti_t.c.dag_run_id.in_([r.id for r in cancelled]), ti_t.c.state == TIState.NONE)).scalars())
+    change_tis(conn, ti_ids, expected=TIState.NONE, to=TIState.SKIPPED, at=now, who=who, detail=detail)
+    return cancelled

@@ -19,7 +19,8 @@ still running one from its pid file, instead of starting a second `spark-submit`
 in its own session, so it outlives its replica however that ends (SIGKILL included); `detach` is
 how a replica leaves on a graceful stop (its jobs keep running, another replica adopts them), `end`
 stops every job. Pid files and /proc are of this machine only: the executor is `host_bound`, a
-replica on another host cannot adopt its tries.
+replica on another host cannot adopt its tries. Where those files are and how to read them is
+`dagline.executors.try_files`; this module starts, watches, stops and reports tries.
 
 `spark-submit` comes from the installed `pyspark` package, not from PATH, so the job runs with the
 same Spark and the same Python as the scheduler. In local mode the driver runs the executors, so the
@@ -32,7 +33,6 @@ import dataclasses
 import datetime as dt
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -41,43 +41,18 @@ from pathlib import Path
 
 from dagline.clock import SystemClock
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
+from dagline.executors.try_files import (
+    claim_pid_file,
+    exit_file_path,
+    last_log_line,
+    log_path,
+    parse_time,
+    pid_file_path,
+    read_outcome,
+    wrapper_alive,
+)
 
-_UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9._=+:@-]+")
-_SPARK_LOG_LINE = re.compile(r"^\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} (INFO|DEBUG|TRACE) ")
-_JAVA_STACK_LINE = re.compile(r"^\s+at \S|^\s*\.\.\. \d+ more$")
-_TAIL_BYTES = 64 * 1024
-_MESSAGE_LINE_MAX = 300
 _END_WAIT_S = 15.0  # how long `end` waits for wrappers to stop their jobs before SIGKILL
-
-
-def _path_part(text: str) -> str:
-    """One safe path component: no separators, no '..', never empty."""
-    part = _UNSAFE_PATH_CHARS.sub("_", str(text))
-    if part.strip(".") == "":
-        part = "_" + part
-    return part
-
-
-def log_path(log_folder: str | os.PathLike, key: TaskKey) -> Path:
-    """The log file of one try: `<log_folder>/<dag_id>/<run_id>/<task_id>/try-<n>.log`.
-
-    Its outcome is kept next to it in `try-<n>.log.exit` (and the wrapper's pids in `try-<n>.log.pid`).
-    """
-    return (
-        Path(log_folder)
-        / _path_part(key.dag_id)
-        / _path_part(key.run_id)
-        / _path_part(key.task_id)
-        / f"try-{int(key.try_number)}.log"
-    )
-
-
-def exit_file_path(log_file: Path) -> Path:
-    return log_file.with_name(log_file.name + ".exit")
-
-
-def pid_file_path(log_file: Path) -> Path:
-    return log_file.with_name(log_file.name + ".pid")
 
 
 def find_spark_submit() -> str:
@@ -113,74 +88,6 @@ def spark_submit_command(launch: TaskLaunch, spark_submit: str) -> list[str]:
     cmd.append(job.main_application_file)
     cmd.extend(str(a) for a in job.arguments)
     return cmd
-
-
-def read_outcome(exit_file: Path) -> dict | None:
-    """The wrapper's outcome JSON, or None while there is none (or it is unreadable)."""
-    try:
-        data = json.loads(exit_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and "exit_code" in data else None
-
-
-def last_log_line(log_file: Path) -> str | None:
-    """The last line of the log worth showing: not blank, not Spark INFO chatter, not a Java stack frame."""
-    try:
-        with open(log_file, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - _TAIL_BYTES))
-            tail = f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return None
-    for line in reversed(tail.splitlines()):
-        if (
-            not line.strip()
-            or line.startswith("[dagline]")
-            or _SPARK_LOG_LINE.match(line)
-            or _JAVA_STACK_LINE.match(line)
-        ):
-            continue
-        line = line.strip()
-        return line if len(line) <= _MESSAGE_LINE_MAX else line[: _MESSAGE_LINE_MAX - 3] + "..."
-    return None
-
-
-def _parse_time(text) -> dt.datetime | None:
-    try:
-        value = dt.datetime.fromisoformat(text)
-    except (TypeError, ValueError):
-        return None
-    return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
-
-
-def _wrapper_alive(wrapper_pid: int, exit_file: Path) -> bool:
-    """True if `wrapper_pid` is alive and is the wrapper of this try (guards against pid reuse)."""
-    try:
-        with open(f"/proc/{wrapper_pid}/cmdline", "rb") as f:
-            argv = [os.fsdecode(a) for a in f.read().split(b"\0")]
-    except OSError:
-        return False  # gone (a zombie has an empty cmdline too)
-    if "--exit-file" not in argv[:-1]:
-        return False
-    theirs = argv[argv.index("--exit-file") + 1]
-    if not os.path.isabs(theirs):
-        theirs = os.path.join(f"/proc/{wrapper_pid}/cwd", theirs)
-    return os.path.realpath(theirs) == os.path.realpath(exit_file)
-
-
-def _claim_pid_file(pid_file: Path, wrapper_pid: int, started_at: dt.datetime) -> None:
-    """Record the wrapper's pid at once, unless the wrapper already wrote its own (fuller) pid file.
-    Without this, a scheduler dying in the moment before the wrapper writes its file would leave a
-    running job that no later scheduler can find. Created whole or not at all (link is atomic)."""
-    tmp = pid_file.with_name(f"{pid_file.name}.{wrapper_pid}.tmp")
-    tmp.write_text(json.dumps({"wrapper_pid": wrapper_pid, "started_at": started_at.isoformat()}))
-    try:
-        os.link(tmp, pid_file)
-    except FileExistsError:
-        pass  # the wrapper was first
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 @dataclasses.dataclass
@@ -325,7 +232,7 @@ class LocalExecutor:
                     start_new_session=True,  # a Ctrl-C at the scheduler's terminal does not hit the jobs
                 )
             t.wrapper_pid = t.process.pid
-            _claim_pid_file(pid_file_path(log_file), t.wrapper_pid, t.started_at)
+            claim_pid_file(pid_file_path(log_file), t.wrapper_pid, t.started_at)
         except OSError as exc:
             t.start_error = f"could not start the job: {exc}"
 
@@ -335,7 +242,7 @@ class LocalExecutor:
         exit_file = exit_file_path(log_file)
         outcome = read_outcome(exit_file)
         if outcome is not None:
-            started = _parse_time(outcome.get("started_at"))
+            started = parse_time(outcome.get("started_at"))
             self._tries[launch.key] = _Try(launch, log_file, started, outcome=outcome, adopted=True)
             return True
         try:
@@ -343,15 +250,15 @@ class LocalExecutor:
             wrapper_pid = int(pids["wrapper_pid"])
         except (OSError, ValueError, KeyError, TypeError):
             return False
-        if not _wrapper_alive(wrapper_pid, exit_file):
+        if not wrapper_alive(wrapper_pid, exit_file):
             # the wrapper may have finished between our two reads
             outcome = read_outcome(exit_file)
             if outcome is None:
                 return False
-            started = _parse_time(outcome.get("started_at"))
+            started = parse_time(outcome.get("started_at"))
             self._tries[launch.key] = _Try(launch, log_file, started, outcome=outcome, adopted=True)
             return True
-        started = _parse_time(pids.get("started_at"))
+        started = parse_time(pids.get("started_at"))
         self._tries[launch.key] = _Try(launch, log_file, started, wrapper_pid=wrapper_pid, adopted=True)
         return True
 
@@ -369,7 +276,7 @@ class LocalExecutor:
             }
             return t.outcome
         outcome = read_outcome(t.exit_file)
-        if outcome is None and not _wrapper_alive(t.wrapper_pid, t.exit_file):
+        if outcome is None and not wrapper_alive(t.wrapper_pid, t.exit_file):
             outcome = read_outcome(t.exit_file) or {
                 "exit_code": -1,
                 "lost": f"the task wrapper (pid {t.wrapper_pid}) died without recording an outcome",
@@ -380,7 +287,7 @@ class LocalExecutor:
     def _alive(self, t: _Try) -> bool:
         if t.process is not None:
             return t.process.poll() is None
-        return t.wrapper_pid is not None and _wrapper_alive(t.wrapper_pid, t.exit_file)
+        return t.wrapper_pid is not None and wrapper_alive(t.wrapper_pid, t.exit_file)
 
     def _kill_hard(self, t: _Try) -> None:
         pids = [t.process.pid if t.process is not None else t.wrapper_pid]
@@ -412,7 +319,7 @@ class LocalExecutor:
         )
 
     def _final_report(self, t: _Try, outcome: dict) -> TaskReport:
-        at = _parse_time(outcome.get("finished_at")) if t.adopted else None
+        at = parse_time(outcome.get("finished_at")) if t.adopted else None
         if outcome.get("exit_code") == 0 and not outcome.get("timed_out") and "lost" not in outcome:
             return self._report(t, "success", at or self.clock.now())
         return self._report(t, "failed", at or self.clock.now(), message=self._failure_message(t, outcome))

@@ -76,9 +76,9 @@ async def start_replica(settings: kopf.OperatorSettings, memo, **_):
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
     if memo.get("runtime") is None:  # `kopf run -m dagline.k8s.handlers`: everything from the environment
-        from dagline.k8s.operator import runtime_from_env
+        from dagline.k8s.runtime import Runtime
 
-        memo["runtime"] = await asyncio.to_thread(runtime_from_env)
+        memo["runtime"] = await asyncio.to_thread(Runtime.from_env)
     runtime = _runtime(memo)
     await asyncio.to_thread(runtime.start)
     memo["heartbeat"] = asyncio.create_task(_kopf_heartbeat(runtime.health), name="dagline kopf heartbeat")

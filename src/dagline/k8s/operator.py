@@ -5,6 +5,9 @@ cleanup handler stops the scheduler loop gracefully and the servers, and the pro
 scheduler loop dies (e.g. a peer declared this replica dead), kopf is stopped too and the exit status
 is 1, so Kubernetes restarts the pod.
 
+The replica itself (`Runtime.from_env()`) is built by `dagline operator`; the handlers it serves are
+`dagline.k8s.handlers`, which never import this module.
+
 The database: any number of replicas on PostgreSQL; SQLite works for exactly one (the scheduler's file
 lock refuses a second, which then exits 1 saying so).
 """
@@ -16,33 +19,10 @@ import logging
 
 import kopf
 
-from dagline.clock import SystemClock
-from dagline.db.engine import Database, open_database
-from dagline.errors import InvalidInput
+from dagline.k8s import handlers
 from dagline.k8s.runtime import Runtime
-from dagline.k8s.settings import OperatorSettings, build_executor
 
 log = logging.getLogger(__name__)
-
-
-def open_operator_database(settings: OperatorSettings) -> Database:
-    """The replicas' database, reachable and on the current schema (`dagline db upgrade` first)."""
-    db = open_database(settings.db_url)
-    if db.is_sqlite:
-        log.warning("SQLite database %s: run exactly one operator replica (use PostgreSQL for more)", db.sqlite_path)
-    return db
-
-
-def runtime_from_env() -> Runtime:
-    """A replica configured by the environment alone (`kopf run -m dagline.k8s.handlers`)."""
-    settings = OperatorSettings.from_env()
-    if settings.db_url is None:
-        raise InvalidInput("not set: the operator's replicas share one database (postgresql://user@host/db)",
-                           field="DAGLINE_DB_URL")
-    clock = SystemClock()
-    db = open_operator_database(settings)
-    return Runtime(settings, db, clock=clock,
-                   executor=build_executor(settings.executor, parallelism=settings.parallelism, clock=clock))
 
 
 def run(runtime: Runtime) -> int:
@@ -52,8 +32,6 @@ def run(runtime: Runtime) -> int:
 
 
 async def _serve(runtime: Runtime) -> None:
-    from dagline.k8s import handlers
-
     # An asyncio flag: kopf waits for a threading one in an executor thread, which then never ends
     # when a signal, not the flag, stops kopf (and `asyncio.run` waits for that thread for ever).
     loop, stop = asyncio.get_running_loop(), asyncio.Event()

@@ -1,8 +1,8 @@
 """What one operator replica runs beside kopf: the scheduler loop, the status sync, the probe and metrics servers.
 
-`Runtime` is built once per process (by `dagline operator`, or by the kopf startup handler under
-`kopf run -m dagline.k8s.handlers`), handed to the handlers in kopf's `memo`, started by the startup
-handler and stopped by the cleanup handler, so SIGTERM stops kopf, then the loop (gracefully: the
+`Runtime` is built once per process, by `Runtime.from_env()` (called by `dagline operator`, and by the
+kopf startup handler under `kopf run -m dagline.k8s.handlers`), handed to the handlers in kopf's `memo`,
+started by the startup handler and stopped by the cleanup handler, so SIGTERM stops kopf, then the loop (gracefully: the
 iteration finishes, running Spark applications are left for a peer to adopt), then the servers.
 
 `Health` is what the probes answer: live while kopf's event loop turns, the scheduler loop makes
@@ -18,15 +18,16 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from dagline.clock import Clock, SystemClock
-from dagline.db.engine import Database
+from dagline.db.engine import Database, open_database
+from dagline.errors import InvalidInput
 from dagline.executors.base import Executor
 from dagline.k8s.cache import ObjectCache
 from dagline.k8s.mirror import StatusSync, SyncStopped
 from dagline.k8s.objects import DaglineObjects
-from dagline.k8s.settings import OperatorSettings
+from dagline.k8s.settings import OperatorSettings, build_executor
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
 
@@ -87,6 +88,17 @@ class InstrumentedScheduler(Scheduler):
             self.health.looped(time.monotonic() - began)
 
 
+def open_operator_database(settings: OperatorSettings) -> Database:
+    """The replicas' database, reachable and on the current schema (`dagline db upgrade` first)."""
+    if settings.db_url is None:
+        raise InvalidInput("not set: the operator's replicas share one database (postgresql://user@host/db)",
+                           field="DAGLINE_DB_URL")
+    db = open_database(settings.db_url)
+    if db.is_sqlite:
+        log.warning("SQLite database %s: run exactly one operator replica (use PostgreSQL for more)", db.sqlite_path)
+    return db
+
+
 class Runtime:
     """One replica's moving parts besides kopf. `executor=None` runs no scheduler loop (tests that drive
     the scheduler themselves, or a controller-only deployment)."""
@@ -111,6 +123,23 @@ class Runtime:
         self.servers = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, *,
+                 open_db: Callable[[OperatorSettings], Database] | None = None, clock: Clock | None = None,
+                 log_folder: str | None = None, all_namespaces: bool = False, **overrides) -> Runtime:
+        """A replica configured by `DAGLINE_*` variables (see `OperatorSettings.from_env`), where `overrides`
+        (command-line options) win. The settings are checked first, then the database is opened by
+        `open_db` (default: `open_operator_database`, from `DAGLINE_DB_URL`); the executor is the one the
+        settings name. `all_namespaces` serves every namespace whatever `DAGLINE_NAMESPACE` says."""
+        settings = OperatorSettings.from_env(environ, **overrides)
+        if all_namespaces:
+            settings = dataclasses.replace(settings, namespace=None)
+        clock = clock or SystemClock()
+        db = (open_db or open_operator_database)(settings)
+        executor = build_executor(settings.executor, parallelism=settings.parallelism, clock=clock,
+                                  log_folder=log_folder)
+        return cls(settings, db, clock=clock, executor=executor)
 
     def start(self) -> None:
         from dagline.k8s.probes import ProbeServers

@@ -35,7 +35,6 @@ from dagline.db.claims import claim_orphaned_tis, claim_stale_replicas
 from dagline.db.models import dag_run_t, scheduler_job_t, ti_t
 from dagline.db.replicas import HOSTNAME, database_now, mark_all_others_dead
 from dagline.db.transitions import fail_running_tries, record_events
-from dagline.deps import TIState
 from dagline.executors.base import Executor, TaskKey, TaskLaunch
 from dagline.scheduler.critical_section import QueuedTI
 from dagline.scheduler.executor_events import fail_unlaunchable
@@ -43,6 +42,7 @@ from dagline.scheduler.launches import gather_launches, render_launches
 from dagline.scheduler.renderer import Renderer
 from dagline.scheduler.resilience import Transactions
 from dagline.scheduler.tries import InFlight
+from dagline.states import TIState
 
 log = logging.getLogger(__name__)
 

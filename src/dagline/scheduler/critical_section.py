@@ -2,10 +2,11 @@
 
 Holding the pool rows (`NOWAIT`: if another replica holds them it is doing this very step; then
 `PoolsBusy` leaves the transaction, which rolls back, and the loop queues nothing this round), it
-picks `scheduled` TIs by priority then logical date and admits each only if its pool has
-`poolSlots` free, its DAG is under `maxActiveTasks`, its task is under `maxActiveTisPerDag`, and
-the executor has a free slot. Admitted TIs become `queued` with
-their try number incremented; the loop launches them after this transaction commits.
+reads the `scheduled` TIs by priority then logical date and what is queued or running, and lets
+`dagline.admission.admit` decide (a pure function: each TI only if its pool has `poolSlots` free,
+its DAG is under `maxActiveTasks`, its task is under `maxActiveTisPerDag`, and the executor has a
+free slot). Admitted TIs become `queued` with their try number incremented; the loop launches them
+after this transaction commits.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import logging
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
+from dagline.admission import Candidate, Limits, Load, admit
 from dagline.dagstore import DagCache
 from dagline.db.claims import lock_pools_nowait, lock_schedulable_tis
 from dagline.db.models import ti_t
 from dagline.db.transitions import change_tis
-from dagline.deps import TIState
+from dagline.states import TIState
 
 log = logging.getLogger(__name__)
 
@@ -68,34 +70,21 @@ def queue_task_instances(
     })
     max_active_tasks = {dag_id: dag.spec.max_active_tasks for dag_id, dag in dags.current_many(conn, dag_ids).items()}
 
-    admitted = []
-    for c in candidates:
-        if len(admitted) >= executor_slots:
-            break
-        slots = pools.get(c.pool)
-        if slots is None:
-            if c.pool not in _warned_pools:
-                _warned_pools.add(c.pool)
-                log.warning("pool %r does not exist: its tasks wait until `dagline pools set %s N`", c.pool, c.pool)
-            continue
-        if pool_used[c.pool] + c.pool_slots > slots:
-            continue
-        if dag_active[c.dag_id] >= max_active_tasks[c.dag_id]:
-            continue
-        task = dags.get(conn, c.dag_version_id).tasks[c.task_id]
-        task_limit = task.max_active_tis_per_dag
-        if task_limit is not None and task_active[(c.dag_id, c.task_id)] >= task_limit:
-            continue
-        admitted.append(c)
-        pool_used[c.pool] += c.pool_slots
-        dag_active[c.dag_id] += 1
-        task_active[(c.dag_id, c.task_id)] += 1
-
+    decision = admit(
+        [Candidate(c.id, c.dag_id, c.task_id, c.pool, c.pool_slots,
+                   dags.get(conn, c.dag_version_id).tasks[c.task_id].max_active_tis_per_dag) for c in candidates],
+        Load(pool_used=pool_used, dag_active=dag_active, task_active=task_active),
+        Limits(pool_slots=pools, max_active_tasks=max_active_tasks, executor_slots=executor_slots),
+    )
+    for pool in sorted(decision.missing_pools - _warned_pools):
+        _warned_pools.add(pool)
+        log.warning("pool %r does not exist: its tasks wait until `dagline pools set %s N`", pool, pool)
+    admitted = decision.admitted
     if not admitted:
         return []
-    version_of = {c.id: c.dag_version_id for c in admitted}
+    version_of = {c.id: c.dag_version_id for c in candidates}
     changed = change_tis(
-        conn, [c.id for c in admitted], expected=TIState.SCHEDULED, to=TIState.QUEUED, at=now, who=who,
+        conn, [c.ti_id for c in admitted], expected=TIState.SCHEDULED, to=TIState.QUEUED, at=now, who=who,
         values={"try_number": ti_t.c.try_number + 1, "queued_at": now, "queued_by_job_id": job_id},
     )
     return [QueuedTI(r.id, r.dag_run_id, r.dag_id, r.task_id, r.try_number, version_of[r.id]) for r in changed]

@@ -1,10 +1,10 @@
 """Loop step 3 and the mini-scheduler: decide the task instances of locked running runs.
 
-For every run: walk its tasks in topological order; a TI in `none` is decided by its trigger rule
-(and `dependsOnPast`, which looks at the same task in the run's `previous`), a TI in `up_for_retry`
-becomes `scheduled` once its retry time has passed. Decisions propagate within the walk, so a
-failure marks the whole downstream `upstream_failed` in one pass. A run whose TIs are all finished
-gets its outcome. All changes are compare-and-sets with events.
+For every run: read its TIs (and, for `dependsOnPast` tasks, the TIs of its `previous` run), let
+`dagline.run_decision.decide_run` decide (a pure function: a TI in `none` by its trigger rule and
+`dependsOnPast`, a TI in `up_for_retry` once its retry time has passed, decisions propagating within
+one walk; the run's outcome once its TIs are all finished), then write the decisions, grouped by
+(from, to) state, as compare-and-sets with events.
 """
 
 from __future__ import annotations
@@ -20,22 +20,9 @@ from sqlalchemy.engine import Connection
 from dagline.dagstore import DagCache
 from dagline.db.models import dag_run_t, dag_t, ti_t
 from dagline.db.transitions import change_runs, change_tis
-from dagline.deps import (
-    Decision,
-    RunState,
-    TIState,
-    UpstreamCounts,
-    depends_on_past_met,
-    evaluate_trigger_rule,
-    run_outcome,
-)
+from dagline.run_decision import TaskFacts, TIFacts, decide_run
+from dagline.states import RunState, TIState
 from dagline.timeline import refresh_next_dagrun
-
-_DECISION_STATE = {
-    Decision.RUN: TIState.SCHEDULED,
-    Decision.SKIP: TIState.SKIPPED,
-    Decision.UPSTREAM_FAILED: TIState.UPSTREAM_FAILED,
-}
 
 
 @dataclasses.dataclass
@@ -62,34 +49,23 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
 
     changes: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
     outcomes: dict[str, list[int]] = collections.defaultdict(list)
+    task_facts: dict[int, list[TaskFacts]] = {}  # per DAG version
     for run in runs:
         dag = dag_by_run[run.id]
-        tis = tis_by_run.get(run.id, {})
-        states = {task_id: ti.state for task_id, ti in tis.items()}
-        for task_id, task in dag.tasks.items():
-            ti = tis.get(task_id)
-            if ti is None:
-                continue
-            state = states[task_id]
-            if state == TIState.UP_FOR_RETRY:
-                if ti.next_retry_at is None or ti.next_retry_at <= now:
-                    changes[(state, TIState.SCHEDULED)].append(ti.id)
-                    states[task_id] = TIState.SCHEDULED
-                continue
-            if state != TIState.NONE:
-                continue
-            if task.depends_on_past and not depends_on_past_met(previous_states.get((run.previous_run_id, task_id))):
-                continue
-            counts = UpstreamCounts.from_states(states[u] for u in task.upstream if u in states)
-            decision = evaluate_trigger_rule(task.trigger_rule, counts)
-            if decision == Decision.WAIT:
-                continue
-            new_state = _DECISION_STATE[decision]
-            changes[(state, new_state)].append(ti.id)
-            states[task_id] = new_state
-        outcome = run_outcome(states, [t for t in dag.leaves if t in states]) if states else RunState.SUCCESS
-        if outcome is not None:
-            outcomes[outcome].append(run.id)
+        if run.dag_version_id not in task_facts:
+            task_facts[run.dag_version_id] = [TaskFacts(task_id, task.upstream, task.trigger_rule, task.depends_on_past)
+                                              for task_id, task in dag.tasks.items()]
+        decision = decide_run(
+            task_facts[run.dag_version_id],
+            {task_id: TIFacts(ti.id, ti.state, ti.next_retry_at) for task_id, ti in tis_by_run.get(run.id, {}).items()},
+            leaves=dag.leaves,
+            previous_states=previous_states.get(run.previous_run_id, {}),
+            now=now,
+        )
+        for change in decision.changes:
+            changes[(change.from_state, change.to_state)].append(change.ti_id)
+        if decision.outcome is not None:
+            outcomes[decision.outcome].append(run.id)
 
     for (expected, to), ids in changes.items():
         values = {"end_date": now, "start_date": now} if to in TIState.FINISHED else {}
@@ -106,8 +82,8 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
     return result
 
 
-def _previous_states(conn: Connection, runs: Sequence, dag_by_run: dict) -> dict[tuple[int, str], str]:
-    """(previous run id, task id) -> state, for runs that have `dependsOnPast` tasks."""
+def _previous_states(conn: Connection, runs: Sequence, dag_by_run: dict) -> dict[int, dict[str, str]]:
+    """previous run id -> {task id: state}, for runs that have `dependsOnPast` tasks."""
     wanted = {
         run.previous_run_id for run in runs
         if run.previous_run_id is not None and any(t.depends_on_past for t in dag_by_run[run.id].tasks.values())
@@ -115,7 +91,10 @@ def _previous_states(conn: Connection, runs: Sequence, dag_by_run: dict) -> dict
     if not wanted:
         return {}
     rows = conn.execute(select(ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state).where(ti_t.c.dag_run_id.in_(wanted)))
-    return {(row.dag_run_id, row.task_id): row.state for row in rows}
+    found: dict[int, dict[str, str]] = collections.defaultdict(dict)
+    for row in rows:
+        found[row.dag_run_id][row.task_id] = row.state
+    return found
 
 
 def _after_runs_finished(conn: Connection, finished: Sequence, dags: DagCache) -> None:

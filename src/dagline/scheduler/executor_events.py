@@ -18,8 +18,9 @@ from dagline.dagstore import DagCache
 from dagline.db.models import UTCDateTime, dag_run_t, ti_t
 from dagline.db.replicas import HOSTNAME
 from dagline.db.transitions import change_tis, per_id
-from dagline.deps import TIState, next_state_after_failure, retry_delay
+from dagline.deps import next_state_after_failure, retry_delay
 from dagline.executors.base import TaskReport
+from dagline.states import TIState
 
 
 def apply_reports(

@@ -15,8 +15,8 @@ from sqlalchemy.engine import Connection
 from dagline.dagstore import DagCache
 from dagline.db.models import backfill_t, dag_run_t, ti_t
 from dagline.db.transitions import fail_running_tries, record_events
-from dagline.deps import RunState, TIState
 from dagline.executors.base import TaskKey
+from dagline.states import RunState, TIState
 
 
 def time_out_tasks(conn: Connection, *, now: dt.datetime, dags: DagCache, who: str) -> list[TaskKey]:

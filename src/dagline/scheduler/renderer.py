@@ -33,11 +33,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dagline.limits import RENDERER_MEMORY_LIMIT
 from dagline.templating import TIME_BUDGET_S, render
 
 log = logging.getLogger(__name__)
 
-MEMORY_LIMIT = 1 << 30  # the child's address space: 1 GiB
+MEMORY_LIMIT = RENDERER_MEMORY_LIMIT  # the child's address space: 1 GiB
 _HEADER = struct.Struct(">I")
 
 

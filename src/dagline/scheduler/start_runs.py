@@ -12,7 +12,7 @@ from dagline.dagstore import DagCache
 from dagline.db.claims import lock_dags_with_startable_runs
 from dagline.db.models import backfill_t, dag_run_t
 from dagline.db.transitions import change_runs
-from dagline.deps import RunState
+from dagline.states import RunState
 
 
 def start_queued_runs(

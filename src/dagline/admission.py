@@ -1,0 +1,86 @@
+"""Which scheduled task instances may be queued now: the critical section's decision, as a pure function.
+
+The scheduler's critical section (`dagline.scheduler.critical_section`) locks the pool rows, reads the
+candidates (scheduled TIs in priority order) and what is already queued or running, and hands those
+plain values to `admit`. `admit` walks the candidates in the order given and admits each one only if
+
+* its pool exists and has `pool_slots` free,
+* its DAG is under `maxActiveTasks` (TIs queued or running across all its runs),
+* its task is under `maxActiveTisPerDag` (when the task sets one),
+* and the executor still has a free slot (admission stops at `executor_slots`).
+
+An admitted TI counts at once against every limit, so later candidates in the same round see it.
+A candidate that does not fit is passed over, not a reason to stop: a smaller task further down the
+list may still fit its pool. No database, no clock, no logging: the caller reports missing pools.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Iterable, Mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A scheduled task instance that asks to be queued, with what it would take and its task's
+    `maxActiveTisPerDag` (from the DAG version of its run, which may differ between runs)."""
+
+    ti_id: int
+    dag_id: str
+    task_id: str
+    pool: str
+    pool_slots: int
+    max_active_tis_per_dag: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Load:
+    """What is taken already (TIs queued or running), as counted under the pool locks."""
+
+    pool_used: Mapping[str, int] = dataclasses.field(default_factory=dict)  # pool -> slots taken
+    dag_active: Mapping[str, int] = dataclasses.field(default_factory=dict)  # dag_id -> TIs
+    task_active: Mapping[tuple[str, str], int] = dataclasses.field(default_factory=dict)  # (dag, task) -> TIs
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """The limits that apply: pool sizes, each DAG's `maxActiveTasks` (its current version), the executor's
+    free slots."""
+
+    pool_slots: Mapping[str, int]  # pool -> slots; a pool missing here does not exist
+    max_active_tasks: Mapping[str, int]  # dag_id -> maxActiveTasks
+    executor_slots: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Admission:
+    admitted: tuple[Candidate, ...]
+    missing_pools: frozenset[str]  # pools named by candidates that do not exist (they wait)
+
+
+def admit(candidates: Iterable[Candidate], load: Load, limits: Limits) -> Admission:
+    """The candidates to queue, in the order given, within every limit (see the module docstring)."""
+    pool_used = collections.Counter(load.pool_used)
+    dag_active = collections.Counter(load.dag_active)
+    task_active = collections.Counter(load.task_active)
+    admitted: list[Candidate] = []
+    missing: set[str] = set()
+    for c in candidates:
+        if len(admitted) >= limits.executor_slots:
+            break
+        slots = limits.pool_slots.get(c.pool)
+        if slots is None:
+            missing.add(c.pool)
+            continue
+        if pool_used[c.pool] + c.pool_slots > slots:
+            continue
+        if dag_active[c.dag_id] >= limits.max_active_tasks[c.dag_id]:
+            continue
+        if c.max_active_tis_per_dag is not None and task_active[(c.dag_id, c.task_id)] >= c.max_active_tis_per_dag:
+            continue
+        admitted.append(c)
+        pool_used[c.pool] += c.pool_slots
+        dag_active[c.dag_id] += 1
+        task_active[(c.dag_id, c.task_id)] += 1
+    return Admission(tuple(admitted), frozenset(missing))

@@ -1,0 +1,97 @@
+"""What the scheduler does with one running DAG run: its task instances' next states and the run's outcome.
+
+A pure function of plain values, the decision behind loop step 3 and the mini-scheduler
+(`dagline.scheduler.examine` gathers the rows, calls `decide_run`, and writes what it returns):
+
+* walk the tasks in the order given (topological, as `Dag.tasks` is);
+* a TI in `up_for_retry` becomes `scheduled` once its `next_retry_at` has passed (or has none);
+* a TI in `none` is decided by `dependsOnPast` (the same task's state in the run's `previous`) and then
+  by its trigger rule over its upstream TIs' states: `scheduled`, `skipped`, `upstream_failed`, or wait;
+* decisions propagate within the walk, so a failure marks the whole downstream `upstream_failed` at once;
+* once every TI is finished, the run's outcome (`deps.run_outcome`; a run with no TIs succeeds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping, Sequence
+
+from dagline.deps import Decision, TriggerRule, UpstreamCounts, depends_on_past_met, evaluate_trigger_rule, run_outcome
+from dagline.states import RunState, TIState
+
+_DECISION_STATE = {
+    Decision.RUN: TIState.SCHEDULED,
+    Decision.SKIP: TIState.SKIPPED,
+    Decision.UPSTREAM_FAILED: TIState.UPSTREAM_FAILED,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskFacts:
+    """What the decision needs of a task of the run's DAG version."""
+
+    task_id: str
+    upstream: tuple[str, ...] = ()
+    trigger_rule: TriggerRule | str = TriggerRule.ALL_SUCCESS
+    depends_on_past: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class TIFacts:
+    """What the decision needs of a task instance of the run."""
+
+    ti_id: int
+    state: str
+    next_retry_at: dt.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    ti_id: int
+    from_state: str
+    to_state: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDecision:
+    changes: tuple[Change, ...]  # in walk order
+    outcome: str | None  # RunState.SUCCESS / FAILED once every TI is finished, else None
+
+
+def decide_run(
+    tasks: Sequence[TaskFacts],
+    tis: Mapping[str, TIFacts],
+    *,
+    leaves: Sequence[str],
+    previous_states: Mapping[str, str | None],
+    now: dt.datetime,
+) -> RunDecision:
+    """Decide one run. `tis` maps task id -> its TI in this run (a task without one is left alone; a TI
+    whose task is not in `tasks` still counts for the outcome); `previous_states` maps task id -> the state
+    of its TI in the run's previous run (absent or None: there is none)."""
+    states = {task_id: ti.state for task_id, ti in tis.items()}
+    changes: list[Change] = []
+    for task in tasks:
+        ti = tis.get(task.task_id)
+        if ti is None:
+            continue
+        state = states[task.task_id]
+        if state == TIState.UP_FOR_RETRY:
+            if ti.next_retry_at is None or ti.next_retry_at <= now:
+                changes.append(Change(ti.ti_id, state, TIState.SCHEDULED))
+                states[task.task_id] = TIState.SCHEDULED
+            continue
+        if state != TIState.NONE:
+            continue
+        if task.depends_on_past and not depends_on_past_met(previous_states.get(task.task_id)):
+            continue
+        counts = UpstreamCounts.from_states(states[u] for u in task.upstream if u in states)
+        decision = evaluate_trigger_rule(task.trigger_rule, counts)
+        if decision == Decision.WAIT:
+            continue
+        new_state = _DECISION_STATE[decision]
+        changes.append(Change(ti.ti_id, state, new_state))
+        states[task.task_id] = new_state
+    outcome = run_outcome(states, [t for t in leaves if t in states]) if states else RunState.SUCCESS
+    return RunDecision(tuple(changes), outcome)
