@@ -29,6 +29,7 @@ def list_dags(conn: Connection) -> list[dict]:
         "version": r.version,
         "next_run_after": isoformat(r.next_dagrun_create_after or r.next_dagrun_data_interval_end),
         "last_run_state": last_state.get(r.dag_id),
+        "import_error": r.import_error,
     } for r in rows]
 
 

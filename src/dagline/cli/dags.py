@@ -77,8 +77,18 @@ def dags_list(obj: Context, as_json):
 
     with obj.db().begin() as conn:
         rows = list_dags(conn)
-    show_rows(rows, ["dag_id", "paused", "schedule", "timezone", "version", "next_run_after", "last_run_state"],
-              as_json)
+    columns = ["dag_id", "paused", "schedule", "timezone", "version", "next_run_after", "last_run_state"]
+    if not as_json and any(r["import_error"] for r in rows):  # why the scheduler cannot handle a DAG
+        columns.append("import_error")
+        rows = [{**r, "import_error": _first_line(r["import_error"])} for r in rows]
+    show_rows(rows, columns, as_json)
+
+
+def _first_line(text: str | None, limit: int = 100) -> str | None:
+    if text is None:
+        return None
+    line = text.splitlines()[0] if text.strip() else text
+    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 @dags.command("show")
@@ -101,6 +111,7 @@ def dags_show(obj: Context, dag_id, as_json):
         "versions": [{"version": v.version, "created_at": isoformat(v.created_at), "current": v.id == current.id}
                      for v in versions],
         "spec": current.spec,
+        "import_error": row.import_error, "import_error_at": isoformat(row.import_error_at),
     }
     if as_json:
         emit_json(data)
@@ -109,6 +120,9 @@ def dags_show(obj: Context, dag_id, as_json):
 
     click.echo(f"dag_id: {dag_id}\nactive: {row.is_active}\npaused: {row.is_paused}\nsource: {row.source_path}")
     click.echo(f"next run: {data['next_dagrun']} (created after {data['next_run_after']})")
+    if row.import_error:
+        click.echo(f"import error (since {data['import_error_at']}): the scheduler cannot schedule this DAG; "
+                   f"fix it and apply it again:\n  " + row.import_error.replace("\n", "\n  "))
     click.echo("versions:")
     for v in data["versions"]:
         click.echo(f"  {v['version']}  {v['created_at']}{'  (current)' if v['current'] else ''}")

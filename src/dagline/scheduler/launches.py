@@ -20,6 +20,7 @@ from dagline.dagstore import DagCache
 from dagline.db.models import dag_run_t, dag_version_t
 from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
 from dagline.scheduler.critical_section import QueuedTI
+from dagline.scheduler.isolation import describe, is_dags_fault
 from dagline.scheduler.renderer import Renderer, RenderFailed, RenderInterrupted, RenderRequest
 from dagline.spec import Task
 from dagline.templating import build_context, spark_templates
@@ -45,10 +46,16 @@ class Rendered:
     left: list[QueuedTI] = dataclasses.field(default_factory=list)  # not rendered: the replica is stopping
 
 
-def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCache) -> list[PendingLaunch]:
+@dataclasses.dataclass
+class Gathered:
+    pending: list[PendingLaunch]
+    broken: list[tuple[QueuedTI, str]]  # tries that cannot even be rendered (their DAG cannot be read)
+
+
+def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCache) -> Gathered:
     """What rendering these tries needs: their run, task, context and working folder (database reads only)."""
     if not queued:
-        return []
+        return Gathered([], [])
     runs = {
         row.id: row for row in conn.execute(
             select(dag_run_t.c.id, dag_run_t.c.run_id, dag_run_t.c.logical_date, dag_run_t.c.data_interval_start,
@@ -58,28 +65,35 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
     source_dirs = dict(conn.execute(
         select(dag_version_t.c.id, dag_version_t.c.source_dir)
         .where(dag_version_t.c.id.in_({q.dag_version_id for q in queued}))).all())
-    pending = []
+    pending, broken = [], []
     for q in queued:
-        dag = dags.get(conn, q.dag_version_id)
         run = runs[q.dag_run_id]
-        task = dag.tasks[q.task_id]
-        conf = run.conf or {}
-        context = build_context(
-            dag_id=dag.dag_id, task_id=task.task_id, run_id=run.run_id, logical_date=run.logical_date,
-            data_interval_start=run.data_interval_start, data_interval_end=run.data_interval_end,
-            try_number=q.try_number, params={**dag.spec.params, **conf}, conf=conf,  # a run's conf overrides params
-            timezone=dag.timezone,
-        )
+        try:
+            dag = dags.get(conn, q.dag_version_id)
+            task = dag.tasks[q.task_id]
+            conf = run.conf or {}
+            context = build_context(
+                dag_id=dag.dag_id, task_id=task.task_id, run_id=run.run_id, logical_date=run.logical_date,
+                data_interval_start=run.data_interval_start, data_interval_end=run.data_interval_end,
+                try_number=q.try_number, params={**dag.spec.params, **conf}, conf=conf,  # conf overrides params
+                timezone=dag.timezone,
+            )
+        except Exception as exc:  # this try cannot be launched; the others can (see `isolation`)
+            if not is_dags_fault(exc):
+                raise
+            broken.append((q, f"cannot launch: {describe(exc, f'task {q.task_id}')}"))
+            continue
         timeout = duration_seconds(task.execution_timeout) if task.execution_timeout is not None else None
         pending.append(PendingLaunch(q, run.run_id, task, RenderRequest(task.task_id, spark_templates(task.spark),
                                                                         context),
                                      source_dirs.get(q.dag_version_id), timeout))
-    return pending
+    return Gathered(pending, broken)
 
 
-def render_launches(pending: Sequence[PendingLaunch], renderer: Renderer) -> Rendered:
+def render_launches(gathered: Gathered, renderer: Renderer) -> Rendered:
     """Render every try's templates (outside any transaction); stops early if the replica is stopping."""
-    result = Rendered()
+    result = Rendered(broken=list(gathered.broken))
+    pending = gathered.pending
     for index, p in enumerate(pending):
         try:
             values = renderer.render(p.request)

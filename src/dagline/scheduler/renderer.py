@@ -39,6 +39,7 @@ from dagline.templating import TIME_BUDGET_S, render
 log = logging.getLogger(__name__)
 
 MEMORY_LIMIT = RENDERER_MEMORY_LIMIT  # the child's address space: 1 GiB
+STARTUP_TIMEOUT_S = 60.0  # a slow machine: the child imports Jinja and pendulum before it is ready
 _HEADER = struct.Struct(">I")
 
 
@@ -112,6 +113,11 @@ class Renderer:
                 [sys.executable, "-m", "dagline.scheduler.renderer"], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, bufsize=0)
             self.spawns += 1
+            # The budget is for rendering, not for starting Python: wait for the child to say it is ready.
+            ready = select.select([self._proc.stdout.fileno()], [], [], STARTUP_TIMEOUT_S)[0]
+            if not ready or _read_frame(self._proc.stdout) != b"ready":
+                self._kill()
+                raise RenderFailed(f"the renderer process did not start within {STARTUP_TIMEOUT_S:g}s")
         return self._proc
 
     def _read_answer(self, proc: subprocess.Popen) -> list | None:
@@ -179,6 +185,7 @@ def _serve() -> None:
     except (ImportError, ValueError, OSError):  # pragma: no cover - not on this platform
         pass
     stdin, stdout = sys.stdin.buffer.raw, sys.stdout.buffer
+    _write_frame(stdout, b"ready")
     while True:
         body = _read_frame(stdin)
         if body is None:
