@@ -21,7 +21,12 @@ from sqlalchemy.exc import IntegrityError
 from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, pool_t
+<<<<<<< HEAD
 from dagline.db.transitions import fail_queued_runs, record_events
+=======
+from dagline.db.transitions import record_events
+from dagline.deps import RunState, pool_too_small
+>>>>>>> i11-limits
 from dagline.errors import OperationFailed
 from dagline.spec import Dag, LoadedDag
 from dagline.states import RunState
@@ -79,17 +84,27 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
 
     results = []
     with db.begin() as conn:
-        pools = {row.name for row in conn.execute(select(pool_t.c.name))}
+        pools = dict(conn.execute(select(pool_t.c.name, pool_t.c.slots)).all())
         for item in loaded:
             dag = item.dag
             result = _apply_one(conn, dag, item.source_path, now=now, who=who, guard=guard)
-            missing = sorted({t.pool for t in dag.tasks.values()} - pools)
+            missing = sorted({t.pool for t in dag.tasks.values()} - pools.keys())
             if missing:
                 result.warnings.append(
                     f"pool(s) {', '.join(missing)} do not exist yet: their tasks wait until "
                     f"`dagline pools set NAME SLOTS` creates them"
                 )
+<<<<<<< HEAD
             if result.action != "unchanged" or result.cleared_import_error is not None:
+=======
+            for task in dag.tasks.values():
+                too_small = pool_too_small(task.pool, task.pool_slots, pools.get(task.pool))
+                if too_small:
+                    result.warnings.append(
+                        f"task {task.task_id}: {too_small}: it never runs until "
+                        f"`dagline pools set {task.pool} {task.pool_slots}` makes the pool large enough")
+            if result.action != "unchanged":
+>>>>>>> i11-limits
                 refresh_next_dagrun(conn, dag.dag_id, dag)
             results.append(result)
     return results

@@ -192,6 +192,14 @@ def retry_delay(
     return dt.timedelta(microseconds=min(delay_us, cap_us))
 
 
+def pool_too_small(pool: str, pool_slots: int, pool_size: int | None) -> str | None:
+    """Why a task instance needing `pool_slots` slots of `pool` (which has `pool_size`, None if it does not
+    exist) can never start however long it waits, or None. Said at `dags apply` and by the scheduler."""
+    if pool_size is None or pool_slots <= pool_size:
+        return None
+    return f"poolSlots {pool_slots} > pool {pool} size {pool_size}"
+
+
 def next_state_after_failure(try_number: int, max_tries: int) -> str:
     """State of a TI whose try `try_number` (1-based) failed; `max_tries` = retries + 1 tries in all."""
     return TIState.UP_FOR_RETRY if try_number < max_tries else TIState.FAILED

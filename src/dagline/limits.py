@@ -76,6 +76,16 @@ MAX_YEAR = 9000
 """Instants given to dagline (`startDate`, `--now`, `--start`, ...) lie in [MIN_YEAR, MAX_YEAR]: far from the
 ends of `datetime` (years 1 and 9999), so adding an interval or a time zone offset never overflows."""
 
+MAX_ROW_ID = 2**63 - 1
+"""A numeric id given to a command (`backfill show ID`, a run's numeric id): what a BIGINT holds."""
+
+# --- settings from the environment ------------------------------------------------------------------------
+
+MAX_SETTING_SECONDS = 86_400.0
+"""An interval or timeout setting (`DAGLINE_SCHEDULER_POLL_INTERVAL_S`...): positive, finite, at most a day."""
+MAX_SETTING_COUNT = 1_000_000
+"""A batch-size setting (`DAGLINE_SCHEDULER_TIS_PER_LOOP`...)."""
+
 # --- command options -------------------------------------------------------------------------------------
 
 MAX_NEXT_RUNS_COUNT = 1_000

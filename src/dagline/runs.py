@@ -14,7 +14,11 @@ from dagline.db.engine import Database
 from dagline.db.models import dag_run_t, ti_t
 from dagline.db.transitions import change_runs, change_tis
 from dagline.errors import InvalidInput, OperationFailed
+<<<<<<< HEAD
 from dagline.states import RunState, TIState
+=======
+from dagline.limits import MAX_ROW_ID
+>>>>>>> i11-limits
 from dagline.timeline import NewRun, insert_runs, live_run_at, timetable_for
 
 
@@ -26,7 +30,8 @@ def trigger_run(
 
     With `run_id` the trigger is idempotent: if the DAG already has a run of that id, that run is
     returned and nothing is written (a Kubernetes DagRun object handled by two replicas, or again
-    after a restart, triggers once; the unique index on (dag_id, run_id) backs this up)."""
+    after a restart, triggers once; the unique index on (dag_id, run_id) backs this up). The same run
+    id with another logical date or conf is a conflict, refused: a run id names one request."""
     if conf is not None and not isinstance(conf, dict):
         raise InvalidInput("must be a JSON object, e.g. '{\"out\": \"/tmp/x\"}'", field="--conf")
     cache = DagCache()
@@ -37,6 +42,7 @@ def trigger_run(
             seen = conn.execute(select(dag_run_t).where(dag_run_t.c.dag_id == dag_id,
                                                         dag_run_t.c.run_id == run_id)).first()
             if seen is not None:
+                _refuse_other_arguments(seen, logical_date, conf)
                 return seen
         version_id, dag = cache.current(conn, dag_id)
         when = logical_date or now
@@ -51,10 +57,37 @@ def trigger_run(
         return conn.execute(select(dag_run_t).where(dag_run_t.c.id == run_pk)).one()
 
 
+<<<<<<< HEAD
+=======
+def _refuse_other_arguments(run, logical_date: dt.datetime | None, conf: dict | None) -> None:
+    differences = []
+    if logical_date is not None and run.logical_date != logical_date:
+        differences.append(f"logical date {logical_date.isoformat()}, not {run.logical_date.isoformat()}")
+    if (conf or {}) != (run.conf or {}):
+        differences.append(f"conf {conf or {}}, not {run.conf or {}}")
+    if differences:
+        raise InvalidInput(f"run {run.run_id!r} of DAG {run.dag_id!r} exists with other arguments "
+                           f"({'; '.join(differences)}): a run id names one trigger; choose another id",
+                           field="run_id")
+
+
+def fail_queued_runs(conn: Connection, run_ids: list[int], *, now: dt.datetime, who: str, detail: str) -> list:
+    """Cancel runs that have not started: each still `queued` becomes `failed`, its task instances that
+    never ran `skipped` (so `dependsOnPast` of later runs is not blocked by them). A run that started
+    meanwhile is left to finish. Returns the runs changed."""
+    cancelled = change_runs(conn, run_ids, expected=RunState.QUEUED, to=RunState.FAILED, at=now, who=who,
+                            values={"end_date": now}, detail=detail)
+    ti_ids = list(conn.execute(select(ti_t.c.id).where(
+        ti_t.c.dag_run_id.in_([r.id for r in cancelled]), ti_t.c.state == TIState.NONE)).scalars())
+    change_tis(conn, ti_ids, expected=TIState.NONE, to=TIState.SKIPPED, at=now, who=who, detail=detail)
+    return cancelled
+
+
+>>>>>>> i11-limits
 def find_run(conn: Connection, run_ref: str):
     """A run by numeric id or by run id string (`scheduled__2026-...`)."""
     cond = dag_run_t.c.run_id == run_ref
-    if str(run_ref).isdigit():
+    if str(run_ref).isascii() and str(run_ref).isdigit() and int(run_ref) <= MAX_ROW_ID:
         cond = or_(dag_run_t.c.id == int(run_ref), cond)
     rows = conn.execute(select(dag_run_t).where(cond).order_by(dag_run_t.c.id)).all()
     if not rows:

@@ -18,9 +18,11 @@ from sqlalchemy import select
 
 from dagline.clock import FixedClock, SystemClock
 from dagline.db import engine as dbengine
-from dagline.db.faults import first_line, is_transient, run_again_on_conflict
+from dagline.db.faults import first_line, is_read_only, is_transient, run_again_on_conflict
 from dagline.db.models import dag_t
 from dagline.errors import DaglineError, InvalidInput
+from dagline.limits import MAX_NESTING_DEPTH, MAX_SPEC_FILE_BYTES
+from dagline.spec.bounds import check_json_value
 from dagline.times import parse_instant
 
 
@@ -134,6 +136,9 @@ class DaglineGroup(click.Group):
             click.echo(f"error: {exc}", err=True)
             ctx.exit(exc.exit_code)
         except Exception as exc:
+            if is_read_only(exc):  # a write outside Database.begin (the migrations)
+                click.echo(f"error: the database is read-only ({first_line(exc)}): nothing was written", err=True)
+                ctx.exit(1)
             if not is_transient(exc):
                 raise
             click.echo(f"error: the database failed ({first_line(exc)}); the command's transaction was rolled back "
@@ -175,9 +180,22 @@ def make_cli_executor(name, parallelism, log_folder, clock):
 
 
 def json_object(value: str | None, field: str) -> dict | None:
+    """A JSON option (`--conf`): valid JSON within the bounds of `dagline.limits` (no NaN or Infinity, which
+    are not JSON; nesting; string length)."""
     if value is None:
         return None
+    if len(value) > MAX_SPEC_FILE_BYTES:
+        raise InvalidInput(f"{len(value):,} characters of JSON (the limit is {MAX_SPEC_FILE_BYTES:,})", field=field)
+
+    def refuse_constant(name: str):
+        raise InvalidInput(f"{name} is not a JSON number (NaN and infinities are refused)", field=field)
+
     try:
-        return json.loads(value)
-    except json.JSONDecodeError as exc:
+        parsed = json.loads(value, parse_constant=refuse_constant)
+    except ValueError as exc:  # JSONDecodeError, or an integer of more than 4,300 digits
         raise InvalidInput(f"not valid JSON: {exc}", field=field) from None
+    except RecursionError:
+        raise InvalidInput(f"nested more than {MAX_NESTING_DEPTH} levels deep (the limit is {MAX_NESTING_DEPTH} "
+                           "levels)", field=field) from None
+    check_json_value(parsed, field)
+    return parsed

@@ -22,6 +22,7 @@ from dagline.cli.base import (
 from dagline.db import engine as dbengine
 from dagline.db.models import dag_version_t
 from dagline.errors import InvalidInput
+from dagline.limits import MAX_NEXT_RUNS_COUNT
 from dagline.times import isoformat
 
 
@@ -55,7 +56,8 @@ def dags_apply(obj: Context, paths, now):
     from dagline.dagstore import apply_dags
     from dagline.spec import load_dag_paths
 
-    loaded = load_dag_paths(list(paths))  # validates everything before anything is written
+    loaded = load_dag_paths(list(paths), warn=lambda message: click.echo(f"warning: {message}", err=True))
+    # validated everything before anything is written
     results = apply_dags(obj.db(), loaded, now=make_clock(now).now())
     for r in results:
         if r.action == "unchanged":
@@ -133,7 +135,8 @@ def dags_show(obj: Context, dag_id, as_json):
 @dags.command("next-runs")
 @click.argument("dag_ref")
 @click.option("--after", default=None, metavar="ISO", help="Start from the first interval starting at or after this.")
-@click.option("--count", default=5, show_default=True, type=click.IntRange(min=1))
+@click.option("--count", default=5, show_default=True, type=click.IntRange(min=1, max=MAX_NEXT_RUNS_COUNT),
+              help=f"How many intervals (at most {MAX_NEXT_RUNS_COUNT:,}).")
 @json_option
 @click.pass_obj
 def dags_next_runs(obj: Context, dag_ref, after, count, as_json):
@@ -156,15 +159,23 @@ def dags_next_runs(obj: Context, dag_ref, after, count, as_json):
     table = timetable_for(dag)
     cursor = read_instant(after, "--after", dag.timezone) if after else latest_end
     rows = []
-    info = table.next_run(cursor, catchup=True)
+    info = _next_run(table, cursor)
     while info is not None and len(rows) < count:
         rows.append({"logical_date": isoformat(info.logical_date),
                      "data_interval_start": isoformat(info.data_interval.start),
                      "data_interval_end": isoformat(info.data_interval.end), "run_after": isoformat(info.run_after)})
         if not table.periodic:
             break
-        info = table.next_run(info.data_interval.end, catchup=True)
+        info = _next_run(table, info.data_interval.end)
     show_rows(rows, ["logical_date", "data_interval_start", "data_interval_end", "run_after"], as_json)
+
+
+def _next_run(table, after):
+    """The next interval, or None where the calendar ends (year 9999): there are no more to show."""
+    try:
+        return table.next_run(after, catchup=True)
+    except (OverflowError, ValueError):
+        return None
 
 
 @dags.command("pause")

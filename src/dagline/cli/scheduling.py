@@ -27,6 +27,7 @@ from dagline.cli.base import (
 )
 from dagline.db.models import backfill_t
 from dagline.errors import OperationFailed
+from dagline.limits import MAX_ROW_ID
 from dagline.times import isoformat
 
 
@@ -224,7 +225,7 @@ def backfill_list(obj: Context, dag_id, as_json):
 
 
 @backfill.command("show")
-@click.argument("backfill_id", type=int)
+@click.argument("backfill_id", type=click.IntRange(min=0, max=MAX_ROW_ID))
 @json_option
 @click.pass_obj
 def backfill_show(obj: Context, backfill_id, as_json):
@@ -247,7 +248,7 @@ def backfill_show(obj: Context, backfill_id, as_json):
 
 
 @backfill.command("cancel")
-@click.argument("backfill_id", type=int)
+@click.argument("backfill_id", type=click.IntRange(min=0, max=MAX_ROW_ID))
 @now_option
 @click.pass_obj
 def backfill_cancel(obj: Context, backfill_id, now):

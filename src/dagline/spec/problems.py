@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from dagline.errors import InvalidInput
 
-_IDENTIFIER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch
 
 
 def format_path(loc: Iterable[str | int]) -> str:
@@ -23,7 +23,7 @@ def format_path(loc: Iterable[str | int]) -> str:
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif _IDENTIFIER_RE.match(part):
+        elif _IDENTIFIER_RE.fullmatch(part):
             path += f".{part}" if path else part
         else:
             path += f"[{json.dumps(part)}]"
