@@ -22,12 +22,8 @@ from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t
 from dagline.db.transitions import fail_queued_runs, record_events
 from dagline.errors import InvalidInput, OperationFailed
-<<<<<<< HEAD
-from dagline.states import RunState
-=======
 from dagline.limits import MAX_ACTIVE_LIMIT, MAX_ID_LENGTH
-from dagline.runs import fail_queued_runs
->>>>>>> i11-limits
+from dagline.states import RunState
 from dagline.timeline import NewRun, insert_runs, refresh_next_dagrun, timetable_for
 from dagline.times import parse_instant, to_utc
 from dagline.timetable import DataInterval, Timetable

@@ -21,12 +21,8 @@ from sqlalchemy.exc import IntegrityError
 from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, pool_t
-<<<<<<< HEAD
 from dagline.db.transitions import fail_queued_runs, record_events
-=======
-from dagline.db.transitions import record_events
-from dagline.deps import RunState, pool_too_small
->>>>>>> i11-limits
+from dagline.deps import pool_too_small
 from dagline.errors import OperationFailed
 from dagline.spec import Dag, LoadedDag
 from dagline.states import RunState
@@ -94,17 +90,13 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
                     f"pool(s) {', '.join(missing)} do not exist yet: their tasks wait until "
                     f"`dagline pools set NAME SLOTS` creates them"
                 )
-<<<<<<< HEAD
-            if result.action != "unchanged" or result.cleared_import_error is not None:
-=======
             for task in dag.tasks.values():
                 too_small = pool_too_small(task.pool, task.pool_slots, pools.get(task.pool))
                 if too_small:
                     result.warnings.append(
                         f"task {task.task_id}: {too_small}: it never runs until "
                         f"`dagline pools set {task.pool} {task.pool_slots}` makes the pool large enough")
-            if result.action != "unchanged":
->>>>>>> i11-limits
+            if result.action != "unchanged" or result.cleared_import_error is not None:
                 refresh_next_dagrun(conn, dag.dag_id, dag)
             results.append(result)
     return results

@@ -13,12 +13,9 @@ from dagline.db.engine import Database
 from dagline.db.models import pool_t, ti_t
 from dagline.db.transitions import record_events
 from dagline.errors import InvalidInput, OperationFailed
-<<<<<<< HEAD
-from dagline.states import TIState
-=======
 from dagline.limits import MAX_POOL_SLOTS
 from dagline.spec.fields import check_pool_name
->>>>>>> i11-limits
+from dagline.states import TIState
 
 DEFAULT_POOL = "default"
 

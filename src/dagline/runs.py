@@ -14,11 +14,8 @@ from dagline.db.engine import Database
 from dagline.db.models import dag_run_t, ti_t
 from dagline.db.transitions import change_runs, change_tis
 from dagline.errors import InvalidInput, OperationFailed
-<<<<<<< HEAD
-from dagline.states import RunState, TIState
-=======
 from dagline.limits import MAX_ROW_ID
->>>>>>> i11-limits
+from dagline.states import RunState, TIState
 from dagline.timeline import NewRun, insert_runs, live_run_at, timetable_for
 
 
@@ -57,8 +54,6 @@ def trigger_run(
         return conn.execute(select(dag_run_t).where(dag_run_t.c.id == run_pk)).one()
 
 
-<<<<<<< HEAD
-=======
 def _refuse_other_arguments(run, logical_date: dt.datetime | None, conf: dict | None) -> None:
     differences = []
     if logical_date is not None and run.logical_date != logical_date:
@@ -71,19 +66,6 @@ def _refuse_other_arguments(run, logical_date: dt.datetime | None, conf: dict | 
                            field="run_id")
 
 
-def fail_queued_runs(conn: Connection, run_ids: list[int], *, now: dt.datetime, who: str, detail: str) -> list:
-    """Cancel runs that have not started: each still `queued` becomes `failed`, its task instances that
-    never ran `skipped` (so `dependsOnPast` of later runs is not blocked by them). A run that started
-    meanwhile is left to finish. Returns the runs changed."""
-    cancelled = change_runs(conn, run_ids, expected=RunState.QUEUED, to=RunState.FAILED, at=now, who=who,
-                            values={"end_date": now}, detail=detail)
-    ti_ids = list(conn.execute(select(ti_t.c.id).where(
-        ti_t.c.dag_run_id.in_([r.id for r in cancelled]), ti_t.c.state == TIState.NONE)).scalars())
-    change_tis(conn, ti_ids, expected=TIState.NONE, to=TIState.SKIPPED, at=now, who=who, detail=detail)
-    return cancelled
-
-
->>>>>>> i11-limits
 def find_run(conn: Connection, run_ref: str):
     """A run by numeric id or by run id string (`scheduled__2026-...`)."""
     cond = dag_run_t.c.run_id == run_ref
