@@ -55,7 +55,8 @@ def applied(db, tmp_path):
 
 def test_apply_list_show_and_json_fields(db, applied):
     rows = json.loads(cli(db, "dags", "list", "--json").output)
-    assert list(rows[0]) == ["dag_id", "paused", "schedule", "timezone", "version", "next_run_after", "last_run_state"]
+    assert list(rows[0]) == ["dag_id", "paused", "schedule", "timezone", "version", "next_run_after", "last_run_state",
+                             "import_error"]
     assert rows[0]["next_run_after"] == "2026-03-02T00:00:00+00:00"
     shown = json.loads(cli(db, "dags", "show", "sales", "--json").output)
     assert shown["spec"]["tasks"][1]["upstream"] == ["extract"]

@@ -52,13 +52,17 @@ def dags():
 @now_option
 @click.pass_obj
 def dags_apply(obj: Context, paths, now):
-    """Load DAG spec files or folders; a new version only when a spec changed."""
-    from dagline.dagstore import apply_dags
-    from dagline.spec import load_dag_paths
+    """Load DAG spec files or folders; a new version only when a spec changed.
 
-    loaded = load_dag_paths(list(paths), warn=lambda message: click.echo(f"warning: {message}", err=True))
-    # validated everything before anything is written
-    results = apply_dags(obj.db(), loaded, now=make_clock(now).now())
+    Every valid file is applied; each file that is not is reported (naming the file and the field) and
+    changes nothing, and the command then exits 2 (as Airflow loads the DAG files it can and reports
+    the others)."""
+    from dagline.dagstore import apply_dags
+    from dagline.spec import load_dag_paths_each
+
+    loaded, errors = load_dag_paths_each(list(paths), warn=lambda message: click.echo(f"warning: {message}",
+                                                                                        err=True))
+    results = apply_dags(obj.db(), loaded, now=make_clock(now).now()) if loaded else []
     for r in results:
         if r.action == "unchanged":
             click.echo(f"{r.dag_id}: unchanged (version {r.version})")
@@ -66,8 +70,17 @@ def dags_apply(obj: Context, paths, now):
             click.echo(f"{r.dag_id}: created (version {r.version})")
         else:
             click.echo(f"{r.dag_id}: {r.action} (version {r.previous_version} -> {r.version})")
+        if r.cleared_import_error:
+            click.echo(f"{r.dag_id}: import error cleared; the scheduler tries it again")
         for warning in r.warnings:
             click.echo(f"{r.dag_id}: warning: {warning}", err=True)
+    if len(errors) == 1 and not results:
+        raise errors[0]
+    if errors:
+        for error in errors:
+            click.echo(f"error: {error}", err=True)
+        applied = f"{len(results)} DAG(s) applied; " if results else ""
+        raise InvalidInput(f"{applied}{len(errors)} file(s) not applied (see above)")
 
 
 @dags.command("list")

@@ -21,7 +21,7 @@ import datetime as dt
 import logging
 from collections.abc import Iterator
 
-from sqlalchemy import or_, update
+from sqlalchemy import update
 from sqlalchemy.engine import Connection
 
 from dagline.db.faults import is_conflict, is_transient
@@ -54,10 +54,11 @@ def describe(exc: BaseException, doing: str) -> str:
 
 
 def record_import_error(conn: Connection, dag_id: str, message: str, *, at: dt.datetime, who: str) -> bool:
-    """Store why a DAG cannot be scheduled (once per distinct message); returns whether anything changed."""
+    """Store why a DAG cannot be scheduled; returns whether anything changed. Only its first error is kept
+    until an apply clears it: a DAG failing in several phases would otherwise rewrite it every loop."""
     changed = conn.execute(
         update(dag_t)
-        .where(dag_t.c.dag_id == dag_id, or_(dag_t.c.import_error.is_(None), dag_t.c.import_error != message))
+        .where(dag_t.c.dag_id == dag_id, dag_t.c.import_error.is_(None))
         .values(import_error=message, import_error_at=at, next_dagrun_create_after=None)
     ).rowcount
     if changed:

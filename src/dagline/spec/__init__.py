@@ -17,7 +17,14 @@ the database knowing the whole batch is valid. This package re-exports the publi
 from dagline.spec.checks import check_dag_spec
 from dagline.spec.dag import Dag, Task, normalized_spec, spec_version
 from dagline.spec.fields import DagId, InstantStr, IsoDuration, SparkMemory, TaskId, TemplatedStr
-from dagline.spec.loading import LoadedDag, load_dag_file, load_dag_paths, parse_dag_document, parse_dag_yaml
+from dagline.spec.loading import (
+    LoadedDag,
+    load_dag_file,
+    load_dag_paths,
+    load_dag_paths_each,
+    parse_dag_document,
+    parse_dag_yaml,
+)
 from dagline.spec.models import (
     API_VERSION,
     DagDocument,
@@ -58,6 +65,7 @@ __all__ = [
     "format_path",
     "load_dag_file",
     "load_dag_paths",
+    "load_dag_paths_each",
     "normalized_spec",
     "parse_dag_document",
     "parse_dag_yaml",
