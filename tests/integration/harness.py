@@ -88,6 +88,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: slow}
 spec:
+  paused: false
+  catchup: true
   schedule: null
   tasks:
     - {id: slow, retries: 1, retryDelay: PT1S, spark: {mainApplicationFile: slow.py}}

@@ -28,6 +28,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: %(name)s}
 spec:
+  paused: false
+  catchup: true
   schedule: "@daily"
   startDate: "2026-03-01"
   maxActiveRuns: 8

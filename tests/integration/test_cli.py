@@ -21,6 +21,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: sales}
 spec:
+  paused: false
+  catchup: true
   schedule: "@daily"
   startDate: "2026-03-01"
   tasks:

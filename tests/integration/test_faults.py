@@ -31,6 +31,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: %(name)s}
 spec:
+  paused: false
+  catchup: true
   schedule: null
   tasks:
     - {id: a, spark: {mainApplicationFile: a.py}}

@@ -17,6 +17,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: limits}
 spec:
+  paused: false
+  catchup: true
   schedule: "@daily"
   startDate: "2026-03-01"
   maxActiveRuns: %(max_active_runs)s
@@ -94,6 +96,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: prio}
 spec:
+  paused: false
+  catchup: true
   schedule: null
   tasks:
     - {id: low, priorityWeight: 1, spark: {mainApplicationFile: j.py}}
@@ -113,6 +117,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: slow}
 spec:
+  paused: false
+  catchup: true
   schedule: null
   tasks:
     - {id: slow, retries: 1, retryDelay: PT1M, executionTimeout: PT10M, spark: {mainApplicationFile: j.py}}

@@ -20,6 +20,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: timed}
 spec:
+  paused: false
+  catchup: true
   schedule: null
   tasks:
     - {id: first, spark: {mainApplicationFile: a.py}}

@@ -46,6 +46,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: chain}
 spec:
+  paused: false
+  catchup: true
   schedule: null
   tasks:
     - {id: a, retries: 1, spark: {mainApplicationFile: a.py}}
@@ -258,6 +260,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: slow}
 spec:
+  paused: false
+  catchup: true
   schedule: null
   tasks:
     - {id: slow, retries: 1, retryDelay: PT1M, executionTimeout: PT10M, spark: {mainApplicationFile: s.py}}

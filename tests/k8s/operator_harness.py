@@ -38,7 +38,7 @@ def task(task_id: str, *upstream: str, **extra) -> dict:
 def dag_manifest(name: str = "daily", *, schedule: str | None = "@daily", tasks=None, annotations=None,
                  **spec) -> dict:
     body = {"apiVersion": API, "kind": "DAG", "metadata": {"name": name},
-            "spec": {"schedule": schedule, "startDate": "2026-03-01T00:00:00",
+            "spec": {"schedule": schedule, "startDate": "2026-03-01T00:00:00", "paused": False, "catchup": True,
                      "tasks": tasks or [task("extract"), task("load", "extract")], **spec}}
     if annotations:
         body["metadata"]["annotations"] = annotations

@@ -63,9 +63,12 @@ def dags_apply(obj: Context, paths, now):
     loaded, errors = load_dag_paths_each(list(paths), warn=lambda message: click.echo(f"warning: {message}",
                                                                                         err=True))
     results = apply_dags(obj.db(), loaded, now=make_clock(now).now()) if loaded else []
+    paused_spec = {item.dag.dag_id: item.dag.spec.paused for item in loaded}  # a new DAG starts as its spec says
     for r in results:
         if r.action == "unchanged":
             click.echo(f"{r.dag_id}: unchanged (version {r.version})")
+        elif r.action == "created" and paused_spec.get(r.dag_id):
+            click.echo(f"{r.dag_id}: created paused (version {r.version}); `dagline dags unpause {r.dag_id}` to start")
         elif r.action == "created":
             click.echo(f"{r.dag_id}: created (version {r.version})")
         else:

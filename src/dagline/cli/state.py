@@ -76,16 +76,21 @@ def tasks():
 @tasks.command("list")
 @click.argument("run_ref", metavar="RUN_ID")
 @json_option
+@now_option
 @click.pass_obj
-def tasks_list(obj: Context, run_ref, as_json):
-    """The task instances of a run."""
+def tasks_list(obj: Context, run_ref, as_json, now):
+    """The task instances of a run, and why each one that is not running or finished waits."""
     from dagline.queries import list_tasks
     from dagline.runs import find_run
+    from dagline.waiting import task_reasons
 
     with obj.db().begin() as conn:
-        rows = list_tasks(conn, find_run(conn, run_ref).id)
+        run = find_run(conn, run_ref)
+        rows = list_tasks(conn, run.id)
+        reasons = task_reasons(conn, run, now=make_clock(now).now())  # the scheduler's own words
+    rows = [{**row, "reason": reasons.get(row["task_id"])} for row in rows]
     show_rows(rows, ["task_id", "state", "try_number", "max_tries", "pool", "start_date", "end_date",
-                    "message"], as_json)
+                    "reason", "message"], as_json)
 
 
 @tasks.command("clear")

@@ -24,6 +24,7 @@ from dagline.run_decision import TaskFacts, TIFacts, decide_run
 from dagline.scheduler.isolation import DagFailed, describe, is_dags_fault, isolated, record_import_error
 from dagline.states import RunState, TIState
 from dagline.timeline import refresh_next_dagrun
+from dagline.waiting import previous_states
 
 
 @dataclasses.dataclass
@@ -105,17 +106,10 @@ def _guarded(conn: Connection, dag_id: str, doing: str, fn, *, now: dt.datetime,
 
 def _previous_states(conn: Connection, runs: Sequence, dag_by_run: dict) -> dict[int, dict[str, str]]:
     """previous run id -> {task id: state}, for runs that have `dependsOnPast` tasks."""
-    wanted = {
+    return previous_states(conn, [
         run.previous_run_id for run in runs
         if run.previous_run_id is not None and any(t.depends_on_past for t in dag_by_run[run.id].tasks.values())
-    }
-    if not wanted:
-        return {}
-    rows = conn.execute(select(ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state).where(ti_t.c.dag_run_id.in_(wanted)))
-    found: dict[int, dict[str, str]] = collections.defaultdict(dict)
-    for row in rows:
-        found[row.dag_run_id][row.task_id] = row.state
-    return found
+    ])
 
 
 def _after_runs_finished(conn: Connection, finished: Sequence, dags: DagCache, *, now: dt.datetime,

@@ -8,6 +8,7 @@ import datetime as dt
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
+from dagline.admission import max_active_runs_reason
 from dagline.dagstore import DagCache
 from dagline.db.claims import lock_dags_with_startable_runs
 from dagline.db.models import backfill_t, dag_run_t
@@ -30,9 +31,9 @@ def start_queued_runs(
             record_import_error(conn, dag_id, describe(exc, "starting runs"), at=now, who=who)
             continue
         running = _running_counts(conn, dag_id)
+        if max_active_runs_reason(sum(running.values()), dag.spec.max_active_runs) is not None:
+            continue  # `dagline tasks list` gives the same reason
         room = dag.spec.max_active_runs - sum(running.values())
-        if room <= 0:
-            continue
         chosen: list[int] = []
         if backfill_id is None:
             chosen += _queued(conn, dag_id, now, room, backfill=None)
