@@ -150,7 +150,8 @@ def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime
     values = dict(current_version_id=version_id, is_active=True, schedule=dag.spec.schedule,
                   timezone=dag.timezone, source_path=source_path, updated_at=now, import_error=None,
                   import_error_at=None)
-    if previous is not None and previous.spec.get("paused") != dag.spec.paused:
+    said_paused = "paused" in dag.spec.model_fields_set  # the default (paused) is for a DAG's first apply only
+    if previous is not None and said_paused and previous.spec.get("paused") != dag.spec.paused:
         values["is_paused"] = dag.spec.paused  # the spec's `paused` changed: it wins over the CLI's
     conn.execute(update(dag_t).where(dag_t.c.dag_id == dag.dag_id).values(**values))
     record_events(conn, [{

@@ -55,3 +55,13 @@ def test_a_spec_that_says_paused_false_starts_at_once_and_a_change_of_paused_app
     write_dag(tmp_path, PLAIN.replace("  tasks:", "  paused: true\n  tasks:"))
     cli(db, "dags", "apply", path)
     assert json.loads(cli(db, "dags", "list", "--json"))[0]["paused"] is True
+
+
+def test_an_existing_dag_whose_spec_does_not_say_paused_keeps_its_state_when_applied_again(db, tmp_path):
+    """Upgrading dagline (or editing a spec that never said `paused`) must not pause a running DAG: the
+    default applies to a DAG's first apply only."""
+    path = write_dag(tmp_path, PLAIN.replace("  tasks:", "  paused: false\n  tasks:"))
+    cli(db, "dags", "apply", path)
+    write_dag(tmp_path, PLAIN.replace("a.py", "a2.py"))  # a new version, without `paused`
+    assert "updated" in cli(db, "dags", "apply", path)
+    assert json.loads(cli(db, "dags", "list", "--json"))[0]["paused"] is False
