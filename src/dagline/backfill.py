@@ -189,7 +189,7 @@ def create_backfill(
                          .values(state="completed", completed_at=now))
         record_events(conn, [{"at": now, "who": who, "entity": "backfill", "dag_id": dag_id,
                               "detail": f"backfill {backfill_id}: {len(new_runs)} runs", "to_state": "running"}])
-        refresh_next_dagrun(conn, dag_id, dag)
+        refresh_next_dagrun(conn, dag_id, dag, now=now)
     return BackfillResult(backfill_id, plan, created=True)
 
 

@@ -97,7 +97,7 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
                         f"task {task.task_id}: {too_small}: it never runs until "
                         f"`dagline pools set {task.pool} {task.pool_slots}` makes the pool large enough")
             if result.action != "unchanged" or result.cleared_import_error is not None:
-                refresh_next_dagrun(conn, dag.dag_id, dag)
+                refresh_next_dagrun(conn, dag.dag_id, dag, now=now)
             results.append(result)
     return results
 
@@ -198,7 +198,7 @@ def set_paused(db: Database, dag_id: str, paused: bool, *, now: dt.datetime, who
                               "from_state": "paused" if row.is_paused else "active",
                               "to_state": "paused" if paused else "active"}])
         _, dag = cache.current(conn, dag_id)
-        refresh_next_dagrun(conn, dag_id, dag)
+        refresh_next_dagrun(conn, dag_id, dag, now=now)
     return True
 
 

@@ -5,8 +5,9 @@ Scheduled, manual and backfill runs all live on one timeline per DAG. Inserting 
 live runs from the earliest inserted date on, so `previous` is always "the latest earlier run that is
 not overridden". `dependsOnPast` follows `previous`, so it holds across inserted backfills.
 
-`refresh_next_dagrun` recomputes where the schedule stands: after the latest scheduled or backfill
-run (fast-forwarding beyond backfills; gaps they left are not filled). Manual runs sit on the
+`refresh_next_dagrun` recomputes where the schedule stands (`next_scheduled_run`): after the latest
+scheduled or backfill run (fast-forwarding beyond backfills; gaps they left are not filled), or,
+with `catchup: false`, at the latest complete interval when the DAG is behind. Manual runs sit on the
 timeline but do not move the schedule (as in Airflow 2): a run triggered by hand mid-interval does
 not take the place of that interval's scheduled run.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from sqlalchemy import BigInteger, bindparam, cast, column, func, insert, select, update, values
 from sqlalchemy.engine import Connection
@@ -25,7 +26,7 @@ from dagline.db.transitions import change_runs, record_events
 from dagline.spec import Dag
 from dagline.states import RunState, TIState
 from dagline.times import isoformat
-from dagline.timetable import DataInterval, Timetable, make_timetable
+from dagline.timetable import DagRunInfo, DataInterval, Timetable, make_timetable
 
 SCHEDULE_DRIVING_TYPES = ("scheduled", "backfill")
 
@@ -201,14 +202,25 @@ def active_scheduled_runs(conn: Connection, dag_id: str) -> int:
     ).scalar_one()
 
 
-def refresh_next_dagrun(conn: Connection, dag_id: str, dag: Dag) -> None:
+def upcoming_scheduled_runs(conn: Connection, dag_id: str, dag: Dag, *, now: dt.datetime) -> Iterator[DagRunInfo]:
+    """The runs the scheduler would create for a DAG from `now` on, in order: after the latest
+    scheduled or backfill run, skipping dates a manual run holds; with `catchup: false`, from the
+    latest complete interval when the DAG is behind. Run creation, `next_dagrun` and
+    `dags next-runs` all walk this."""
+    for info in timetable_for(dag).upcoming(latest_schedule_end(conn, dag_id), catchup=dag.spec.catchup, now=now):
+        if live_run_at(conn, dag_id, info.logical_date) is None:  # a manual run may hold the date
+            yield info
+
+
+def next_scheduled_run(conn: Connection, dag_id: str, dag: Dag, *, now: dt.datetime) -> DagRunInfo | None:
+    return next(upcoming_scheduled_runs(conn, dag_id, dag, now=now), None)
+
+
+def refresh_next_dagrun(conn: Connection, dag_id: str, dag: Dag, *, now: dt.datetime) -> None:
     """Recompute the DAG row's next interval. `next_dagrun_create_after` is left empty while the DAG
     is at `maxActiveRuns` (it is refreshed when one of its runs finishes), so the run-creation step
     only ever claims DAGs it can act on."""
-    table = timetable_for(dag)
-    info = table.next_run(latest_schedule_end(conn, dag_id), catchup=True)
-    while info is not None and table.periodic and live_run_at(conn, dag_id, info.logical_date) is not None:
-        info = table.next_run(info.data_interval.end, catchup=True)  # a manual run holds that date
+    info = next_scheduled_run(conn, dag_id, dag, now=now)
     create_after = None
     if info is not None and active_scheduled_runs(conn, dag_id) < dag.spec.max_active_runs:
         create_after = info.run_after

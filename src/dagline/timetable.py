@@ -1,13 +1,20 @@
 """Schedules -> data intervals: when runs are due and which slice of time each covers.
 
 A DAG's `schedule` is null (manual runs only), `@once`, a 5-field cron or preset, or an ISO-8601
-duration. `make_timetable` turns it into a `Timetable`, which answers three questions on the
-timeline: the next scheduled run after the latest one (`next_run`), every run in a range
-(`runs_between`, for backfills) and the interval a manual run covers (`manual_interval`).
+duration. `make_timetable` turns it into a `Timetable`, which answers, on the timeline: the next
+scheduled run after the latest one (`next_run`, and `upcoming` for the runs after it), every run
+in a range (`runs_between`, for backfills) and the interval a manual run covers (`manual_interval`).
+The scheduler's run creation, `dags next-runs` and backfill planning all walk `next_run`: one
+implementation of "what comes next".
 
-Pure code: no database and no wall clock (callers pass `now`). Cron fields are read in the DAG's
-IANA time zone; every datetime returned is an aware UTC `datetime`. Airflow's
-CronDataIntervalTimetable is the reference behaviour; see DESIGN.md section 4.
+Apache Airflow's data-interval timetables (`CronDataIntervalTimetable`,
+`DeltaDataIntervalTimetable`) are the reference: the same steps (`_get_next`, `_get_prev`, the two
+alignments, the catch-up skip), so every interval is the one Airflow would make. The comparison
+data in tests/unit/data/airflow_timetables.json is generated from Airflow itself; the README's
+"Time" section lists the rule for each schedule kind and the few deliberate differences.
+
+Pure code: no database and no wall clock (callers pass `now`). Every datetime returned is an
+aware UTC `datetime`.
 """
 
 from __future__ import annotations
@@ -15,13 +22,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
-import zoneinfo
+import threading
 from collections.abc import Iterator
 
 import pendulum
 from croniter import croniter
+from dateutil.relativedelta import relativedelta
 
-from dagline.times import parse_duration, to_utc, validate_timezone
+from dagline.times import UTC, parse_duration, to_utc, validate_timezone
 
 __all__ = [
     "DataInterval",
@@ -41,6 +49,7 @@ PRESETS = {
     "@midnight": "0 0 * * *",
     "@weekly": "0 0 * * 0",
     "@monthly": "0 0 1 * *",
+    "@quarterly": "0 0 1 */3 *",
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
 }
@@ -48,15 +57,9 @@ ONCE = "@once"
 
 _ACCEPTED = (
     "expected null, a 5-field cron expression such as '0 2 * * *', a preset "
-    "(@once, @hourly, @daily, @midnight, @weekly, @monthly, @yearly, @annually) "
+    "(@once, @hourly, @daily, @midnight, @weekly, @monthly, @quarterly, @yearly, @annually) "
     "or an ISO-8601 duration such as 'PT6H' or 'P1D'"
 )
-
-# How far a wall-clock cron search starts before (or after) the instant it is asked about. A DST
-# shift moves a wall time by at most a few hours (a whole day for Samoa's 2011 date-line jump), so
-# two days is enough for a fire whose shifted instant lies after the instant but whose wall time
-# lies before it (e.g. 02:30 on a spring-forward day fires at 03:30, after 03:00).
-_SLACK = dt.timedelta(days=2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,32 +103,20 @@ def _parse(schedule: str | None) -> tuple[str, object]:
     return "cron", _check_cron(schedule, text)
 
 
-def _parse_delta(schedule: str, text: str) -> tuple[int, int, int, dt.timedelta]:
-    """(years, months, days, clock) of a duration: the calendar part and the real-time part.
+def _parse_delta(schedule: str, text: str) -> tuple[int, dt.timedelta]:
+    """(months, fixed) of a duration: calendar months (a year is 12) and a fixed length of real time.
 
-    pendulum folds hours into days (PT36H == P1DT12H), so the text is split at "T" and each side
-    parsed on its own: calendar days keep local wall time, clock hours are real hours.
+    Days and weeks are fixed lengths (a day is 24 hours), as in Airflow's `timedelta` schedules.
     """
     try:
-        parse_duration(text)  # validates the whole thing, refuses zero durations
+        duration = parse_duration(text)  # validates the whole thing, refuses zero durations
     except ValueError as exc:
         raise ValueError(f"schedule {schedule!r}: {exc}; {_ACCEPTED}") from None
-    date_text, _, time_text = text.upper().partition("T")
-    years = months = days = 0
-    if date_text != "P":
-        try:
-            cal = parse_duration(date_text)
-            years, months = cal.years, cal.months
-            days = cal.days - 365 * cal.years - 30 * cal.months  # pendulum counts Y as 365 D, M as 30 D
-        except ValueError:  # a zero calendar part, e.g. "P0DT6H"
-            pass
-    clock = dt.timedelta(0)
-    if time_text:
-        try:
-            clock = dt.timedelta(seconds=parse_duration("PT" + time_text).total_seconds())
-        except ValueError:  # a zero clock part, e.g. "P1DT0H"
-            pass
-    return years, months, days, clock
+    months = duration.years * 12 + duration.months
+    # pendulum counts Y as 365 D and M as 30 D inside total_seconds(); take them back out.
+    fixed = dt.timedelta(seconds=duration.total_seconds()) - dt.timedelta(
+        days=365 * duration.years + 30 * duration.months)
+    return months, fixed
 
 
 def _check_cron(schedule: str, text: str) -> str:
@@ -193,12 +184,32 @@ class Timetable:
     def _past_end(self, instant: dt.datetime) -> bool:
         return self.end_date is not None and instant > self.end_date
 
-    def next_run(self, after: dt.datetime | None, *, catchup: bool = True,
-                 now: dt.datetime | None = None) -> DagRunInfo | None:
+    def next_run(self, after: dt.datetime | None, *, catchup: bool = True, now: dt.datetime | None = None,
+                 earliest: dt.datetime | None = None) -> DagRunInfo | None:
+        """The run the scheduler creates next: after the latest scheduled run, which ended at `after`
+        (None: no run yet). `catchup=False` with `now` skips to the latest complete interval.
+        `earliest` raises the lower bound above the start date (backfill ranges, `--after`)."""
         return None
 
+    def upcoming(self, after: dt.datetime | None, *, catchup: bool = True, now: dt.datetime | None = None,
+                 earliest: dt.datetime | None = None) -> Iterator[DagRunInfo]:
+        """`next_run`, then each run after it, as the scheduler would create them one by one."""
+        info = self.next_run(after, catchup=catchup, now=now, earliest=earliest)
+        while info is not None:
+            yield info
+            if not self.periodic:
+                return
+            info = self.next_run(info.data_interval.end, catchup=catchup, now=now, earliest=earliest)
+
     def runs_between(self, start: dt.datetime, end: dt.datetime) -> list[DagRunInfo]:
-        return []
+        """Every scheduled run whose logical date lies in [start, end] (a backfill's plan)."""
+        upper = to_utc(end)
+        runs = []
+        for info in self.upcoming(None, earliest=to_utc(start)):
+            if info.logical_date > upper:
+                break
+            runs.append(info)
+        return runs
 
     def manual_interval(self, logical_date: dt.datetime) -> DataInterval:
         instant = to_utc(logical_date)
@@ -212,213 +223,207 @@ class NullTimetable(Timetable):
 class OnceTimetable(Timetable):
     """@once: a single run at start_date, with the empty interval [start_date, start_date]."""
 
-    def _the_run(self) -> DagRunInfo | None:
-        if self._past_end(self.start_date):
+    def next_run(self, after, *, catchup=True, now=None, earliest=None):
+        if after is not None or self._past_end(self.start_date):
+            return None
+        if earliest is not None and to_utc(earliest) > self.start_date:
             return None
         return _info(self.start_date, self.start_date, self.start_date)
 
-    def next_run(self, after, *, catchup=True, now=None):
-        return self._the_run() if after is None else None
-
-    def runs_between(self, start, end):
-        run = self._the_run()
-        return [run] if run is not None and to_utc(start) <= run.logical_date <= to_utc(end) else []
-
 
 class _PeriodicTimetable(Timetable):
-    """Shared logic for timetables with a sequence of fire times; intervals run fire to next fire.
+    """Intervals run from one fire time to the next. The steps are Airflow's:
 
-    Subclasses provide `_fires_after(x)` (the fire times strictly after x, in order) and
-    `_prev(x)` (the last fire time strictly before x).
+    - `_get_next(x)` / `_get_prev(x)`: the fire time strictly after / before x;
+    - `_align_to_next(x)`: x if it is a fire time, else the next one; `_align_to_prev(x)` likewise;
+    - `_skip_to_latest(earliest, now)`: the start of the latest interval complete at `now`.
     """
 
     periodic = True
 
-    def _fires_after(self, x: dt.datetime) -> Iterator[dt.datetime]:
+    def _get_next(self, x: dt.datetime) -> dt.datetime:
         raise NotImplementedError
 
-    def _prev(self, x: dt.datetime) -> dt.datetime:
+    def _get_prev(self, x: dt.datetime) -> dt.datetime:
         raise NotImplementedError
 
-    def _next(self, x: dt.datetime) -> dt.datetime:
-        return next(self._fires_after(x))
+    def _align_to_next(self, x: dt.datetime) -> dt.datetime:
+        following = self._get_next(x)
+        return x if self._get_prev(following) == x else following
 
-    def _at_or_after(self, x: dt.datetime) -> dt.datetime:
-        following = self._next(x)
-        return x if self._prev(following) == x else following
+    def _align_to_prev(self, x: dt.datetime) -> dt.datetime:
+        previous = self._get_prev(x)
+        return x if self._get_next(previous) == x else previous
 
-    def _at_or_before(self, x: dt.datetime) -> dt.datetime:
-        # Walk forward from a fire before x so the answer's next fire is guaranteed to be after x.
-        previous = self._prev(x)
-        for fire in self._fires_after(previous):
-            if fire > x:
-                return previous
-            previous = fire
-        raise AssertionError("unreachable: fire times are endless")
+    def _fire_before(self, x: dt.datetime) -> dt.datetime:
+        """The last fire strictly before x. `_get_prev` is Airflow's step, which can return x itself
+        when x is the shifted instant of a wall time in a spring-forward gap (02:00 -> 03:00)."""
+        previous = self._get_prev(x)
+        return previous if previous < x else self._get_prev(x - dt.timedelta(microseconds=1))
 
-    def next_run(self, after, *, catchup=True, now=None):
-        lower = self.start_date if after is None else max(to_utc(after), self.start_date)
-        start = self._at_or_after(lower)
+    def _skip_to_latest(self, earliest: dt.datetime, now: dt.datetime) -> dt.datetime:
+        """The start of the latest interval complete at `now`, but not before `earliest` (aligned).
+
+        Airflow's version steps back from `now` with `_get_prev`, which on a spring-forward day can
+        land on the interval that has not ended yet and so skip the one that just did (a daily
+        "0 2 * * *" in New York at 03:00 EDT on 2026-03-08). dagline recomputes this on every
+        run-creation step, so that skip would lose the run: here the latest complete interval is
+        found by its end, never by `_get_prev` alone.
+        """
+        start = self._fire_before(now)
+        while self._get_next(start) > now:
+            start = self._fire_before(start)
+        while (following := self._get_next(start)) < now and self._get_next(following) <= now:
+            start = following
+        return max(start, self._align_to_next(earliest))
+
+    def next_run(self, after, *, catchup=True, now=None, earliest=None):
+        lower = self.start_date if earliest is None else max(to_utc(earliest), self.start_date)
+        if not catchup and now is not None:
+            first = self._skip_to_latest(lower, to_utc(now))
+        else:
+            first = self._align_to_next(lower)
+        if after is None:
+            start = first
+        else:
+            after = to_utc(after)
+            start = self._align_to_prev(after)
+            while start < after:  # the schedule changed: the new one starts at or after the last end
+                start = self._get_next(start)
+            start = max(start, first)
         if self._past_end(start):
             return None
-        if not catchup and now is not None:
-            # Latest complete interval: it ends at the last fire <= now. Never earlier than `start`.
-            latest = self._prev(self._at_or_before(to_utc(now)))
-            if self._past_end(latest):
-                latest = self._at_or_before(self.end_date)
-            start = max(start, latest)
-        return _info(start, self._next(start))
-
-    def runs_between(self, start, end):
-        lower = max(to_utc(start), self.start_date)
-        upper = to_utc(end) if self.end_date is None else min(to_utc(end), self.end_date)
-        if lower > upper:
-            return []
-        current = self._at_or_after(lower)
-        runs: list[DagRunInfo] = []
-        if current > upper:
-            return runs
-        for fire in self._fires_after(current):  # one generator: no search from scratch per run
-            runs.append(_info(current, fire))
-            if fire > upper:
-                break
-            current = fire
-        return runs
+        return _info(start, self._get_next(start))
 
     def manual_interval(self, logical_date):
-        start = self._at_or_before(to_utc(logical_date))
-        return DataInterval(start, self._next(start))
+        """The interval that contains `logical_date` (its start is the fire at or before it)."""
+        start = self._align_to_prev(to_utc(logical_date))
+        return DataInterval(start, self._get_next(start))
 
 
 class CronTimetable(_PeriodicTimetable):
-    """A 5-field cron (or preset) read in the DAG's time zone.
+    """A 5-field cron (or preset) read in the DAG's time zone, exactly as Airflow reads it.
 
-    A "fixed-time" cron (minute and hour both single numbers) follows local wall time: it fires once
-    per matching local day; a wall time skipped by spring-forward fires shifted forward by the gap,
-    and an ambiguous fall-back wall time fires once, at its first occurrence. Any other cron keeps
-    real elapsed time across DST (Airflow's approach): the next fire is found in naive local time
-    and the naive difference is added to the current instant, so "0 * * * *" has 23 one-hour
-    intervals on a spring-forward day and 25 on a fall-back day.
+    A cron whose hour field is `*` (hourly, every 15 minutes) keeps real elapsed time across DST:
+    the next fire is found on the local wall clock and the wall-clock difference is added as real
+    time, so "0 * * * *" has 23 one-hour intervals on a spring-forward day and 25 on a fall-back day.
+    Any other cron fires at the local wall time its fields name; a wall time skipped by a
+    spring-forward gap fires shifted forward by the gap (02:30 -> 03:30 for a one-hour gap), and a
+    wall time that happens twice on a fall-back day fires once, at its second occurrence (standard
+    time), so the interval before it is longer by the fold.
     """
+
+    _MEMO_LIMIT = 20_000  # remembered steps per timetable; cleared when full
 
     def __init__(self, schedule, timezone, start_date, end_date, expression: str):
         super().__init__(schedule, timezone, start_date, end_date)
         self.expression = expression
-        minute, hour = expression.split()[:2]
-        self.fixed_time = minute.isdigit() and hour.isdigit()
-        self._zone = zoneinfo.ZoneInfo(timezone)
-        self._day_sets = self._plain_day_fields() if self.fixed_time else None
+        self._zone = pendulum.timezone(timezone)
+        self._every_hour = croniter(expression).expanded[1] == ["*"]
+        self._local = threading.local()  # a parsed croniter per thread: parsing is most of a step's cost
+        # Steps already taken, and one inferred: after `_get_next(x) == e` where x and e are both
+        # fires whose wall times map back to them, `_get_prev(e) == x` follows from the cron alone.
+        # Walking a timeline then costs one croniter step per run instead of three.
+        self._next_known: dict[dt.datetime, dt.datetime] = {}
+        self._prev_known: dict[dt.datetime, dt.datetime] = {}
+        self._regular: set[dt.datetime] = set()
 
-    def _plain_day_fields(self) -> tuple[set[int] | None, set[int] | None, set[int] | None] | None:
-        """(days of month, months, cron weekdays) as sets, None meaning "*"; or None when a field
-        uses L, W or # (then croniter does the matching). Only a speed-up: croniter costs ~40 us
-        per fire, a set lookup per local day is ~20x cheaper (10,000 daily runs: 0.4 s -> 0.05 s).
-        """
-        cron = croniter(self.expression)
-        if cron.nth_weekday_of_month or getattr(cron, "nearest_weekday", None):
-            return None
-        sets = []
-        for values in cron.expanded[2:]:
-            if values == ["*"]:
-                sets.append(None)
-            elif all(isinstance(v, int) for v in values):
-                sets.append(set(values))
-            else:
-                return None
-        return sets[0], sets[1], sets[2]
-
-    def _day_matches(self, day: dt.date) -> bool:
-        doms, months, dows = self._day_sets
-        if months is not None and day.month not in months:
-            return False
-        dom_ok = doms is None or day.day in doms
-        dow_ok = dows is None or (day.weekday() + 1) % 7 in dows  # cron: Sunday = 0
-        if doms is not None and dows is not None:
-            return dom_ok or dow_ok  # classic cron: both restricted -> either may match
-        return dom_ok and dow_ok
+    def _cron_step(self, wall: dt.datetime, forward: bool) -> dt.datetime:
+        cron = getattr(self._local, "cron", None)
+        if cron is None:
+            cron = self._local.cron = croniter(self.expression, wall)
+        if forward:
+            return cron.get_next(dt.datetime, start_time=wall)
+        return cron.get_prev(dt.datetime, start_time=wall)
 
     def _wall(self, instant: dt.datetime) -> dt.datetime:
-        """Naive local wall time of a UTC instant."""
-        return instant.astimezone(self._zone).replace(tzinfo=None)
+        """Naive local wall time of an instant (the fold is dropped, as Airflow's make_naive does)."""
+        return instant.astimezone(self._zone).replace(tzinfo=None, fold=0)
 
     def _instant(self, wall: dt.datetime) -> dt.datetime:
-        # fold=0 gives exactly the rule we want (PEP 495): an ambiguous wall time is its first
-        # occurrence, and a non-existent one is read with the pre-transition offset, i.e. shifted
-        # forward by the gap (02:30 on a spring-forward day -> 03:30 DST).
-        return to_utc(wall.replace(tzinfo=self._zone, fold=0))
+        """The instant of a local wall time: in a gap, shifted forward by the gap; in a fold, the
+        second occurrence (pendulum's convert with fold=1, as Airflow's make_aware)."""
+        return to_utc(self._zone.convert(wall.replace(fold=1)))
 
-    def _fires_after(self, x):
-        if self.fixed_time:
-            last = x
-            for wall in self._wall_fires_from(self._wall(x) - _SLACK):
-                fire = self._instant(wall)
-                if fire > last:  # skip fires before x (search slack) and any DST duplicate
-                    yield fire
-                    last = fire
-        else:
-            current, it, expected = x, None, None
-            while True:
-                wall = self._wall(current)
-                if wall != expected:  # first step, or an offset change moved the wall clock
-                    it = croniter(self.expression, wall)
-                expected = it.get_next(dt.datetime)
-                current = current + (expected - wall)  # naive delta added as real elapsed time
-                yield current
+    def _occurrences(self, wall: dt.datetime) -> list[dt.datetime]:
+        """The instants whose local wall time is `wall`: none in a gap, two in a fold."""
+        found = []
+        for fold in (0, 1):
+            instant = to_utc(wall.replace(tzinfo=self._zone, fold=fold))
+            if self._wall(instant) == wall and instant not in found:
+                found.append(instant)
+        return found
 
-    def _wall_fires_from(self, wall: dt.datetime) -> Iterator[dt.datetime]:
-        """Naive local fire times of a fixed-time cron strictly after `wall`."""
-        if self._day_sets is None:
-            it = croniter(self.expression, wall)
-            while True:
-                yield it.get_next(dt.datetime)
-        minute, hour = (int(f) for f in self.expression.split()[:2])
-        day = wall.date()
-        while True:
-            candidate = dt.datetime(day.year, day.month, day.day, hour, minute)
-            if candidate > wall and self._day_matches(day):
-                yield candidate
-            day += dt.timedelta(days=1)
-
-    def _prev(self, x):
-        if self.fixed_time:
-            it = croniter(self.expression, self._wall(x) + _SLACK)
-            while True:
-                fire = self._instant(it.get_prev(dt.datetime))
-                if fire < x:
-                    return fire
+    def _get_next(self, x):
+        known = self._next_known.get(x)
+        if known is not None:
+            return known
         wall = self._wall(x)
-        return x - (wall - croniter(self.expression, wall).get_prev(dt.datetime))
+        fire = self._cron_step(wall, forward=True)
+        if not self._every_hour:
+            following = self._instant(fire)
+        else:
+            following = x + (fire - wall)  # the wall-clock step, taken as real time (Airflow)
+            shown = self._wall(following)
+            if shown != fire and not croniter.match(self.expression, shown):
+                # Only where an offset changes by other than a whole hour (Lord Howe's 30 minutes)
+                # does the step land on a wall time the cron does not name; Airflow's scheduler
+                # stops on such a DAG. Take the first instant after x that shows the fire's wall
+                # time, or the step itself after a gap.
+                following = min((i for i in self._occurrences(fire) if i > x), default=following)
+        self._remember(x, wall, following, fire)
+        return following
+
+    def _remember(self, x: dt.datetime, wall: dt.datetime, following: dt.datetime, fire: dt.datetime) -> None:
+        if len(self._next_known) > self._MEMO_LIMIT:
+            self._next_known.clear()
+            self._prev_known.clear()
+            self._regular.clear()
+        self._next_known[x] = following
+        if self._wall(following) == fire:  # the fire's wall time maps back to it
+            if x in self._regular and x + (fire - wall) == following:
+                self._prev_known[following] = x
+            self._regular.add(following)
+
+    def _get_prev(self, x):
+        known = self._prev_known.get(x)
+        if known is not None:
+            return known
+        wall = self._wall(x)
+        fire = self._cron_step(wall, forward=False)
+        if not self._every_hour:
+            previous = self._instant(fire)
+        else:
+            previous = x - (wall - fire)
+            shown = self._wall(previous)
+            if shown != fire and not croniter.match(self.expression, shown):
+                previous = max((i for i in self._occurrences(fire) if i < x), default=previous)
+        self._prev_known[x] = previous
+        if self._wall(previous) == fire:
+            self._regular.add(previous)
+        return previous
 
 
 class DeltaTimetable(_PeriodicTimetable):
     """An ISO-8601 duration: fires at start_date + k * duration, for every integer k.
 
-    The grid is anchored at start_date and each point is computed from it (not chained), so a
-    calendar part (P1D, P1M) keeps start_date's local wall time with no drift after a DST gap or
-    a short month (Jan 31 + P1M -> Feb 28, Mar 31, ...). The clock part (PT6H) is real time.
-    Intervals tile: each runs from one grid point to the next.
+    As in Airflow's delta timetables the arithmetic is on the UTC clock: days, hours and minutes
+    are real time (P1D is 24 hours, whatever DST does to the local wall clock), and months and
+    years are calendar steps on the UTC calendar. Each fire is computed from start_date (not
+    chained), so a month-end start keeps its day: Jan 31 + P1M -> Feb 28, Mar 31, Apr 30.
     """
 
-    def __init__(self, schedule, timezone, start_date, end_date, parts: tuple[int, int, int, dt.timedelta]):
+    def __init__(self, schedule, timezone, start_date, end_date, parts: tuple[int, dt.timedelta]):
         super().__init__(schedule, timezone, start_date, end_date)
-        self.years, self.months, self.days, self.clock = parts
-        self._calendar = bool(self.years or self.months or self.days)
-        self._zone = zoneinfo.ZoneInfo(timezone)
-        local = start_date.astimezone(self._zone)
-        self._anchor = pendulum.naive(local.year, local.month, local.day, local.hour, local.minute,
-                                      local.second, local.microsecond)
+        self.months, self.fixed = parts
         # Rough length of one step, only to guess an index before stepping to the exact one.
-        self._approx = dt.timedelta(days=self.years * 365.2425 + self.months * 30.436875 + self.days) + self.clock
+        self._approx = dt.timedelta(days=self.months * 30.436875) + self.fixed
 
     def _point(self, k: int) -> dt.datetime:
-        if k == 0:
-            return self.start_date
-        base = self.start_date
-        if self._calendar:
-            w = self._anchor.add(years=k * self.years, months=k * self.months, days=k * self.days)
-            wall = dt.datetime(w.year, w.month, w.day, w.hour, w.minute, w.second, w.microsecond)
-            base = to_utc(wall.replace(tzinfo=self._zone, fold=0))  # same DST rule as cron
-        return base + k * self.clock
+        point = self.start_date
+        if self.months:  # months first, then the fixed part, as relativedelta(months=, days=) applies them
+            point += relativedelta(months=k * self.months)
+        return (point + k * self.fixed).replace(tzinfo=UTC)
 
     def _first_index(self, x: dt.datetime, strict: bool) -> int:
         """Smallest k with point(k) > x (strict) or >= x."""
@@ -434,15 +439,14 @@ class DeltaTimetable(_PeriodicTimetable):
             k -= 1
         return k
 
-    def _fires_after(self, x):
-        k = self._first_index(x, strict=True)
-        while True:
-            yield self._point(k)
-            k += 1
+    def _get_next(self, x):
+        return self._point(self._first_index(x, strict=True))
 
-    def _prev(self, x):
+    def _get_prev(self, x):
         return self._point(self._first_index(x, strict=False) - 1)
 
-    def _at_or_after(self, x):
+    def _align_to_next(self, x):
         return self._point(self._first_index(x, strict=False))
 
+    def _align_to_prev(self, x):
+        return self._point(self._first_index(x, strict=True) - 1)

@@ -153,45 +153,40 @@ def dags_show(obj: Context, dag_id, as_json):
 @click.option("--after", default=None, metavar="ISO", help="Start from the first interval starting at or after this.")
 @click.option("--count", default=5, show_default=True, type=click.IntRange(min=1, max=MAX_NEXT_RUNS_COUNT),
               help=f"How many intervals (at most {MAX_NEXT_RUNS_COUNT:,}).")
+@now_option
 @json_option
 @click.pass_obj
-def dags_next_runs(obj: Context, dag_ref, after, count, as_json):
-    """The intervals the scheduler would create next, in order."""
-    from dagline.spec import load_dag_paths
-    from dagline.timeline import latest_schedule_end, timetable_for
+def dags_next_runs(obj: Context, dag_ref, after, count, now, as_json):
+    """The intervals the scheduler would create next, in order (with `catchup: false`, from the
+    latest complete interval at --now); with --after, every interval from that instant on."""
+    import itertools
 
+    from dagline.spec import load_dag_paths
+    from dagline.timeline import timetable_for, upcoming_scheduled_runs
+
+    def rows_of(runs):
+        return [{"logical_date": isoformat(info.logical_date),
+                 "data_interval_start": isoformat(info.data_interval.start),
+                 "data_interval_end": isoformat(info.data_interval.end), "run_after": isoformat(info.run_after)}
+                for info in itertools.islice(runs, count)]
+
+    instant = make_clock(now).now()
     if os.path.exists(dag_ref):
         loaded = load_dag_paths([dag_ref])
         if len(loaded) != 1:
             raise InvalidInput(f"{dag_ref} holds {len(loaded)} DAGs; give one file or a DAG id", field="DAG_ID_OR_FILE")
-        dag, latest_end = loaded[0].dag, None
+        dag = loaded[0].dag
+        rows = None if after else rows_of(timetable_for(dag).upcoming(None, catchup=dag.spec.catchup, now=instant))
     else:
         from dagline.dagstore import DagCache, require_dag
 
         with obj.db().begin() as conn:
             require_dag(conn, dag_ref)
             _, dag = DagCache().current(conn, dag_ref)
-            latest_end = latest_schedule_end(conn, dag_ref)
-    table = timetable_for(dag)
-    cursor = read_instant(after, "--after", dag.timezone) if after else latest_end
-    rows = []
-    info = _next_run(table, cursor)
-    while info is not None and len(rows) < count:
-        rows.append({"logical_date": isoformat(info.logical_date),
-                     "data_interval_start": isoformat(info.data_interval.start),
-                     "data_interval_end": isoformat(info.data_interval.end), "run_after": isoformat(info.run_after)})
-        if not table.periodic:
-            break
-        info = _next_run(table, info.data_interval.end)
+            rows = None if after else rows_of(upcoming_scheduled_runs(conn, dag_ref, dag, now=instant))
+    if after:
+        rows = rows_of(timetable_for(dag).upcoming(None, earliest=read_instant(after, "--after", dag.timezone)))
     show_rows(rows, ["logical_date", "data_interval_start", "data_interval_end", "run_after"], as_json)
-
-
-def _next_run(table, after):
-    """The next interval, or None where the calendar ends (year 9999): there are no more to show."""
-    try:
-        return table.next_run(after, catchup=True)
-    except (OverflowError, ValueError):
-        return None
 
 
 @dags.command("pause")

@@ -43,12 +43,13 @@ def _create_runs_of(conn: Connection, row, *, now: dt.datetime, dags: DagCache, 
     room = min(per_dag, dag.spec.max_active_runs - active_scheduled_runs(conn, row.dag_id))
     after = latest_schedule_end(conn, row.dag_id)
     new_runs: list[NewRun] = []
-    info = table.next_run(after, catchup=dag.spec.catchup, now=now)
-    while info is not None and info.run_after <= now and len(new_runs) < room:
+    # The same walk as `upcoming_scheduled_runs`, with the held-date query only for due runs.
+    for info in table.upcoming(after, catchup=dag.spec.catchup, now=now):
+        if info.run_after > now or len(new_runs) >= room:
+            break
         if live_run_at(conn, row.dag_id, info.logical_date) is None:  # a manual run may hold the date
             new_runs.append(NewRun(info.logical_date, info.data_interval, info.run_after))
-        info = table.next_run(info.data_interval.end, catchup=dag.spec.catchup, now=now)
     if new_runs:
         insert_runs(conn, dag=dag, version_id=version_id, run_type="scheduled", runs=new_runs, now=now, who=who)
-    refresh_next_dagrun(conn, row.dag_id, dag)
+    refresh_next_dagrun(conn, row.dag_id, dag, now=now)
     return len(new_runs)

@@ -120,6 +120,6 @@ def _after_runs_finished(conn: Connection, finished: Sequence, dags: DagCache, *
         if version_id is not None:
             try:
                 with isolated(conn, dag_id, "planning the next run", at=now, who=who):
-                    refresh_next_dagrun(conn, dag_id, dags.get(conn, version_id))
+                    refresh_next_dagrun(conn, dag_id, dags.get(conn, version_id), now=now)
             except DagFailed:
                 continue
