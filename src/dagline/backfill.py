@@ -22,7 +22,7 @@ from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t
 from dagline.db.transitions import fail_queued_runs, record_events
 from dagline.errors import InvalidInput, OperationFailed
-from dagline.limits import MAX_ACTIVE_LIMIT, MAX_ID_LENGTH
+from dagline.limits import MAX_ACTIVE_LIMIT, MAX_BACKFILL_RUNS, MAX_ID_LENGTH
 from dagline.states import RunState
 from dagline.timeline import NewRun, insert_runs, refresh_next_dagrun, timetable_for
 from dagline.times import parse_instant, to_utc
@@ -84,12 +84,34 @@ class BackfillPlan:
         return [e for e in self.entries if e.action in ("create", "replace")]
 
 
+def _refuse_too_many_intervals(timetable: Timetable, start: dt.datetime, end: dt.datetime) -> None:
+    """Count the intervals of [start, end] in growing windows, stopping soon after MAX_BACKFILL_RUNS: an
+    hourly backfill over centuries would otherwise list millions of intervals (minutes and gigabytes)
+    before anything is said. Each window holds a few thousand intervals at most."""
+    count, cursor, span = 0, start, dt.timedelta(hours=1)
+    while cursor <= end:
+        window_end = end if span >= end - cursor else cursor + span
+        found = len(timetable.runs_between(cursor, window_end))
+        count += found
+        if count > MAX_BACKFILL_RUNS:
+            raise InvalidInput(
+                f"[{start.isoformat()}, {end.isoformat()}] holds more than {MAX_BACKFILL_RUNS:,} intervals (the limit "
+                f"per backfill): split the range into several backfills", field="--end")
+        if window_end >= end:
+            return
+        cursor = window_end + dt.timedelta(microseconds=1)
+        if found < 1_000:
+            span *= 4
+
+
 def plan_backfill(
     timetable: Timetable, existing: dict[dt.datetime, tuple[int, str]], *, start: dt.datetime, end: dt.datetime,
     reprocess: str, now: dt.datetime, dag_id: str = "",
 ) -> BackfillPlan:
     """Decide every interval whose logical date lies in [start, end]. `existing` maps logical dates
-    to (run id, state) of live runs."""
+    to (run id, state) of live runs. A range of more than MAX_BACKFILL_RUNS intervals is refused before
+    they are listed."""
+    _refuse_too_many_intervals(timetable, start, end)
     entries = []
     for info in timetable.runs_between(start, end):
         found = existing.get(info.logical_date)

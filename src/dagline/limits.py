@@ -76,6 +76,9 @@ MAX_YEAR = 9000
 """Instants given to dagline (`startDate`, `--now`, `--start`, ...) lie in [MIN_YEAR, MAX_YEAR]: far from the
 ends of `datetime` (years 1 and 9999), so adding an interval or a time zone offset never overflows."""
 
+MAX_BACKFILL_RUNS = 100_000
+"""Intervals in one backfill's range (`--start` to `--end`, due or not): 270 years daily, 11 years hourly."""
+
 MAX_ROW_ID = 2**63 - 1
 """A numeric id given to a command (`backfill show ID`, a run's numeric id): what a BIGINT holds."""
 

@@ -111,6 +111,14 @@ def test_backfill_max_active_runs_is_bounded(db, applied):
             "--max-active-runs", str(2**31), words=["--max-active-runs", f"{limits.MAX_ACTIVE_LIMIT:,}"])
 
 
+def test_a_backfill_over_millions_of_intervals_is_refused_before_they_are_listed(db, applied):
+    refused(db, "backfill", "create", "sales", "--start", "1900-01-01", "--end", "8999-12-31", "--dry-run",
+            words=["--end", f"more than {limits.MAX_BACKFILL_RUNS:,} intervals", "split the range"])
+    out = cli(db, "backfill", "create", "sales", "--start", "2026-03-01", "--end", "2026-03-03", "--dry-run",
+              "--now", "2026-04-01").output
+    assert "3 to create" in out
+
+
 # --- --conf ---------------------------------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ import copy
 import datetime as dt
 import json
 import os
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,20 @@ def test_a_long_string_is_refused_naming_its_line_and_the_limit():
     assert f"{limits.MAX_STRING_LENGTH + 1:,} characters" in error.reason
     assert f"{limits.MAX_STRING_LENGTH:,} characters per string" in error.reason
     assert "line " in error.reason
+
+
+def test_a_template_that_would_build_a_huge_constant_is_not_built_at_load():
+    """Jinja folds constant expressions while compiling: `{{ 'x' * 10**8 }}` would be a 100 MB string
+    built by `dags apply` (and 10**10, 10 GB). Loading compiles it without evaluating it."""
+    data = with_task(spark={"mainApplicationFile": "a", "arguments": ["{{ 'x' * 10**8 }}", "{{ 10 ** 10 ** 10 }}"]})
+    tracemalloc.start()
+    try:
+        dag = load(data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert dag.tasks["t"].spark.arguments == ["{{ 'x' * 10**8 }}", "{{ 10 ** 10 ** 10 }}"]
+    assert peak < 20 * limits.MIB
 
 
 # --- nesting ------------------------------------------------------------------------------------------
@@ -227,6 +242,25 @@ def test_numbers_beyond_what_a_column_or_a_date_holds_are_refused_naming_the_fie
     assert limit in error.reason
 
 
+def test_an_integer_of_thousands_of_digits_is_an_error_not_a_crash():
+    text = yaml.safe_dump(with_task(retries=7)).replace("retries: 7", "retries: " + "9" * 5000)
+    error = refused(text)
+    assert "invalid YAML value" in error.reason and "digits" in error.reason
+
+
+def test_an_unquoted_date_of_year_zero_is_an_error_not_a_crash():
+    text = yaml.safe_dump(document()).replace("startDate: '2026-03-01'", "startDate: 0000-01-01")
+    assert "startDate: 0000-01-01" in text
+    assert "invalid YAML value" in refused(text).reason
+
+
+@pytest.mark.parametrize("template", ["{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}", "{% if 1 %}" * 3000])
+def test_a_template_nested_thousands_deep_is_an_error_not_a_crash(template):
+    error = refused(with_task(spark={"mainApplicationFile": "a", "arguments": [template]}))
+    assert error.field == "spec.tasks[0].spark.arguments[0]"
+    assert "nests too deeply" in error.reason
+
+
 def test_the_largest_accepted_numbers_load():
     dag = load(with_task(priorityWeight=limits.INT32_MAX, retries=limits.MAX_RETRIES, poolSlots=limits.MAX_POOL_SLOTS,
                          retryDelay="P1D", retryExponentialBackoff=True, executionTimeout="P365D"))
@@ -347,3 +381,15 @@ def test_a_symlink_to_a_device_in_a_folder_is_skipped(tmp_path):
     warnings: list[str] = []
     assert [item.dag.dag_id for item in load_dag_paths([tmp_path], warn=warnings.append)] == ["good"]
     assert "a character device" in warnings[0]
+
+
+# --- documentation --------------------------------------------------------------------------------------
+
+
+def test_the_readme_lists_every_limit():
+    """README's "Limits" section names every bound of `dagline.limits` (units and the column types they
+    are built from aside), so a new bound cannot go undocumented."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("\n## Limits\n", 1)[1].split("\n## ", 1)[0]
+    names = [name for name in vars(limits) if name.isupper() and name not in ("KIB", "MIB", "INT32_MAX", "INT32_MIN")]
+    assert [name for name in names if f"`{name}`" not in section] == []

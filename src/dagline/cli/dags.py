@@ -168,7 +168,7 @@ def dags_next_runs(obj: Context, dag_ref, after, count, now, as_json):
         return [{"logical_date": isoformat(info.logical_date),
                  "data_interval_start": isoformat(info.data_interval.start),
                  "data_interval_end": isoformat(info.data_interval.end), "run_after": isoformat(info.run_after)}
-                for info in itertools.islice(runs, count)]
+                for info in itertools.islice(_until_the_calendar_ends(runs), count)]
 
     instant = make_clock(now).now()
     if os.path.exists(dag_ref):
@@ -187,6 +187,18 @@ def dags_next_runs(obj: Context, dag_ref, after, count, now, as_json):
     if after:
         rows = rows_of(timetable_for(dag).upcoming(None, earliest=read_instant(after, "--after", dag.timezone)))
     show_rows(rows, ["logical_date", "data_interval_start", "data_interval_end", "run_after"], as_json)
+
+
+def _until_the_calendar_ends(runs):
+    """The intervals of `runs` up to where `datetime` ends (year 9999): there are no more to show."""
+    iterator = iter(runs)
+    while True:
+        try:
+            yield next(iterator)
+        except StopIteration:
+            return
+        except (OverflowError, ValueError):  # an interval past year 9999
+            return
 
 
 @dags.command("pause")

@@ -23,6 +23,7 @@ from dagline.limits import (
     MAX_SPARK_MEMORY_BYTES,
     MIB,
 )
+from dagline.spec.problems import shorten
 from dagline.templating import check_template
 from dagline.times import duration_seconds, parse_duration, parse_instant
 
@@ -36,7 +37,7 @@ _MEMORY_UNITS = {"b": 1, "k": KIB, "m": MIB, "g": 1024 * MIB, "t": 1024**2 * MIB
 def check_dag_id(value: str) -> str:
     if len(value) > 63 or not _DNS_LABEL_RE.fullmatch(value):
         raise ValueError(
-            f"dag id {value!r} is not a lowercase DNS-1123 label (at most 63 characters of a-z, 0-9 "
+            f"dag id {shorten(value)} is not a lowercase DNS-1123 label (at most 63 characters of a-z, 0-9 "
             f"and '-', starting and ending with a letter or digit)"
         )
     return value
@@ -44,7 +45,7 @@ def check_dag_id(value: str) -> str:
 
 def _check_task_id(value: str) -> str:
     if not _TASK_ID_RE.fullmatch(value):
-        raise ValueError(f"task id {value!r} may only contain letters, digits, '_', '.' and '-'")
+        raise ValueError(f"task id {shorten(value)} may only contain letters, digits, '_', '.' and '-'")
     if len(value) > MAX_ID_LENGTH:
         raise ValueError(f"task id of {len(value)} characters is too long (the limit is {MAX_ID_LENGTH})")
     return value
@@ -55,7 +56,7 @@ def check_pool_name(value: str) -> str:
     if not value or len(value) > MAX_ID_LENGTH:
         raise ValueError(f"a pool name must be 1 to {MAX_ID_LENGTH} characters, got {len(value)}")
     if not value.isprintable() or value != value.strip():
-        raise ValueError(f"pool name {value!r} must be printable characters without spaces at either end")
+        raise ValueError(f"pool name {shorten(value)} must be printable characters without spaces at either end")
     return value
 
 
@@ -85,10 +86,11 @@ def _iso(delta: dt.timedelta) -> str:
 def _check_memory(value: str) -> str:
     match = _SPARK_MEMORY_RE.fullmatch(value)
     if not match:
-        raise ValueError(f"{value!r} is not a Spark memory size (examples: '512m', '1g', '4g')")
+        raise ValueError(f"{shorten(value)} is not a Spark memory size (examples: '512m', '1g', '4g')")
     unit = (match["unit"] or "m")[0].lower()  # Spark reads a bare number of driver/executor memory as MiB
-    if int(match["number"]) * _MEMORY_UNITS[unit] > MAX_SPARK_MEMORY_BYTES:
-        raise ValueError(f"{value!r} is more memory than the limit of {MAX_SPARK_MEMORY_BYTES // 1024**5}p "
+    number = match["number"].lstrip("0") or "0"
+    if len(number) > 20 or int(number) * _MEMORY_UNITS[unit] > MAX_SPARK_MEMORY_BYTES:
+        raise ValueError(f"{shorten(value)} is more memory than the limit of {MAX_SPARK_MEMORY_BYTES // 1024**5}p "
                          f"({MAX_SPARK_MEMORY_BYTES:,} bytes)")
     return value
 
@@ -103,7 +105,10 @@ def _scalar_to_str(value: Any) -> Any:
 
 
 def _check_templated(value: str) -> str:
-    check_template(value)
+    try:
+        check_template(value)
+    except RecursionError:  # thousands of nested brackets or blocks: Jinja's parser recurses
+        raise ValueError(f"template {shorten(value)} nests too deeply for the template parser") from None
     return value
 
 

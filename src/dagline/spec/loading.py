@@ -63,6 +63,8 @@ def _yaml_documents(text: str, source: str) -> list[Any]:
         raise InvalidInput(f"invalid YAML{where}: {exc.problem}", source=source) from None
     except yaml.YAMLError as exc:
         raise InvalidInput(f"invalid YAML: {exc}", source=source) from None
+    except ValueError as exc:  # a value PyYAML cannot build, e.g. an integer of more than 4,300 digits
+        raise InvalidInput(f"invalid YAML value: {exc}", source=source) from None
 
 
 def parse_dag_document(data: Any, source: str | None = None) -> DagDocument:

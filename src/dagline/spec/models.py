@@ -14,13 +14,13 @@ from pydantic_core import to_jsonable_python
 
 from dagline.deps import TriggerRule
 from dagline.limits import (
-    INT32_MAX,
-    INT32_MIN,
     MAX_ACTIVE_LIMIT,
     MAX_POOL_SLOTS,
+    MAX_PRIORITY_WEIGHT,
     MAX_RETRIES,
     MAX_SPARK_CORES,
     MAX_SPARK_INSTANCES,
+    MIN_PRIORITY_WEIGHT,
 )
 from dagline.spec.bounds import json_value_problem
 from dagline.spec.fields import (
@@ -75,7 +75,7 @@ class TaskDefaults(SpecModel):
     depends_on_past: bool = False
     pool: PoolName = "default"
     pool_slots: int = Field(1, ge=1, le=MAX_POOL_SLOTS)
-    priority_weight: int = Field(1, ge=INT32_MIN, le=INT32_MAX)
+    priority_weight: int = Field(1, ge=MIN_PRIORITY_WEIGHT, le=MAX_PRIORITY_WEIGHT)
     max_active_tis_per_dag: int | None = Field(None, ge=1, le=MAX_ACTIVE_LIMIT)
     execution_timeout: ExecutionTimeout | None = Field(None, description="ISO-8601 duration")
 
@@ -93,7 +93,7 @@ class TaskSpec(SpecModel):
     depends_on_past: bool | None = None
     pool: PoolName | None = None
     pool_slots: int | None = Field(None, ge=1, le=MAX_POOL_SLOTS)
-    priority_weight: int | None = Field(None, ge=INT32_MIN, le=INT32_MAX)
+    priority_weight: int | None = Field(None, ge=MIN_PRIORITY_WEIGHT, le=MAX_PRIORITY_WEIGHT)
     max_active_tis_per_dag: int | None = Field(None, ge=1, le=MAX_ACTIVE_LIMIT)
     execution_timeout: ExecutionTimeout | None = None
     spark: SparkSpec

@@ -79,7 +79,7 @@ def _describe(error: Mapping[str, Any], model: type[BaseModel]) -> str:
         return str(error["ctx"]["error"])
     value = error.get("input")
     if isinstance(value, (str, int, float, bool)) or value is None:
-        return f"{error['msg']} (got {value!r})"
+        return f"{error['msg']} (got {shorten(value)})"
     return error["msg"]
 
 
@@ -105,5 +105,20 @@ def problems_error(problems: Sequence[tuple[str, str]], source: str | None) -> I
 def dag_label(dag_id: Any, source: str | None) -> str | None:
     """How errors name a DAG: ``sales-daily (examples/sales/dag.yaml)``."""
     if isinstance(dag_id, str) and dag_id:
+        if not dag_id.isprintable() or len(dag_id) > _SHOWN:
+            dag_id = shorten(dag_id)  # a hostile name: quoted, so a newline cannot break the message
         return f"{dag_id} ({source})" if source else dag_id
     return source
+
+
+_SHOWN = 80  # characters of a value shown in a message
+
+
+def shorten(value: Any) -> str:
+    """`repr(value)`, cut to about 80 characters: a 5,000-character id is not repeated whole in its error."""
+    text = repr(value)
+    if len(text) <= _SHOWN:
+        return text
+    if isinstance(value, str):
+        return f"{text[:_SHOWN - 20]}...{text[-12:]} ({len(value):,} characters)"
+    return f"{text[:_SHOWN - 3]}..."
