@@ -7,8 +7,8 @@ timetable may raise, a value may not fit a column: each phase handles such a DAG
 the error where it only reads. `record_import_error` then stores why on the DAG's row
 (`dag.import_error`, shown by `dagline dags list` / `dags show`) with an event, and takes the DAG off
 the create-runs schedule (`next_dagrun_create_after` = NULL), so the loop does not stumble on it
-every round; applying a version clears it (`dagstore.apply_dags`). It writes only when the message
-changes, so a broken DAG met every loop causes no writes, events or wake-ups.
+every round; applying a version clears it (`dagstore.apply_dags`). It keeps the first error until
+then, so a broken DAG met every loop causes no writes, events or wake-ups.
 
 Database trouble (a conflict, a lost connection) is never a DAG's fault: it propagates, and the loop's
 usual retry and backoff deal with it.
@@ -40,9 +40,7 @@ class DagFailed(Exception):
 
 def is_dags_fault(exc: BaseException) -> bool:
     """Whether an error raised while handling one DAG is that DAG's (not the database's or the process's)."""
-    if not isinstance(exc, Exception) or is_conflict(exc) or is_transient(exc):
-        return False
-    return True
+    return isinstance(exc, Exception) and not is_conflict(exc) and not is_transient(exc)
 
 
 def describe(exc: BaseException, doing: str) -> str:
