@@ -1,7 +1,6 @@
 """A DAG the scheduler cannot load or schedule is recorded as an import error (`dags list` shows it,
 `dags show` says why), and the loop goes on with the other DAGs; applying a good version clears it.
-`dags apply` of a folder applies the good files and reports the bad ones (exit 2), as Airflow loads
-the DAG files it can."""
+`dags apply` of a folder stays all or nothing: a bad file is named (exit 2) and nothing is applied."""
 
 from __future__ import annotations
 
@@ -79,14 +78,14 @@ def test_a_dag_whose_version_cannot_be_read_is_an_import_error_and_the_others_ru
     assert again.startswith("examining runs: ") and "spec.tasks" in again
 
 
-def test_dags_apply_of_a_folder_applies_the_good_files_and_reports_the_bad_one(db, tmp_path):
+def test_dags_apply_of_a_folder_with_a_bad_file_names_it_and_applies_nothing(db, tmp_path):
+    """All or nothing (the hostile-spec fuzz test holds the same): the isolation Airflow gets by loading
+    the files it can, dagline gets at scheduling time, as the test above shows."""
     folder = tmp_path / "dags"
     folder.mkdir()
     write_dag(folder, DAG % {"name": "good"}, "good.yaml")
     write_dag(folder, (DAG % {"name": "bad"}).replace("upstream: [a]", "upstream: [nope]"), "bad.yaml")
     result = cli(db, "dags", "apply", str(folder))
     assert result.exit_code == 2, result.output
-    assert "good: created" in result.output
     assert "bad.yaml" in result.output and "spec.tasks[1].upstream" in result.output and "'nope'" in result.output
-    assert "1 DAG(s) applied; 1 file(s) not applied" in result.output
-    assert [r["dag_id"] for r in json.loads(cli(db, "dags", "list", "--json").output)] == ["good"]
+    assert json.loads(cli(db, "dags", "list", "--json").output) == []

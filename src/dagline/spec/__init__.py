@@ -21,7 +21,6 @@ from dagline.spec.loading import (
     LoadedDag,
     load_dag_file,
     load_dag_paths,
-    load_dag_paths_each,
     parse_dag_document,
     parse_dag_yaml,
 )
@@ -65,7 +64,6 @@ __all__ = [
     "format_path",
     "load_dag_file",
     "load_dag_paths",
-    "load_dag_paths_each",
     "normalized_spec",
     "parse_dag_document",
     "parse_dag_yaml",

@@ -247,28 +247,3 @@ def load_dag_paths(paths: Iterable[str | os.PathLike[str]], warn: Warn | None = 
     _refuse_duplicates(loaded)
     return loaded
 
-
-def load_dag_paths_each(paths: Iterable[str | os.PathLike[str]],
-                        warn: Warn | None = None) -> tuple[list[LoadedDag], list[InvalidInput]]:
-    """As `load_dag_paths`, file by file: a file that cannot be loaded is one error in the answer, and the
-    other files are still loaded (as Airflow's DAG processor loads what it can and records an import
-    error per file). A file is all or nothing; DAG ids must still be unique across the good files."""
-    paths = [os.fspath(path) for path in paths]
-    files: dict[str, str] = {}
-    errors: list[InvalidInput] = []
-    for path in paths:
-        try:
-            for file in _yaml_files(path, warn):
-                files.setdefault(os.path.abspath(file), file)
-        except InvalidInput as exc:
-            errors.append(exc)
-    loaded: list[LoadedDag] = []
-    for file in files.values():
-        try:
-            loaded += _load_file(file, warn)
-        except InvalidInput as exc:
-            errors.append(exc)
-    if not loaded and not errors:
-        raise InvalidInput(f"no DAG found in {', '.join(paths) or 'no paths'}")
-    _refuse_duplicates(loaded)
-    return loaded, errors
