@@ -93,3 +93,18 @@ MAX_SETTING_COUNT = 1_000_000
 
 MAX_NEXT_RUNS_COUNT = 1_000
 """`dags next-runs --count`."""
+
+# --- rendering templates (at launch, in the renderer process) ---------------------------------------------
+
+TEMPLATE_TIME_BUDGET_S = 2.0
+"""Seconds one template may take to render (`DAGLINE_SCHEDULER_TEMPLATE_TIME_BUDGET_S`); past it the renderer
+process is killed and the try fails."""
+
+TEMPLATE_OUTPUT_BUDGET = 1 * MIB
+"""Characters a template may output, and the size of any string or list it builds on the way."""
+
+TEMPLATE_MAX_NUMBER_BITS = 4096
+"""Bits of an integer a template computes (`7 ** 100000` is refused before it is computed)."""
+
+RENDERER_MEMORY_LIMIT = 1024 * MIB
+"""Address space of the renderer process: a template that slips past the other bounds runs out of memory there."""

@@ -17,7 +17,13 @@ the database knowing the whole batch is valid. This package re-exports the publi
 from dagline.spec.checks import check_dag_spec
 from dagline.spec.dag import Dag, Task, normalized_spec, spec_version
 from dagline.spec.fields import DagId, InstantStr, IsoDuration, SparkMemory, TaskId, TemplatedStr
-from dagline.spec.loading import LoadedDag, load_dag_file, load_dag_paths, parse_dag_document, parse_dag_yaml
+from dagline.spec.loading import (
+    LoadedDag,
+    load_dag_file,
+    load_dag_paths,
+    parse_dag_document,
+    parse_dag_yaml,
+)
 from dagline.spec.models import (
     API_VERSION,
     DagDocument,

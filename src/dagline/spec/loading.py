@@ -246,3 +246,4 @@ def load_dag_paths(paths: Iterable[str | os.PathLike[str]], warn: Warn | None = 
         raise InvalidInput(f"no DAG found in {', '.join(paths) or 'no paths'}")
     _refuse_duplicates(loaded)
     return loaded
+

@@ -115,8 +115,11 @@ class DagSpec(SpecModel):
     timezone: str = Field("UTC", description="IANA time zone; cron fields and naive dates are read in it")
     start_date: dt.datetime | None = Field(None, description="required with a schedule; naive = in `timezone`")
     end_date: dt.datetime | None = None
-    catchup: bool = True
-    paused: bool = False
+    catchup: bool = Field(False, description="true: one run per missed interval; false (the default, as in "
+                                             "Airflow): when behind, only the latest complete interval")
+    paused: bool = Field(True, description="a DAG applied for the first time is paused unless this says false "
+                                           "(as Airflow's dags_are_paused_at_creation); a change of this field "
+                                           "pauses or unpauses")
     max_active_runs: int = Field(16, ge=1, le=MAX_ACTIVE_LIMIT)
     max_active_tasks: int = Field(16, ge=1, le=MAX_ACTIVE_LIMIT)
     params: dict[str, Any] = {}
