@@ -43,6 +43,7 @@ metadata: {name: broken}
 spec:
   schedule: "@daily"
   startDate: "2026-03-02T00:00:00"
+  catchup: true
   paused: true
   tasks:
     - id: fails
