@@ -103,6 +103,8 @@ class Renderer:
                 self._proc.wait(1)
             except (OSError, subprocess.TimeoutExpired):
                 self._kill()
+                return
+            self._proc.stdout.close()
             self._proc = None
 
     # -- internals ------------------------------------------------------------------------------
