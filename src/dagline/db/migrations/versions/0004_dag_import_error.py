@@ -4,15 +4,15 @@ schedule a DAG's current version (an unreadable stored spec, a timetable that ra
 
 Plain ADD COLUMN on both databases (no table rebuild on SQLite: other tables refer to `dag`).
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 Create Date: 2026-11-24
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0003'
-down_revision = '0002'
+revision = '0004'
+down_revision = '0003'
 branch_labels = None
 depends_on = None
 
