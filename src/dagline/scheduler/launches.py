@@ -11,6 +11,7 @@ transaction open), and the caller records the failures in a transaction of its o
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from collections.abc import Sequence
 
 from sqlalchemy import select
@@ -128,3 +129,21 @@ def spark_job(task: Task, rendered: dict[str, str]) -> SparkJob:
         executor_cores=getattr(executor, "cores", None),
         executor_memory=getattr(executor, "memory", None),
     )
+
+
+def render_job(task: Task, dag, *, run_id: str, logical_date: dt.datetime,
+               data_interval: tuple[dt.datetime, dt.datetime], try_number: int, conf: dict) -> SparkJob:
+    """One try's Spark job rendered now (`dagline tasks render` / `tasks test`), in a renderer process of
+    its own with the scheduler's budgets. Raises `RenderFailed` (a ValueError) naming the task and the
+    template."""
+    context = build_context(
+        dag_id=dag.dag_id, task_id=task.task_id, run_id=run_id, logical_date=logical_date,
+        data_interval_start=data_interval[0], data_interval_end=data_interval[1], try_number=try_number,
+        params={**dag.spec.params, **conf}, conf=conf, timezone=dag.timezone,  # a run's conf overrides params
+    )
+    renderer = Renderer()
+    try:
+        values = renderer.render(RenderRequest(task.task_id, spark_templates(task.spark), context))
+    finally:
+        renderer.close()
+    return spark_job(task, values)
