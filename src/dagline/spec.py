@@ -39,12 +39,14 @@ from pydantic import (
     Field,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic_core import to_jsonable_python
 
 from dagline.deps import TriggerRule
 from dagline.errors import InvalidInput
+from dagline.signal_rules import SignalRule, SignalTrigger, rule_problems
 from dagline.templating import check_template, referenced_params
 from dagline.times import parse_duration, parse_instant, validate_timezone
 
@@ -179,7 +181,23 @@ class TaskSpec(_Model):
     priority_weight: int | None = None
     max_active_tis_per_dag: int | None = Field(None, ge=1)
     execution_timeout: IsoDuration | None = None
+    mode: Literal["batch", "streaming"] = Field(
+        "batch", description="streaming: runs until stopped (a stopped try ends success); batch: runs to its end")
+    stop_grace_period: IsoDuration | None = Field(
+        None, description="ISO-8601 duration between the stop request (SIGTERM) and the kill; default PT30S")
+    on: list[SignalRule] = Field([], description="signal rules acting on this task inside running runs")
     spark: SparkSpec
+
+    @model_validator(mode="before")
+    @classmethod
+    def _on_key(cls, data: Any) -> Any:
+        # YAML 1.1 (PyYAML, and kubectl's go-yaml) reads an unquoted `on:` key as the boolean true
+        if isinstance(data, Mapping) and "on" not in data:
+            for spelling in (True, "true"):
+                if spelling in data:
+                    data = {("on" if k == spelling else k): v for k, v in data.items()}
+                    break
+        return data
 
 
 class DagSpec(_Model):
@@ -197,6 +215,7 @@ class DagSpec(_Model):
     max_active_tasks: int = Field(16, ge=1)
     params: dict[str, Any] = {}
     defaults: TaskDefaults = Field(default_factory=TaskDefaults)
+    triggers: list[SignalTrigger] = Field([], description="a new run (type signal, conf = value) per matching signal")
     tasks: list[TaskSpec] = Field(min_length=1)
 
     @field_validator("schedule")
@@ -459,9 +478,12 @@ def _cross_field_problems(spec: DagSpec) -> list[tuple[str, str]]:
     return problems
 
 
-def check_dag_spec(spec: DagSpec, source: str | None = None) -> None:
-    """Checks that span fields (task graph, dates, params in templates); raise InvalidInput listing all."""
+def check_dag_spec(spec: DagSpec, source: str | None = None, dag_id: str | None = None) -> None:
+    """Checks that span fields (task graph, dates, params in templates, signal rules); raise
+    InvalidInput listing all."""
     problems = _cross_field_problems(spec)
+    problems += rule_problems(dag_id or "", [t.id for t in spec.tasks], spec.triggers,
+                              [(i, t.id, t.on) for i, t in enumerate(spec.tasks) if t.on])
     if problems:
         raise _problems_error(problems, source)
 
@@ -469,9 +491,24 @@ def check_dag_spec(spec: DagSpec, source: str | None = None) -> None:
 # --- normalized form and version --------------------------------------------------------------
 
 
+# Fields added after the first release, left out of the normalized form while at their defaults, so
+# a DAG that does not use them keeps the version it had before they existed.
+_LATER_DAG_FIELDS = {"triggers": []}
+_LATER_TASK_FIELDS = {"mode": "batch", "stopGracePeriod": None, "on": []}
+
+
 def normalized_spec(spec: DagSpec) -> dict[str, Any]:
-    """The spec as JSON with every field present and defaults filled: what the database stores."""
-    return spec.model_dump(mode="json", by_alias=True)
+    """The spec as JSON with every field present and defaults filled: what the database stores
+    (fields added later appear only when set, see `_LATER_DAG_FIELDS`)."""
+    data = spec.model_dump(mode="json", by_alias=True)
+    for name, default in _LATER_DAG_FIELDS.items():
+        if data.get(name) == default:
+            data.pop(name, None)
+    for task in data.get("tasks", []):
+        for name, default in _LATER_TASK_FIELDS.items():
+            if task.get(name) == default:
+                task.pop(name, None)
+    return data
 
 
 def _version_of(spec_json: Mapping[str, Any]) -> str:
@@ -505,6 +542,18 @@ class Task:
     start_date: dt.datetime | None  # None: from the DAG's start
     execution_timeout: pendulum.Duration | None
     spark: SparkSpec
+    mode: str = "batch"
+    stop_grace_period: pendulum.Duration = dataclasses.field(default_factory=lambda: pendulum.duration(seconds=30))
+    on: tuple[SignalRule, ...] = ()
+
+    @property
+    def streaming(self) -> bool:
+        return self.mode == "streaming"
+
+    @property
+    def waits_for_signal(self) -> bool:
+        """A task with a `start` rule is not started by its upstream tasks alone."""
+        return any(rule.action == "start" for rule in self.on)
 
 
 def _resolve_task(task: TaskSpec, defaults: TaskDefaults, timezone: str) -> Task:
@@ -528,6 +577,9 @@ def _resolve_task(task: TaskSpec, defaults: TaskDefaults, timezone: str) -> Task
         start_date=parse_instant(task.start_date, timezone) if task.start_date else None,
         execution_timeout=parse_duration(timeout) if timeout else None,
         spark=task.spark,
+        mode=task.mode,
+        stop_grace_period=parse_duration(task.stop_grace_period or "PT30S"),
+        on=tuple(task.on),
     )
 
 
@@ -567,7 +619,7 @@ class Dag:
 
     @classmethod
     def _build(cls, dag_id: str, spec: DagSpec, *, source: str | None) -> Dag:
-        check_dag_spec(spec, source)
+        check_dag_spec(spec, source, dag_id)
         upstream = {task.id: task.upstream for task in spec.tasks}
         order, _ = _topological_order([task.id for task in spec.tasks], upstream)
         by_id = {task.id: task for task in spec.tasks}
@@ -638,7 +690,7 @@ def parse_dag_document(data: Any, source: str | None = None) -> DagDocument:
         document = DagDocument.model_validate(data)
     except ValidationError as exc:
         raise _invalid_input(exc, DagDocument, label) from None
-    check_dag_spec(document.spec, label)
+    check_dag_spec(document.spec, label, document.metadata.name)
     return document
 
 
