@@ -20,9 +20,10 @@ from sqlalchemy.exc import IntegrityError
 
 from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
-from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, pool_t
+from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, pool_t, signal_listener_t
 from dagline.db.transitions import fail_queued_runs, record_events
 from dagline.errors import OperationFailed
+from dagline.signal_rules import rule_name
 from dagline.spec import Dag, LoadedDag
 from dagline.states import RunState
 
@@ -132,6 +133,9 @@ def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime
             dag_id=dag.dag_id, version=dag.version, spec=dag.spec_json,
             source_dir=local_folder(source_path), created_at=now,
         ).returning(dag_version_t.c.id)).scalar_one()
+        listeners = signal_listeners(dag, version_id)
+        if listeners:
+            conn.execute(insert(signal_listener_t), listeners)
     else:
         version_id = version_row.id
     values = dict(current_version_id=version_id, is_active=True, schedule=dag.spec.schedule,
@@ -144,6 +148,17 @@ def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime
         "from_state": previous.version if previous else None, "to_state": dag.version, "detail": action,
     }])
     return ApplyResult(dag.dag_id, action, dag.version, previous.version if previous else None)
+
+
+def signal_listeners(dag: Dag, version_id: int) -> list[dict]:
+    """The `signal_listener` rows of a DAG version: its triggers and its tasks' `on` rules."""
+    rows = [dict(dag_version_id=version_id, dag_id=dag.dag_id, key=t.signal, rule=rule_name(None, i), task_id="",
+                 action="trigger", handling="each", scope="dag") for i, t in enumerate(dag.spec.triggers)]
+    for task in dag.tasks.values():
+        rows += [dict(dag_version_id=version_id, dag_id=dag.dag_id, key=r.signal, rule=rule_name(task.task_id, i),
+                      task_id=task.task_id, action=r.action, handling=r.handling, scope=r.scope)
+                 for i, r in enumerate(task.on)]
+    return rows
 
 
 def local_folder(source_path: str) -> str | None:

@@ -7,6 +7,10 @@ A pure function of plain values, the decision behind loop step 3 and the mini-sc
 * a TI in `up_for_retry` becomes `scheduled` once its `next_retry_at` has passed (or has none);
 * a TI in `none` is decided by `dependsOnPast` (the same task's state in the run's `previous`) and then
   by its trigger rule over its upstream TIs' states: `scheduled`, `skipped`, `upstream_failed`, or wait;
+* a task with a `start` signal rule (`waits_for_signal`) is scheduled only when its trigger rule is met
+  AND a signal waits for it (`pending_signal`): upstream tasks alone do not start it, a signal alone
+  does not start it before its upstream tasks allow; a TI that has finished runs again when a signal
+  waits for it (a start or a restart) and its trigger rule is still met. Such changes are `by_signal`;
 * decisions propagate within the walk, so a failure marks the whole downstream `upstream_failed` at once;
 * once every TI is finished, the run's outcome (`deps.run_outcome`; a run with no TIs succeeds).
 """
@@ -27,6 +31,10 @@ _DECISION_STATE = {
 }
 
 
+# finished states a signal can start a task again from
+_RERUNNABLE = frozenset({TIState.SUCCESS, TIState.FAILED, TIState.SKIPPED, TIState.UPSTREAM_FAILED})
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskFacts:
     """What the decision needs of a task of the run's DAG version."""
@@ -35,6 +43,7 @@ class TaskFacts:
     upstream: tuple[str, ...] = ()
     trigger_rule: TriggerRule | str = TriggerRule.ALL_SUCCESS
     depends_on_past: bool = False
+    waits_for_signal: bool = False  # has a `start` rule
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +53,7 @@ class TIFacts:
     ti_id: int
     state: str
     next_retry_at: dt.datetime | None = None
+    pending_signal: bool = False  # a start or restart action waits for this TI
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +61,7 @@ class Change:
     ti_id: int
     from_state: str
     to_state: str
+    by_signal: bool = False  # the pending signal starts this try
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,16 +93,19 @@ def decide_run(
                 changes.append(Change(ti.ti_id, state, TIState.SCHEDULED))
                 states[task.task_id] = TIState.SCHEDULED
             continue
-        if state != TIState.NONE:
+        rerun = ti.pending_signal and state in _RERUNNABLE
+        if state != TIState.NONE and not rerun:
             continue
         if task.depends_on_past and not depends_on_past_met(previous_states.get(task.task_id)):
             continue
         counts = UpstreamCounts.from_states(states[u] for u in task.upstream if u in states)
         decision = evaluate_trigger_rule(task.trigger_rule, counts)
-        if decision == Decision.WAIT:
+        if decision == Decision.WAIT or (rerun and decision != Decision.RUN):
             continue
+        if decision == Decision.RUN and task.waits_for_signal and not ti.pending_signal:
+            continue  # its upstream allows it; it waits for its signal
         new_state = _DECISION_STATE[decision]
-        changes.append(Change(ti.ti_id, state, new_state))
+        changes.append(Change(ti.ti_id, state, new_state, by_signal=decision == Decision.RUN and ti.pending_signal))
         states[task.task_id] = new_state
     outcome = run_outcome(states, [t for t in leaves if t in states]) if states else RunState.SUCCESS
     return RunDecision(tuple(changes), outcome)

@@ -85,6 +85,7 @@ def queue_task_instances(
     version_of = {c.id: c.dag_version_id for c in candidates}
     changed = change_tis(
         conn, [c.ti_id for c in admitted], expected=TIState.SCHEDULED, to=TIState.QUEUED, at=now, who=who,
-        values={"try_number": ti_t.c.try_number + 1, "queued_at": now, "queued_by_job_id": job_id},
+        values={"try_number": ti_t.c.try_number + 1, "queued_at": now, "queued_by_job_id": job_id,
+                "stop_requested_at": None},
     )
     return [QueuedTI(r.id, r.dag_run_id, r.dag_id, r.task_id, r.try_number, version_of[r.id]) for r in changed]

@@ -4,10 +4,15 @@ A report names (ti id, try number). `running` moves a queued TI to running; `suc
 finish it (through `running`, so the event log always shows the try ran). A failed try becomes
 `up_for_retry` with its `next_retry_at`, or `failed` when it was the last try. Reports about an old
 try, or a TI that someone else already moved on, change nothing.
+
+A try that was asked to stop (`stop_requested_at`: `tasks stop`, `runs stop`, a stop or restart
+signal) ends `success` if its task is streaming (stopping is how a streaming task ends), whatever
+its exit code; a stopped batch try ends `failed` without a retry (someone chose to stop it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 
@@ -32,13 +37,23 @@ def apply_reports(
     rows = {
         row.id: row for row in conn.execute(
             select(ti_t.c.id, ti_t.c.try_number, ti_t.c.max_tries, ti_t.c.dag_run_id, ti_t.c.task_id,
-                   dag_run_t.c.dag_version_id)
+                   ti_t.c.stop_requested_at, dag_run_t.c.dag_version_id)
             .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
             .where(ti_t.c.id.in_({r.ti_id for r in reports})))
     }
     current = [r for r in reports if r.ti_id in rows and rows[r.ti_id].try_number == r.try_number]
     started = {r.ti_id: r for r in current if r.state == "running"}
     finished = {r.ti_id: r for r in current if r.state in ("success", "failed")}
+    stopped: set[int] = set()  # batch tries asked to stop: failed, no retry
+    for ti_id, report in list(finished.items()):
+        row = rows[ti_id]
+        if row.stop_requested_at is None:
+            continue
+        if dags.get(conn, row.dag_version_id).tasks[row.task_id].streaming:
+            finished[ti_id] = dataclasses.replace(report, state="success", message="stopped")
+        else:
+            stopped.add(ti_id)
+            finished[ti_id] = dataclasses.replace(report, state="failed", message="stopped on request")
     affected: set[int] = set()
 
     # queued -> running, for every try that started (a final report implies it ran)
@@ -66,14 +81,14 @@ def apply_reports(
         if report.state != "failed":
             continue
         row = rows[ti_id]
-        affected.update(_fail_try(conn, row, report, dags=dags, who=who))
+        affected.update(_fail_try(conn, row, report, dags=dags, who=who, retry=ti_id not in stopped))
     return affected
 
 
-def _fail_try(conn: Connection, row, report: TaskReport, *, dags: DagCache, who: str) -> set[int]:
+def _fail_try(conn: Connection, row, report: TaskReport, *, dags: DagCache, who: str, retry: bool = True) -> set[int]:
     task = dags.get(conn, row.dag_version_id).tasks[row.task_id]
     max_tries = row.max_tries
-    to = next_state_after_failure(report.try_number, max_tries)
+    to = next_state_after_failure(report.try_number, max_tries) if retry else TIState.FAILED
     values = {"end_date": report.at}
     if to == TIState.UP_FOR_RETRY:
         delay = retry_delay(report.try_number, task.retry_delay.as_timedelta(), task.retry_exponential_backoff)

@@ -1,7 +1,8 @@
 """One scheduler replica: the loop that runs the phases in order, each in its own short transaction.
 
-    heartbeat when due -> create runs -> start queued runs -> examine running runs -> critical section
-    -> launch -> executor reports (+ mini-scheduler) -> housekeeping on intervals (timeouts; declare
+    heartbeat when due -> react to signals -> create runs -> start queued runs -> examine running runs
+    -> critical section -> launch -> executor reports (+ mini-scheduler) -> stop the tries asked to stop
+    -> housekeeping on intervals (timeouts; declare
     silent peers dead; adopt orphaned tries; reconcile this replica's own tries)
 
 A replica also adopts orphaned tries once at start, before it launches anything.
@@ -45,7 +46,9 @@ from dagline.scheduler.launches import build_launches
 from dagline.scheduler.liveness import Liveness, ReplicaFenced
 from dagline.scheduler.resilience import Backoff, Transactions
 from dagline.scheduler.settings import SchedulerSettings
+from dagline.scheduler.signal_reactions import react_to_signals
 from dagline.scheduler.start_runs import start_queued_runs
+from dagline.scheduler.stops import tries_to_stop
 from dagline.scheduler.tries import InFlight
 from dagline.scheduler.wakeup import Wakeup
 
@@ -54,6 +57,7 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class LoopStats:
+    signals_handled: int = 0
     runs_created: int = 0
     runs_started: int = 0
     tis_decided: int = 0
@@ -209,8 +213,15 @@ class Scheduler:
             self._step = "heartbeating"
             self.liveness.beat()
         if self.backfill_id is None:
+            self._step = "reacting to signals"
+            reacted = self.tx.run(lambda conn: react_to_signals(
+                conn, now=now, dags=self.dags, who=self.who, limit=s.signals_per_loop), what=self._step)
+            stats.signals_handled = reacted.signals
+            stats.runs_created += reacted.runs_created
+            stats.tis_decided += reacted.tis_changed
+            stats.runs_finished += reacted.runs_finished
             self._step = "creating runs"
-            stats.runs_created = self.tx.run(lambda conn: create_scheduled_runs(
+            stats.runs_created += self.tx.run(lambda conn: create_scheduled_runs(
                 conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop, per_dag=s.runs_created_per_dag),
                 what=self._step)
         self._step = "starting runs"
@@ -226,6 +237,7 @@ class Scheduler:
         if not self._stop_requested:  # a stopping replica takes no new work
             self._queue_and_launch(stats, now)
         self._apply_reports(stats)
+        self._stop_tries()
         if stats.runs_finished:
             self._step = "finishing backfills"
             self.tx.run(lambda conn: housekeeping.finish_backfills(conn, now=now, who=self.who), what=self._step)
@@ -294,6 +306,19 @@ class Scheduler:
             result = examine_runs(conn, lock_runs_by_id(conn, sorted(run_ids)), now=now, dags=self.dags, who=self.who)
             stats.tis_decided += result.tis_changed
             stats.runs_finished += result.runs_finished
+
+    def _stop_tries(self) -> None:
+        """Stop the jobs of this replica's tries that were asked to stop (once per try)."""
+        mine = self.in_flight.tries()
+        if not mine:
+            return
+        self._step = "stopping tries"
+        asked = self.tx.run(lambda conn: tries_to_stop(conn, mine), what=self._step)
+        for ti_try in asked:
+            key = self.in_flight.to_cancel(ti_try)
+            if key is not None:
+                log.info("stopping %s/%s/%s try %s on request", key.dag_id, key.run_id, key.task_id, key.try_number)
+                self.executor.cancel(key)
 
     # -- housekeeping ------------------------------------------------------------------------------
 
