@@ -65,6 +65,7 @@ class LoopStats:
     tis_queued: int = 0
     reports: int = 0
     tis_adopted: int = 0
+    tries_stopped: int = 0
 
     @property
     def work(self) -> int:
@@ -237,7 +238,7 @@ class Scheduler:
         if not self._stop_requested:  # a stopping replica takes no new work
             self._queue_and_launch(stats, now)
         self._apply_reports(stats)
-        self._stop_tries()
+        stats.tries_stopped = self._stop_tries()
         if stats.runs_finished:
             self._step = "finishing backfills"
             self.tx.run(lambda conn: housekeeping.finish_backfills(conn, now=now, who=self.who), what=self._step)
@@ -307,18 +308,21 @@ class Scheduler:
             stats.tis_decided += result.tis_changed
             stats.runs_finished += result.runs_finished
 
-    def _stop_tries(self) -> None:
-        """Stop the jobs of this replica's tries that were asked to stop (once per try)."""
+    def _stop_tries(self) -> int:
+        """Stop the jobs of this replica's tries that were asked to stop (once per try); how many."""
         mine = self.in_flight.tries()
         if not mine:
-            return
+            return 0
         self._step = "stopping tries"
         asked = self.tx.run(lambda conn: tries_to_stop(conn, mine), what=self._step)
+        stopped = 0
         for ti_try in asked:
             key = self.in_flight.to_cancel(ti_try)
             if key is not None:
                 log.info("stopping %s/%s/%s try %s on request", key.dag_id, key.run_id, key.task_id, key.try_number)
                 self.executor.cancel(key)
+                stopped += 1
+        return stopped
 
     # -- housekeeping ------------------------------------------------------------------------------
 

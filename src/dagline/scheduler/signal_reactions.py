@@ -231,7 +231,7 @@ def _trigger(conn: Connection, s, listener, *, now: dt.datetime, dags: DagCache,
         when += dt.timedelta(microseconds=1)
     interval = timetable_for(dag).manual_interval(when)
     [run_pk] = insert_runs(conn, dag=dag, version_id=listener.dag_version_id, run_type="signal",
-                           runs=[NewRun(when, interval, when, conf=conf, run_id=run_name)], now=now, who=who)
+                           runs=[NewRun(when, interval, s.sent_at, conf=conf, run_id=run_name)], now=now, who=who)
     return _insert_action(conn, signal_seq=s.seq, rule=listener.rule, dag_id=dag.dag_id, dag_run_id=run_pk,
                           run_id=run_name, task_id="", action="trigger", status="done", decided_at=now, done_at=now,
                           detail="run created (queued: it starts within maxActiveRuns)")
