@@ -279,3 +279,29 @@ def test_an_action_row_is_written_once_per_signal_rule_run_and_task(db, tmp_path
         rows = conn.execute(select(signal_action_t).where(signal_action_t.c.signal_seq == seq)).all()
     assert len(rows) == 1
     assert tis(db, run.id)["evaluate"].try_number == 1
+
+
+def test_the_audit_sees_signals_acted_on_out_of_order_or_twice_and_runs_without_their_signal(db, tmp_path, replica):
+    from dagline import audit
+
+    run = _ml(db, tmp_path, replica)
+    seqs = [replica.send("model.published", {"path": f"/m/{i}"}) for i in (1, 2)]
+    apply(db, write_dag(tmp_path, TRIGGERED, "t.yaml"))
+    trig = replica.send("features.ready", {"day": "x"})
+    replica.settle()
+    with db.begin() as conn:
+        assert {k: v for k, v in audit.all_violations(conn).items() if k.startswith("signal")} == {
+            "signal_order_violations": [], "signal_trigger_violations": []}
+        assert audit.unhandled_signals(conn) == [] and audit.stuck_signals(conn) == []
+        a = signal_action_t.c
+        conn.execute(signal_action_t.update().where(a.signal_seq == seqs[1]).values(try_number=1))  # out of order
+        conn.execute(signal_action_t.delete().where(a.signal_seq == trig))  # a signal run nobody asked for
+        conn.execute(signal_t.update().where(signal_t.c.seq == seqs[0]).values(handled_at=None))
+        order = audit.signal_order_violations(conn)
+        assert [(v["seq"], v["after_seq"]) for v in order] == [(seqs[1], seqs[0])]
+        [trigger] = audit.signal_trigger_violations(conn)
+        assert trigger["reason"] == "0 trigger actions name this signal run"
+        assert audit.unhandled_signals(conn) == [seqs[0]]
+        conn.execute(signal_action_t.update().where(a.signal_seq == seqs[1]).values(status="pending"))
+        [stuck] = audit.stuck_signals(conn)
+        assert stuck["task_id"] == "evaluate" and stuck["dag_run_id"] == run.id
