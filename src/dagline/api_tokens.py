@@ -149,7 +149,7 @@ def authenticate(conn: Connection, token: str | None, *, now: dt.datetime) -> Pr
     presented = hash_secret(match["secret"])
     stored = row.secret_hash if row is not None else hash_secret(_new_secret())  # same work either way
     if row is None or not hmac.compare_digest(presented.encode(), stored.encode()):
-        raise Unauthorized("unknown or revoked token")
+        raise Unauthorized("unknown, revoked or expired token (a try's token ends with its try)")
     if row.revoked_at is not None:
         raise Unauthorized(f"token {row.name!r} was revoked")
     if row.expires_at is not None and now >= row.expires_at:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 
@@ -50,7 +51,7 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_folder, n
     clock = make_clock(now)
     settings = SchedulerSettings.from_env()
     sched = Scheduler(obj.db(), make_cli_executor(executor, parallelism, log_folder, clock), clock=clock,
-                      settings=settings)
+                      settings=settings, api_url=os.environ.get("DAGLINE_API_URL"))  # handed on to every try
 
     def graceful(signum, _frame):
         if signum == signal.SIGINT and sched.stop_requested:
@@ -164,7 +165,7 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
 
     bar = ProgressBar(sys.stderr)
     sched = Scheduler(database, make_cli_executor(executor, parallelism, log_folder, clock), clock=clock,
-                      backfill_id=result.backfill_id)
+                      backfill_id=result.backfill_id, api_url=os.environ.get("DAGLINE_API_URL"))
     signal.signal(signal.SIGTERM, lambda *_: sched.request_stop())
     state = {"last": None}
 

@@ -38,7 +38,7 @@ from dagline.db.transitions import fail_running_tries, record_events
 from dagline.executors.base import Executor, TaskKey, TaskLaunch
 from dagline.scheduler.critical_section import QueuedTI
 from dagline.scheduler.executor_events import fail_unlaunchable
-from dagline.scheduler.launches import build_launches
+from dagline.scheduler.launches import DEFAULT_API_URL, build_launches
 from dagline.scheduler.resilience import Transactions
 from dagline.scheduler.tries import InFlight
 from dagline.states import TIState
@@ -96,8 +96,9 @@ class Adopter:
     """Claims orphans and settles them for one replica (its id, executor, host, clock)."""
 
     def __init__(self, tx: Transactions, executor: Executor, *, dags: DagCache, job_id: int, who: str,
-                 batch: int, sqlite: bool):
+                 batch: int, sqlite: bool, api_url: str = DEFAULT_API_URL):
         self.tx = tx
+        self.api_url = api_url
         self.executor = executor
         self.dags = dags
         self.job_id = job_id
@@ -168,7 +169,7 @@ class Adopter:
 
     def _launches(self, conn: Connection, rows: Sequence, now: dt.datetime) -> list[TaskLaunch]:
         tis = [QueuedTI(r.id, r.dag_run_id, r.dag_id, r.task_id, r.try_number, r.dag_version_id) for r in rows]
-        launches, broken = build_launches(conn, tis, dags=self.dags)
+        launches, broken = build_launches(conn, tis, dags=self.dags, now=now, api_url=self.api_url)
         fail_unlaunchable(conn, broken, at=now, dags=self.dags, who=self.who)  # templates that no longer render
         return launches
 

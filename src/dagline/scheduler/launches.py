@@ -2,7 +2,12 @@
 and resolve where its files live. A template that fails to render fails the try, with the reason.
 A try started by a signal renders `{{ signal.key }}`, `{{ signal.value }}`, `{{ signal.seq }}` and
 `{{ signal.source }}` from that signal (`task_instance.signal_seq`); in any other try `signal` is
-null (None)."""
+null (None).
+
+Each try also gets the environment it needs to send signals (`try_env`): `DAGLINE_API_URL` (where
+the HTTP API is, as the replica was told) and `DAGLINE_SIGNAL_TOKEN`, a token made for this try
+alone, stored hashed in the same transaction that queues it (`api_tokens.issue_try_tokens`). The
+local executor puts them in the job's environment, spark-k8s in a per-try Secret."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
+from dagline.api_tokens import issue_try_tokens
 from dagline.dagstore import DagCache
 from dagline.db.models import dag_run_t, dag_version_t, signal_t, ti_t
 from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
@@ -22,8 +28,12 @@ from dagline.templating import build_context, render_spark
 from dagline.times import duration_seconds
 
 
+DEFAULT_API_URL = "http://127.0.0.1:8793"  # `dagline api`'s default address
+
+
 def build_launches(
-    conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCache
+    conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCache, now: dt.datetime,
+    api_url: str = DEFAULT_API_URL,
 ) -> tuple[list[TaskLaunch], list[tuple[QueuedTI, str]]]:
     """Launches for these TIs, and the TIs whose templates could not be rendered (with the error)."""
     if not queued:
@@ -38,6 +48,7 @@ def build_launches(
         select(dag_version_t.c.id, dag_version_t.c.source_dir)
         .where(dag_version_t.c.id.in_({q.dag_version_id for q in queued}))).all())
     signals = signals_of(conn, [q.ti_id for q in queued])
+    tokens = issue_try_tokens(conn, [(q.ti_id, q.try_number) for q in queued], now=now)
     launches, broken = [], []
     for q in queued:
         dag = dags.get(conn, q.dag_version_id)
@@ -55,8 +66,14 @@ def build_launches(
             ti_id=q.ti_id, key=TaskKey(q.dag_id, run.run_id, q.task_id, q.try_number), job=job,
             working_dir=source_dirs.get(q.dag_version_id), timeout_s=timeout,
             streaming=task.streaming, stop_grace_s=task.stop_grace_period.total_seconds(),
+            env=try_env(api_url, tokens[q.ti_id]),
         ))
     return launches, broken
+
+
+def try_env(api_url: str, token: str) -> tuple[tuple[str, str], ...]:
+    """What a try needs to send signals with `dagline.client.send_signal`."""
+    return (("DAGLINE_API_URL", api_url), ("DAGLINE_SIGNAL_TOKEN", token))
 
 
 def signals_of(conn: Connection, ti_ids) -> dict[int, dict]:

@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from dagline.api_tokens import delete_ended_try_tokens
 from dagline.clock import Clock, SystemClock
 from dagline.dagstore import DagCache
 from dagline.db.claims import PoolsBusy, lock_running_runs, lock_runs_by_id
@@ -42,7 +43,7 @@ from dagline.scheduler.critical_section import queue_task_instances
 from dagline.scheduler.examine import examine_runs
 from dagline.scheduler.executor_events import apply_reports, fail_unlaunchable
 from dagline.scheduler.guard import SchedulerLock
-from dagline.scheduler.launches import build_launches
+from dagline.scheduler.launches import DEFAULT_API_URL, build_launches
 from dagline.scheduler.liveness import Liveness, ReplicaFenced
 from dagline.scheduler.resilience import Backoff, Transactions
 from dagline.scheduler.settings import SchedulerSettings
@@ -84,12 +85,14 @@ class Scheduler:
     def __init__(
         self, db: Database, executor: Executor, *, clock: Clock | None = None,
         settings: SchedulerSettings | None = None, backfill_id: int | None = None,
+        api_url: str | None = None,
     ):
         self.db = db
         self.executor = executor
         self.clock = clock or SystemClock()
         self.settings = s = settings or SchedulerSettings()
         self.backfill_id = backfill_id
+        self.api_url = api_url or DEFAULT_API_URL  # given to every try, with a token of its own
         self.dags = DagCache()
         self.job_id: int | None = None
         self.who = "scheduler"
@@ -116,7 +119,7 @@ class Scheduler:
         self.who = f"scheduler:{self.job_id}"
         self.wakeup.ignore(self.who)
         self.adopter = Adopter(self.tx, self.executor, dags=self.dags, job_id=self.job_id, who=self.who,
-                               batch=self.settings.tis_per_loop, sqlite=self.db.is_sqlite)
+                               batch=self.settings.tis_per_loop, sqlite=self.db.is_sqlite, api_url=self.api_url)
         self.executor.start()
         if self.db.is_sqlite:  # the file lock proves every earlier scheduler is gone
             self.tx.run(lambda conn: declare_others_dead(conn, job_id=self.job_id, who=self.who),
@@ -254,7 +257,7 @@ class Scheduler:
                 conn, now=now, dags=self.dags, who=self.who, job_id=self.job_id,
                 executor_slots=self.executor.free_slots(), limit=self.settings.tis_per_loop,
                 backfill_id=self.backfill_id)
-            launches, broken = build_launches(conn, queued, dags=self.dags)
+            launches, broken = build_launches(conn, queued, dags=self.dags, now=now, api_url=self.api_url)
             if broken:
                 affected = fail_unlaunchable(conn, broken, at=now, dags=self.dags, who=self.who)
                 self._mini_schedule(conn, affected, mini, now)
@@ -335,6 +338,7 @@ class Scheduler:
             timed_out = housekeeping.time_out_tasks(conn, now=now, dags=self.dags, who=self.who)
             # Runs finished elsewhere (a cancelled backfill, a deactivated DAG, another replica) end theirs too.
             housekeeping.finish_backfills(conn, now=now, who=self.who)
+            delete_ended_try_tokens(conn)  # they authenticate no more; keep the table small
             return timed_out
 
         timed_out = self.tx.run(time_out_and_finish, what=self._step)
