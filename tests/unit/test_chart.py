@@ -191,10 +191,12 @@ class Renderer:
         }
         self.defines: dict[str, list] = {}
         self.trees: dict[str, list] = {}
-        for path in sorted((chart / "templates").iterdir()):
-            tree = _parse(path.read_text(), path.name)
+        templates = chart / "templates"
+        for path in sorted(p for p in templates.rglob("*") if p.is_file()):  # tests/ too (`helm test` hooks)
+            name = path.relative_to(templates).as_posix()
+            tree = _parse(path.read_text(), name)
             self._collect_defines(tree)
-            self.trees[path.name] = tree
+            self.trees[name] = tree
         self.functions: dict[str, Callable[..., Any]] = {
             "include": lambda name, data: self._render(self.defines[name], data, {}),
             "toYaml": _to_yaml,
@@ -400,6 +402,7 @@ def test_templates_render_the_expected_objects():
         ("Role", "dagline-spark"),
         ("RoleBinding", "dagline-controller"),
         ("RoleBinding", "dagline-spark"),
+        ("Service", "dagline-api"),
         ("Service", "dagline-metrics"),
         ("ServiceAccount", "dagline"),
     ]
@@ -430,6 +433,8 @@ EXPECTED_ENV = {
     "DAGLINE_PARALLELISM": "32",
     "DAGLINE_STATUS_INTERVAL": "2",
     "DAGLINE_LIVENESS_TIMEOUT": "60",
+    "DAGLINE_API_PORT": "8793",
+    "DAGLINE_API_URL": "http://dagline-api.dataplat.svc:8793",
 }
 
 
@@ -444,7 +449,8 @@ def test_deployment_runs_the_operator_with_its_settings():
     assert container["image"] == "dagline/operator:0.1.0"
     assert container["command"] + container["args"] == ["dagline", "operator"]
     assert container_env(container) == EXPECTED_ENV  # DAGLINE_SPARK_IMAGE only when set
-    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"health": 8080, "metrics": 9090}
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"health": 8080, "metrics": 9090,
+                                                                           "api": 8793}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
@@ -479,7 +485,7 @@ def test_values_reach_the_environment():
 
 def test_metrics_service_selects_the_operator_pods():
     manifests, _ = render_chart()
-    service = one(manifests, "Service")
+    service = one(manifests, "Service", "dagline-metrics")
     pod_labels = one(manifests, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     assert service["spec"]["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}]
@@ -502,8 +508,33 @@ def test_database_is_migrated_once_by_a_hook_job():
 
 def test_service_account_and_rbac_can_be_left_to_the_platform():
     manifests, _ = render_chart({"serviceAccount": {"create": False, "name": "platform-sa"}, "rbac": {"create": False}})
-    assert sorted(m["kind"] for m in manifests) == ["Deployment", "Job", "Service"]
+    assert sorted(m["kind"] for m in manifests) == ["Deployment", "Job", "Service", "Service"]
     assert one(manifests, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "platform-sa"
+
+
+def test_every_replica_serves_the_api_behind_one_service():
+    manifests, _ = render_chart()
+    service = one(manifests, "Service", "dagline-api")
+    pod_labels = one(manifests, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert service["spec"]["ports"] == [{"name": "api", "port": 8793, "targetPort": "api", "protocol": "TCP"}]
+    assert [m for m in manifests if m["kind"] == "Pod"] == []  # no `helm test` pod without a token Secret
+
+    manifests, _ = render_chart({"api": {"port": 9000, "anonymousRead": True, "url": "https://signals.example",
+                                         "service": {"port": 80}, "tokenSecret": {"name": "dagline-api-token"}}})
+    [container] = one(manifests, "Deployment")["spec"]["template"]["spec"]["containers"]
+    env = container_env(container)
+    assert (env["DAGLINE_API_PORT"], env["DAGLINE_API_URL"]) == ("9000", "https://signals.example")
+    assert env["DAGLINE_API_ANONYMOUS_READ"] == "true"
+    assert {"name": "api", "containerPort": 9000, "protocol": "TCP"} in container["ports"]
+    assert one(manifests, "Service", "dagline-api")["spec"]["ports"][0]["port"] == 80
+    test_pod = one(manifests, "Pod")
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    [sender] = test_pod["spec"]["containers"]
+    assert container_env(sender) == {
+        "DAGLINE_API_URL": "https://signals.example",
+        "DAGLINE_SIGNAL_TOKEN": {"secretKeyRef": {"name": "dagline-api-token", "key": "token"}}}
+    assert "send_signal" in sender["command"][-1]
 
 
 # --- RBAC: exactly what the operator uses ---------------------------------------------------------
@@ -521,7 +552,8 @@ DISCOVERY_RULES = {
 } | {("", "namespaces", "list"), ("", "namespaces", "watch")}
 # What dagline.k8s.executor calls: create, get, list (it polls; no watch), patch (labels of kept ones), delete.
 SPARK_RULES = {("sparkoperator.k8s.io", "sparkapplications", verb)
-               for verb in ("get", "list", "create", "patch", "delete")}
+               for verb in ("get", "list", "create", "patch", "delete")} | {
+    ("", "secrets", verb) for verb in ("create", "patch", "delete")}  # each try's signal token: put, own, delete
 
 
 def granted(manifests: list[dict]) -> set[tuple[str, str, str, str]]:

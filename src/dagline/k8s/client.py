@@ -191,15 +191,6 @@ class Secrets:
         except CALL_ERRORS as exc:
             raise sorted_error(exc) from None
 
-    def get(self, name: str) -> dict | None:
-        try:
-            return self.api.api_client.sanitize_for_serialization(
-                self.api.read_namespaced_secret(name, self.namespace, _request_timeout=self.timeout))
-        except CALL_ERRORS as exc:
-            if isinstance(exc, ApiException) and exc.status == 404:
-                return None
-            raise sorted_error(exc) from None
-
     def delete(self, name: str) -> bool:
         try:
             self.api.delete_namespaced_secret(name, self.namespace, _request_timeout=self.timeout)
