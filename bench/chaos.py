@@ -21,13 +21,14 @@ What it does, in order:
    `DAGLINE_NOOP_DURATION` (default 0.05-0.5 s, seeded); a noop job dies with its replica, so a
    killed replica leaves zombies behind for the others to settle;
 4. for SECONDS seconds, at random gaps, act on a random replica: SIGKILL it (and start a new one in
-   its place a moment later), while signals are sent at `signals_per_s` (each with an id; a send the
-   database refused during its restart is sent again with the same id, so it is stored once), or SIGTERM it (a fifth of the time: it stops gracefully and is
+   its place a moment later), or SIGTERM it (a fifth of the time: it stops gracefully and is
    replaced), or freeze it (SIGSTOP, then SIGCONT after 0.5-2x the replica timeout: a long pause,
    after which its peers have usually declared it dead, so it must stop without launching anything;
    a frozen replica that exits after it thaws is counted as `fenced_exits`); restart PostgreSQL once (the throwaway
    cluster with `pg_ctl restart`, else the machine's with `pg_ctlcluster ... restart`, or not at all
-   with `--no-db-restart`); manual triggers every few seconds; two backfills (`--reprocess
+   with `--no-db-restart`); manual triggers every few seconds; signals at `signals_per_s` (each with
+   an id: a send the database refused during its restart is sent again with the same id, so it is
+   stored once); two backfills (`--reprocess
    completed`, replacing finished runs) and a pool shrunk then grown again. A replica that exits on
    its own is counted as a crash (`replica_crashes`) and replaced, as a Deployment would;
 5. stop the chaos, stop the `sig-stream` run (`dagline runs stop`), keep REPLICAS replicas running until
@@ -39,9 +40,10 @@ What it does, in order:
    `chaos.ready` signals), `signal_starts` (tries started by `chaos.model` signals), `signal_actions`,
    and the signal checks (`duplicate_signal_actions`, `signal_order_violations`,
    `signal_trigger_violations`, `unhandled_signals`, `stuck_signals`), plus `signals_lost` and
-   `signals_doubled` counted from the harness's own list of what it sent; `longest_quiet_s`: the longest time no task instance succeeded, which shows
-   stalls such as the database restart or a frozen replica holding locks). `actions.log` in the
-   log folder says what the harness did when (same clock and format as the replica logs).
+   `signals_doubled` counted from the harness's own list of what it sent; `longest_quiet_s`: the
+   longest time no task instance succeeded, which shows stalls such as the database restart or a
+   frozen replica holding locks). `actions.log` in the log folder says what the harness did when
+   (same clock and format as the replica logs).
 
 When a check fails (or with `--keep`), the database is kept for a post-mortem and stderr says how
 to reach it (a throwaway cluster is stopped, its folder kept, with the command that starts it).

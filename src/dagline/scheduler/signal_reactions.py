@@ -143,7 +143,7 @@ def _in_key_order(conn: Connection, claimed: Sequence) -> list:
                                    signal_t.c.seq <= top).order_by(signal_t.c.seq)):
         unhandled[row.key].append(row.seq)
     ready = []
-    for key, mine in by_key.items():
+    for key in by_key:
         for seq in unhandled[key]:
             if seq not in held:
                 break
