@@ -23,6 +23,7 @@ from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, pool_t, signal_listener_t
 from dagline.db.transitions import fail_queued_runs, record_events
 from dagline.errors import OperationFailed
+from dagline.signal_keys import parse_task_state_key
 from dagline.signal_rules import rule_name
 from dagline.spec import Dag, LoadedDag
 from dagline.states import RunState
@@ -92,7 +93,30 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
             if result.action != "unchanged":
                 refresh_next_dagrun(conn, dag.dag_id, dag, now=now)
             results.append(result)
+        batch = {item.dag.dag_id: item.dag for item in loaded}
+        for item, result in zip(loaded, results, strict=True):
+            result.warnings += _unknown_task_signals(conn, item.dag, batch)
     return results
+
+
+def _unknown_task_signals(conn: Connection, dag: Dag, batch: dict[str, Dag]) -> list[str]:
+    """Warnings for rules on another DAG's task signals that no stored or applied DAG can send (that DAG
+    may be applied later, so this is a warning, not an error)."""
+    warnings = []
+    keys = [t.signal for t in dag.spec.triggers] + [r.signal for task in dag.tasks.values() for r in task.on]
+    for key in keys:
+        target = parse_task_state_key(key)
+        if target is None or target[0] == dag.dag_id:
+            continue
+        other = batch.get(target[0])
+        if other is None:
+            version_id = conn.execute(select(dag_t.c.current_version_id).where(dag_t.c.dag_id == target[0])).scalar()
+            other = DagCache().get(conn, version_id) if version_id is not None else None
+        if other is None:
+            warnings.append(f"{key!r}: no DAG {target[0]!r} is applied yet: nothing sends this signal until it is")
+        elif target[1] not in other.tasks:
+            warnings.append(f"{key!r}: DAG {target[0]!r} has no task {target[1]!r}: nothing sends this signal")
+    return warnings
 
 
 def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime, who: str,

@@ -10,7 +10,8 @@ A pure function of plain values, the decision behind loop step 3 and the mini-sc
 * a task with a `start` signal rule (`waits_for_signal`) is scheduled only when its trigger rule is met
   AND a signal waits for it (`pending_signal`): upstream tasks alone do not start it, a signal alone
   does not start it before its upstream tasks allow; a TI that has finished runs again when a signal
-  waits for it (a start or a restart) and its trigger rule is still met. Such changes are `by_signal`;
+  waits for it (a start or a restart) and its trigger rule is still met; a retry takes a waiting
+  restart's signal (a restart means "from now on, with this value"). Such changes are `by_signal`;
 * decisions propagate within the walk, so a failure marks the whole downstream `upstream_failed` at once;
 * once every TI is finished, the run's outcome (`deps.run_outcome`; a run with no TIs succeeds).
 """
@@ -54,6 +55,7 @@ class TIFacts:
     state: str
     next_retry_at: dt.datetime | None = None
     pending_signal: bool = False  # a start or restart action waits for this TI
+    pending_restart: bool = False  # a restart waits for it: its retry, if it has to retry, takes that signal
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +92,7 @@ def decide_run(
         state = states[task.task_id]
         if state == TIState.UP_FOR_RETRY:
             if ti.next_retry_at is None or ti.next_retry_at <= now:
-                changes.append(Change(ti.ti_id, state, TIState.SCHEDULED))
+                changes.append(Change(ti.ti_id, state, TIState.SCHEDULED, by_signal=ti.pending_restart))
                 states[task.task_id] = TIState.SCHEDULED
             continue
         rerun = ti.pending_signal and state in _RERUNNABLE

@@ -68,7 +68,8 @@ def rule_problems(dag_id: str, task_ids: Sequence[str], triggers: Sequence[Signa
         field = f"spec.triggers[{j}].signal"
         check_key(trigger.signal, field)
         if trigger.signal in seen_triggers:
-            problems.append((field, f"{trigger.signal!r} is already a trigger (spec.triggers[{seen_triggers[trigger.signal]}])"))
+            first = seen_triggers[trigger.signal]
+            problems.append((field, f"{trigger.signal!r} is already a trigger (spec.triggers[{first}])"))
         seen_triggers.setdefault(trigger.signal, j)
     for index, task_id, task_rules in rules:
         seen: dict[str, int] = {}

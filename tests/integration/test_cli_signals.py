@@ -96,3 +96,11 @@ def test_stop_commands_name_what_they_did(db, tmp_path):
     out = cli(db, "runs", "stop", run_id).stdout
     assert "skipped 1: serve" in out
     assert "nothing to stop" in cli(db, "runs", "stop", run_id, expect=1).stderr
+
+
+def test_apply_warns_about_a_rule_on_a_task_no_dag_has_and_stores_it(db, tmp_path):
+    (tmp_path / "dag.yaml").write_text(LISTENER.replace("model.validated", "dagline.task.ingest.load.success"))
+    out = cli(db, "dags", "apply", str(tmp_path / "dag.yaml"))
+    assert "no DAG 'ingest' is applied yet" in out.output
+    listeners = json.loads(cli(db, "signals", "send", "x.y", "--json").stdout)["listeners"]
+    assert listeners == []

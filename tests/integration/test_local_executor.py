@@ -23,8 +23,8 @@ import pytest
 from dagline.clock import FixedClock
 from dagline.executors.base import SparkJob, TaskKey, TaskLaunch, TaskReport
 from dagline.executors.local import LocalExecutor
-from dagline.executors.try_files import last_log_line, log_path
 from dagline.executors.noop import NoopExecutor
+from dagline.executors.try_files import last_log_line, log_path
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "sales_daily"

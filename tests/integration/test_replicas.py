@@ -31,8 +31,8 @@ from dagline.db.engine import migrations_config, upgrade
 from dagline.db.models import backfill_t, dag_run_t, scheduler_job_t, ti_t
 from dagline.executors.base import TaskKey
 from dagline.executors.local import LocalExecutor
-from dagline.executors.try_files import log_path
 from dagline.executors.noop import NoopExecutor
+from dagline.executors.try_files import log_path
 from dagline.runs import trigger_run
 from dagline.scheduler.liveness import ReplicaFenced
 from dagline.scheduler.loop import Scheduler

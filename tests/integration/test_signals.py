@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from dagline.clock import FixedClock
 from dagline.dagstore import DagCache
-from dagline.db.models import signal_action_t, signal_t, ti_t
+from dagline.db.models import signal_action_t, signal_t
 from dagline.executors.noop import NoopExecutor
 from dagline.runs import stop_run, stop_task, trigger_run
 from dagline.scheduler.loop import Scheduler

@@ -7,8 +7,7 @@ import textwrap
 import pytest
 
 from dagline.errors import InvalidInput
-from dagline.spec import parse_dag_yaml
-from dagline.spec import Dag
+from dagline.spec import Dag, parse_dag_yaml
 
 ML = textwrap.dedent("""
     apiVersion: dagline.io/v1alpha1

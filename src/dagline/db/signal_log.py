@@ -80,9 +80,10 @@ def insert_signal(
 def record_task_state_signals(conn: Connection, rows: Sequence[Any], *, to: str, at: dt.datetime) -> None:
     """dagline's own signals for task instances that just entered `to` (one executemany): key
     `dagline.task.<dag_id>.<task_id>.<state>`, value `{run_id, try_number}` (`run_id` is the run's
-    run id string), source `dagline`. Only the states in
-    `TASK_SIGNAL_STATES` are signals. Unlike a sender's signals, their commit order is not serialised per key (no `lock_signal_key`: these are written inside
-    the scheduler's own state changes, and a key lock there could wait in a circle with row locks);
+    run id string), source `dagline`. Only the states in `TASK_SIGNAL_STATES` are signals. Unlike a
+    sender's signals, their commit order is not serialised per key (no `lock_signal_key`: these are
+    written inside the scheduler's own state changes, and a key lock there could wait in a circle
+    with row locks);
     each names its run and try, so their order across runs carries no meaning."""
     if to not in TASK_SIGNAL_STATES or not rows:
         return

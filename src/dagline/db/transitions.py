@@ -114,13 +114,24 @@ def _chunks(items: list, size: int):
         yield items[start:start + size]
 
 
-def fail_running_tries(conn: Connection, rows: Sequence[Any], *, at: dt.datetime, who: str, detail: str) -> list[Any]:
+def fail_running_tries(conn: Connection, rows: Sequence[Any], *, at: dt.datetime, who: str, detail: str,
+                       streaming: set[int] | frozenset[int] = frozenset()) -> list[Any]:
     """End running tries that failed without a report (timed out, zombies): each becomes `up_for_retry`
     (retry at once) or `failed` per its tries left. `rows` have id, try_number and max_tries; a row
-    changes only while it is still running that try. Returns the changed rows, as `change_tis`."""
+    changes only while it is still running that try. A try that was asked to stop is not retried: it
+    ends `success` if its task is streaming (`streaming`: their ids; the stop it was asked for has
+    happened), else `failed`. Returns the changed rows, as `change_tis`."""
+    asked = set()
+    if rows:
+        asked = set(conn.execute(select(ti_t.c.id).where(ti_t.c.id.in_([r.id for r in rows]),
+                                                          ti_t.c.stop_requested_at.is_not(None))).scalars())
     by_outcome: dict[str, list[Any]] = {}
     for row in rows:
-        by_outcome.setdefault(next_state_after_failure(row.try_number, row.max_tries), []).append(row)
+        if row.id in asked:
+            to = TIState.SUCCESS if row.id in streaming else TIState.FAILED
+        else:
+            to = next_state_after_failure(row.try_number, row.max_tries)
+        by_outcome.setdefault(to, []).append(row)
     changed = []
     for to, group in sorted(by_outcome.items()):
         values = {"end_date": at, "next_retry_at": at} if to == TIState.UP_FOR_RETRY else {"end_date": at}

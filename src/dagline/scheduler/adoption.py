@@ -181,7 +181,7 @@ class Adopter:
                      if launch.ti_id in left and by_id[launch.ti_id].state == TIState.QUEUED]
         zombies = [by_id[i] for i in sorted(left) if by_id[i].state == TIState.RUNNING]
         if zombies:
-            self.tx.run(lambda conn: _settle_zombies(conn, zombies, now=now, who=self.who, why=why),
+            self.tx.run(lambda conn: _settle_zombies(conn, zombies, now=now, who=self.who, why=why, dags=self.dags),
                         what="settle zombies")
         return Settled(followed, to_launch, len(zombies))
 
@@ -197,8 +197,11 @@ class Adopter:
         self._last_waiting = waiting
 
 
-def _settle_zombies(conn: Connection, zombies: Sequence, *, now: dt.datetime, who: str, why: str) -> None:
-    fail_running_tries(conn, zombies, at=now, who=who, detail=f"zombie: {why} and no job of this try was found")
+def _settle_zombies(conn: Connection, zombies: Sequence, *, now: dt.datetime, who: str, why: str,
+                    dags: DagCache) -> None:
+    streaming = {z.id for z in zombies if dags.get(conn, z.dag_version_id).tasks[z.task_id].streaming}
+    fail_running_tries(conn, zombies, at=now, who=who, detail=f"zombie: {why} and no job of this try was found",
+                       streaming=streaming)
 
 
 def _own_and_tracked(conn: Connection, job_id: int, tracked: set[int]) -> list:

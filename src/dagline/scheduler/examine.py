@@ -66,7 +66,8 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
                                               for task_id, task in dag.tasks.items()]
         decision = decide_run(
             task_facts[run.dag_version_id],
-            {task_id: TIFacts(ti.id, ti.state, ti.next_retry_at, (run.id, task_id) in pending)
+            {task_id: TIFacts(ti.id, ti.state, ti.next_retry_at, (run.id, task_id) in pending,
+                              (run.id, task_id) in pending.restarts)
              for task_id, ti in tis_by_run.get(run.id, {}).items()},
             leaves=dag.leaves,
             previous_states=previous_states.get(run.previous_run_id, {}),
@@ -87,7 +88,8 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
         result.tis_changed += len(changed)
         started = [r for r in changed if r.id in by_signal]
         if started:
-            _start_by_signal(conn, started, by_signal, now)
+            kinds = ("restart",) if expected == TIState.UP_FOR_RETRY else ("start", "restart")
+            _start_by_signal(conn, started, by_signal, now, kinds)
     finished = []
     for outcome, ids in outcomes.items():
         finished += change_runs(conn, ids, expected=RunState.RUNNING, to=outcome, at=now, who=who,
@@ -103,19 +105,32 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
     return result
 
 
-def pending_signals(conn: Connection, run_ids: Sequence[int]) -> set[tuple[int, str]]:
-    """(run id, task id) of the TIs a start or restart signal waits for."""
+class Pending(set):
+    """(run id, task id) of the TIs a start or restart signal waits for; `restarts`: those a restart waits for."""
+
+    restarts: set
+
+
+def pending_signals(conn: Connection, run_ids: Sequence[int]) -> Pending:
     a = signal_action_t.c
-    return {(row.dag_run_id, row.task_id) for row in conn.execute(
-        select(a.dag_run_id, a.task_id).distinct()
-        .where(a.dag_run_id.in_(list(run_ids)), a.status == "pending", a.action.in_(("start", "restart"))))}
+    pending = Pending()
+    pending.restarts = set()
+    for row in conn.execute(
+        select(a.dag_run_id, a.task_id, a.action).distinct()
+        .where(a.dag_run_id.in_(list(run_ids)), a.status == "pending", a.action.in_(("start", "restart")))
+    ):
+        pending.add((row.dag_run_id, row.task_id))
+        if row.action == "restart":
+            pending.restarts.add((row.dag_run_id, row.task_id))
+    return pending
 
 
 def _task_of(tis: dict, ti_id: int) -> str:
     return next(task_id for task_id, ti in tis.items() if ti.id == ti_id)
 
 
-def _start_by_signal(conn: Connection, rows: Sequence, by_signal: dict, now: dt.datetime) -> None:
+def _start_by_signal(conn: Connection, rows: Sequence, by_signal: dict, now: dt.datetime,
+                     kinds: Sequence[str] = ("start", "restart")) -> None:
     """The TIs just scheduled by a pending signal: per TI, the oldest pending start or restart action
     becomes `done` with the try it starts; the TI records its signal and gets its retries afresh."""
     a = signal_action_t.c
@@ -124,7 +139,7 @@ def _start_by_signal(conn: Connection, rows: Sequence, by_signal: dict, now: dt.
         action = conn.execute(
             select(a.id, a.signal_seq)
             .where(a.dag_run_id == run_id, a.task_id == row.task_id, a.status == "pending",
-                   a.action.in_(("start", "restart")))
+                   a.action.in_(list(kinds)))
             .order_by(a.signal_seq, a.id).limit(1)).first()
         if action is None:
             continue

@@ -143,7 +143,7 @@ def _in_key_order(conn: Connection, claimed: Sequence) -> list:
                                    signal_t.c.seq <= top).order_by(signal_t.c.seq)):
         unhandled[row.key].append(row.seq)
     ready = []
-    for key, mine in by_key.items():
+    for key in by_key:
         for seq in unhandled[key]:
             if seq not in held:
                 break
@@ -191,7 +191,12 @@ def _act(conn: Connection, s, r, ti, *, now: dt.datetime, who: str) -> bool:
             _request_stop(conn, ti, now=now, who=who, why=f"restart by signal {s.seq} ({s.key})")
             return _insert_action(conn, **row, status="pending", detail=f"stopping try {ti.try_number}")
         if ti.state in (TIState.SCHEDULED, TIState.UP_FOR_RETRY):
-            # not started yet: the try about to start takes this signal
+            # not started yet: the try about to start takes this signal (and no longer an earlier one)
+            a = signal_action_t.c
+            conn.execute(update(signal_action_t)
+                         .where(a.dag_run_id == ti.dag_run_id, a.task_id == ti.task_id, a.status == "done",
+                                a.action.in_(("start", "restart")), a.try_number == ti.try_number + 1)
+                         .values(status="superseded", detail=f"superseded by signal {s.seq} before its try started"))
             conn.execute(update(ti_t).where(ti_t.c.id == ti.id).values(signal_seq=s.seq))
             return _insert_action(conn, **row, status="done", try_number=ti.try_number + 1, done_at=now,
                                   detail="the next try starts with this signal")
