@@ -189,3 +189,17 @@ def test_a_try_token_sends_as_its_try_only_while_the_try_runs(db, tmp_path):
     assert expired.status_code == 401 and "expired" in expired.json()["error"]
     with db.begin() as conn:
         assert conn.execute(select(func.count()).select_from(signal_t)).scalar_one() == 1
+
+
+def test_one_id_twice_in_a_batch_is_one_signal_unless_the_values_differ(db):
+    api, headers = client(db), bearer(token(db))
+    twice = api.post("/api/v1/signals", headers=headers, json=[{"key": "a.b", "value": 1, "id": "x"},
+                                                               {"key": "a.b", "value": 1.0, "id": "x"}])
+    assert twice.status_code == 201
+    [first, second] = twice.json()["signals"]
+    assert first["seq"] == second["seq"] and (first["created"], second["created"]) == (True, False)
+    before = stored(db)
+    clash = api.post("/api/v1/signals", headers=headers, json=[{"key": "c.d", "value": 1, "id": "y"},
+                                                               {"key": "c.d", "value": 2, "id": "y"}])
+    assert clash.status_code == 409 and clash.json()["field"] == "[1].id" and "twice" in clash.json()["error"]
+    assert stored(db) == before == [(first["seq"], "a.b", "1", "x", "token:sender")]

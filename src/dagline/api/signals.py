@@ -3,7 +3,7 @@
 POST takes one object `{"key": ..., "value": ..., "id": ...}` or a list of them (`value` defaults to
 null, `id` is the sender's idempotency key). The whole request is checked first (size, JSON, every
 field of every signal); then, in one transaction, the token is checked and every signal stored
-with `signal_store.send_signal`; the answer is sent only after the commit, so a signal answered is
+(`signal_batches.send_signals`: the rules of `signal_store.send_signal`, in a few statements); the answer is sent only after the commit, so a signal answered is
 a signal stored. A batch is all or nothing: one conflicting or invalid signal stores none. The
 answer: 201 if any signal was new, 200 if all were already stored (a sender's retry with the same
 ids), each signal with its `seq`, `created`, and a `warning` when no DAG listens to its key.
@@ -25,7 +25,8 @@ from dagline.api.errors import ApiError, bad_request, conflict, too_large, unpro
 from dagline.api_tokens import READ, SEND
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.signal_keys import MAX_VALUE_BYTES, validate_key, validate_sender_id
-from dagline.signal_store import MAX_LIST, SignalConflict, list_signals, listeners, send_signal, show_signal
+from dagline.signal_batches import send_signals
+from dagline.signal_store import MAX_LIST, SignalConflict, list_signals, listeners, show_signal
 
 router = APIRouter()
 FIELDS = ("key", "value", "id")
@@ -87,25 +88,18 @@ def parse_signals(body: bytes, *, max_batch: int) -> tuple[list[dict], bool]:
 
 
 def store_signals(conn, principal, signals: list[dict], *, now) -> list[dict]:
-    """Store the signals in this transaction (their keys locked in sorted order first, so two
-    batches never wait for each other in a circle); one answer row per signal."""
-    from dagline.db.claims import lock_signal_key
-
-    for key in sorted({s["key"] for s in signals}):
-        lock_signal_key(conn, key)
-    heard: dict[str, bool] = {}
+    """Store the signals in this transaction (`signal_batches.send_signals`); one answer per signal."""
+    try:
+        stored = send_signals(conn, signals, source=principal.source, now=now,
+                              source_dag_run_id=principal.dag_run_id, source_ti_id=principal.ti_id)
+    except SignalConflict as exc:
+        index = getattr(exc, "index", 0)
+        raise conflict(str(exc), field=f"[{index}].id" if len(signals) > 1 else "id") from None
+    except InvalidInput as exc:  # checked before already
+        raise unprocessable(exc.reason, field=exc.field) from None
+    heard = {key: bool(listeners(conn, key)) for key in {s["key"] for s in signals}}
     out = []
-    for i, s in enumerate(signals):
-        try:
-            seq, created = send_signal(conn, s["key"], s["value"], sender_id=s["id"], source=principal.source,
-                                       now=now, source_dag_run_id=principal.dag_run_id,
-                                       source_ti_id=principal.ti_id)
-        except SignalConflict as exc:
-            raise conflict(str(exc), field=f"[{i}].id" if len(signals) > 1 else "id") from None
-        except InvalidInput as exc:  # checked before already; the core checks again
-            raise unprocessable(exc.reason, field=exc.field) from None
-        if s["key"] not in heard:
-            heard[s["key"]] = bool(listeners(conn, s["key"]))
+    for s, (seq, created) in zip(signals, stored, strict=True):
         row: dict[str, Any] = {"seq": seq, "key": s["key"], "id": s["id"], "created": created}
         if not heard[s["key"]]:
             row["warning"] = f"no DAG listens to {s['key']!r}: the signal is stored, nothing acts on it"
