@@ -120,7 +120,8 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
                 continue  # the task did not exist at the run's logical date (a later startDate)
             if _act(conn, s, r, ti, now=now, who=who):
                 result.actions += 1
-                tis[(r.run_pk, r.task_id)] = conn.execute(select(ti_t).where(ti_t.c.id == ti.id)).one()
+                if r.action != "start":  # a restart or stop changed the row (stop request, signal)
+                    tis[(r.run_pk, r.task_id)] = conn.execute(select(ti_t).where(ti_t.c.id == ti.id)).one()
     if locked:
         examined = examine_runs(conn, list(locked.values()), now=now, dags=dags, who=who)
         result.tis_changed += examined.tis_changed
