@@ -1,6 +1,6 @@
-"""Operations on runs that people ask for: trigger a manual run, clear task instances to run again,
-stop running tries (`tasks stop`, `runs stop`), and cancel runs that have not started (a cancelled
-backfill, a deleted DAG)."""
+"""Operations on runs that people ask for: trigger a manual run, create a test run (`dags test`),
+clear task instances to run again, stop running tries (`tasks stop`, `runs stop`), and cancel runs
+that have not started (a cancelled backfill, a deleted DAG)."""
 
 from __future__ import annotations
 
@@ -52,6 +52,43 @@ def trigger_run(
         return conn.execute(select(dag_run_t).where(dag_run_t.c.id == run_pk)).one()
 
 
+def create_test_run(
+    db: Database, dag_id: str, *, now: dt.datetime, logical_date: dt.datetime | None = None,
+    conf: dict | None = None, who: str = "dags-test",
+):
+    """Create the run of `dagline dags test`: a `manual` run flagged `is_test`, on the DAG's current
+    version, already `running` (a test runs now: paused or not, whatever `maxActiveRuns` and its
+    logical date say). It is not on the timeline (see `timeline`): it has no `previous`, holds no
+    logical date and is left alone by scheduler replicas. Returns the run row."""
+    if conf is not None and not isinstance(conf, dict):
+        raise InvalidInput("must be a JSON object, e.g. '{\"out\": \"/tmp/x\"}'", field="--conf")
+    cache = DagCache()
+    with db.begin() as conn:
+        require_dag(conn, dag_id)
+        version_id, dag = cache.current(conn, dag_id)
+        when = logical_date or now
+        interval = timetable_for(dag).manual_interval(when)
+        [run_pk] = insert_runs(conn, dag=dag, version_id=version_id, run_type="manual", is_test=True,
+                               runs=[NewRun(when, interval, now, conf=conf)], now=now, who=who)
+        change_runs(conn, [run_pk], expected=RunState.QUEUED, to=RunState.RUNNING, at=now, who=who,
+                    values={"start_date": now}, detail="a test run starts at once")
+        return conn.execute(select(dag_run_t).where(dag_run_t.c.id == run_pk)).one()
+
+
+def end_test_run(db: Database, run_pk: int, *, now: dt.datetime, reason: str, who: str = "dags-test") -> bool:
+    """Fail a test run its `dags test` process leaves unfinished (interrupted, or nothing could move it):
+    its task instances that never started are `skipped`, those queued, running or waiting for a retry
+    `failed`, each with `reason`. Returns whether the run was still running."""
+    with db.begin() as conn:
+        tis = conn.execute(select(ti_t.c.id, ti_t.c.state).where(ti_t.c.dag_run_id == run_pk)).all()
+        for state in sorted({ti.state for ti in tis} - TIState.FINISHED):
+            to = TIState.SKIPPED if state in (TIState.NONE, TIState.SCHEDULED) else TIState.FAILED
+            change_tis(conn, [ti.id for ti in tis if ti.state == state], expected=state, to=to, at=now, who=who,
+                       values={"end_date": now}, detail=reason)
+        return bool(change_runs(conn, [run_pk], expected=RunState.RUNNING, to=RunState.FAILED, at=now, who=who,
+                                values={"end_date": now}, detail=reason))
+
+
 def find_run(conn: Connection, run_ref: str):
     """A run by numeric id or by run id string (`scheduled__2026-...`)."""
     cond = dag_run_t.c.run_id == run_ref
@@ -71,10 +108,11 @@ def find_run(conn: Connection, run_ref: str):
 
 def clear_tasks(
     db: Database, run_ref: str, task_ids: list[str] | None = None, *, downstream: bool = False,
-    failed_only: bool = False, now: dt.datetime, who: str = "cli",
+    failed_only: bool = False, now: dt.datetime, who: str = "cli", dry_run: bool = False,
 ) -> tuple[list[str], list[str]]:
     """Reset task instances so they run again on the run's own DAG version; the run returns to running.
-    Returns (cleared task ids, task ids left alone because they are queued or running)."""
+    Returns (cleared task ids, task ids left alone because they are queued or running). With `dry_run`,
+    what would be cleared, and nothing is written."""
     cache = DagCache()
     with db.begin() as conn:
         run = find_run(conn, run_ref)
@@ -105,11 +143,16 @@ def clear_tasks(
             ti = tis[task_id]
             if ti.state == TIState.NONE:
                 continue
+            if dry_run:
+                cleared.append(task_id)
+                continue
             retries = dag.tasks[task_id].retries if task_id in dag.tasks else ti.max_tries - 1
             if change_tis(conn, [ti.id], expected=ti.state, to=TIState.NONE, at=now, who=who, detail="cleared",
                           values={"max_tries": ti.try_number + retries + 1, "next_retry_at": None,
                                   "start_date": None, "end_date": None}):
                 cleared.append(task_id)
+        if dry_run:
+            return cleared, busy
         if cleared and run.state in RunState.FINISHED:
             change_runs(conn, [run.id], expected=run.state, to=RunState.RUNNING, at=now, who=who,
                         values={"end_date": None}, detail="task instances cleared")

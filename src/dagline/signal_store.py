@@ -44,6 +44,8 @@ def send_signal(
     stored) or SignalConflict (same key and id, another value)."""
     validate_key(key)
     validate_sender_id(sender_id)
+    if not isinstance(source, str) or not source or len(source) > 250:
+        raise InvalidInput("a signal's source is a string of 1 to 250 characters", field="source")
     text = encode_value(value)
     return insert_signal(conn, key=key, value_text=text, sender_id=sender_id, source=source, sent_at=now,
                          source_dag_run_id=source_dag_run_id, source_ti_id=source_ti_id,

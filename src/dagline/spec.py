@@ -599,6 +599,11 @@ class Dag:
     spec_json: dict[str, Any]
     roots: tuple[str, ...]  # tasks without upstream
 
+    @property
+    def has_task_rules(self) -> bool:
+        """Whether any task has signal rules (`on`): only then can a signal wait for one of its TIs."""
+        return any(task.on for task in self.tasks.values())
+
     @classmethod
     def from_document(cls, document: DagDocument) -> Dag:
         """The resolved DAG of a parsed document (checked again across fields, which is cheap)."""

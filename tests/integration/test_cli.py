@@ -83,12 +83,12 @@ def test_trigger_schedule_list_runs_and_tasks(db, applied):
     runs = json.loads(cli(db, "runs", "list", "sales", "--json").output)
     assert list(runs[0]) == ["id", "dag_id", "run_id", "logical_date", "data_interval_start", "data_interval_end",
                              "run_type", "state", "previous_run_id", "dag_version", "backfill_id", "start_date",
-                             "end_date"]
+                             "end_date", "is_test", "duration_s"]
     assert [(r["run_type"], r["state"]) for r in runs] == [("scheduled", "success"), ("scheduled", "success"),
                                                           ("manual", "queued")]
     tasks = json.loads(cli(db, "tasks", "list", runs[0]["run_id"], "--json").output)
     assert list(tasks[0]) == ["task_id", "state", "try_number", "max_tries", "pool", "start_date", "end_date",
-                              "external_id", "message"]
+                              "external_id", "message", "duration_s"]
     assert [t["state"] for t in tasks] == ["success", "success"]
     failed_runs = json.loads(cli(db, "runs", "list", "--state", "failed", "--json").output)
     assert failed_runs == []
@@ -98,7 +98,7 @@ def test_trigger_schedule_list_runs_and_tasks(db, applied):
 
 def test_clear_runs_tasks_again_on_the_same_run(db, applied):
     cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", "2026-03-02T00:00:00Z")
-    out = cli(db, "tasks", "clear", "1", "extract", "--downstream", "--now", "2026-03-02T01:00:00Z").output
+    out = cli(db, "tasks", "clear", "1", "extract", "--downstream", "--yes", "--now", "2026-03-02T01:00:00Z").output
     assert "cleared 2" in out
     tasks = json.loads(cli(db, "tasks", "list", "1", "--json").output)
     assert [(t["state"], t["try_number"], t["max_tries"]) for t in tasks] == [("none", 1, 2), ("none", 1, 2)]

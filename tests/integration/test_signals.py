@@ -305,3 +305,27 @@ def test_the_audit_sees_signals_acted_on_out_of_order_or_twice_and_runs_without_
         conn.execute(signal_action_t.update().where(a.signal_seq == seqs[1]).values(status="pending"))
         [stuck] = audit.stuck_signals(conn)
         assert stuck["task_id"] == "evaluate" and stuck["dag_run_id"] == run.id
+
+
+def test_a_storm_of_signals_loses_none_and_doubles_none(db, tmp_path, replica):
+    """600 signals sent at once: every trigger signal gets exactly one run (all run, maxActiveRuns 1),
+    `latest` keeps only the newest waiting start, every signal is handled and has its one action."""
+    from dagline import audit
+
+    _ml(db, tmp_path, replica, handling="latest")
+    apply(db, write_dag(tmp_path, TRIGGERED, "t.yaml"))
+    with db.begin() as conn:  # one transaction, as an API batch would
+        triggers = [send_signal(conn, "features.ready", {"day": str(i)}, sender_id=f"t{i}", source="storm",
+                                now=replica.clock.now())[0] for i in range(100)]
+        models = [send_signal(conn, "model.published", {"path": f"/m/{i}"}, sender_id=f"m{i}", source="storm",
+                              now=replica.clock.now())[0] for i in range(500)]
+    replica.settle(loops=400)
+    feature_runs = runs(db, "features")
+    assert sorted(r["run_id"] for r in feature_runs) == sorted(f"signal__{s}" for s in triggers)
+    assert {r["state"] for r in feature_runs} == {"success"}
+    statuses = [a["status"] for seq in models for a in actions(db, seq)]
+    assert len(statuses) == 500 and statuses.count("done") >= 1
+    assert statuses[-1] == "done" and set(statuses[:-1]) <= {"done", "superseded"}
+    with db.begin() as conn:
+        assert audit.unhandled_signals(conn) == []
+        assert {k: v for k, v in audit.all_violations(conn).items() if v} == {}

@@ -2,7 +2,7 @@
 
 Invariants are also constraints, so a bug in Python cannot break them silently:
 - a task instance always belongs to a run (`task_instance.dag_run_id` is NOT NULL);
-- at most one run per `(dag_id, logical_date)` that is not `overridden` (a partial unique index);
+- at most one run per `(dag_id, logical_date)` that is not `overridden` nor a test run (a partial unique index);
 - one task instance per `(dag_run_id, task_id)`; one version row per `(dag_id, version)`;
 - one signal per `(key, sender_id)` (a sender's retry is the same signal), at most 64 KiB of value;
 - at most one action per `(signal, rule, run, task)`: the exactly-once guard of signal reactions.
@@ -26,6 +26,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -75,6 +76,10 @@ TI_STATES = (
     "none", "scheduled", "queued", "running", "success", "failed",
     "up_for_retry", "upstream_failed", "skipped", "removed",
 )
+
+
+# Runs on the timeline: not replaced by a backfill, not a test run (`dagline dags test`).
+LIVE_RUN_SQL = "state != 'overridden' AND NOT is_test"
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -185,12 +190,14 @@ class DagRun(Base):
     start_date: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     end_date: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     last_scheduling_decision: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    # a run of `dagline dags test`: not on the timeline, run only by the process that made it
+    is_test: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False, server_default=false())
 
     __table_args__ = (
         UniqueConstraint("dag_id", "run_id"),
         Index(
             "uq_dag_run_live_logical_date", "dag_id", "logical_date", unique=True,
-            sqlite_where=text("state != 'overridden'"), postgresql_where=text("state != 'overridden'"),
+            sqlite_where=text(LIVE_RUN_SQL), postgresql_where=text(LIVE_RUN_SQL),
         ),
         Index(None, "state", "dag_id"),
         Index(None, "backfill_id"),

@@ -16,19 +16,18 @@ same decision taken at once; a DAG version stored after the signal does not reac
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import exists, insert, select
+from sqlalchemy import Text, case, cast, exists, func, insert, literal, null, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 from dagline.db.claims import lock_signal_key
-from dagline.db.models import dag_run_t, signal_listener_t, signal_t
+from dagline.db.models import UTCDateTime, dag_run_t, signal_listener_t, signal_t, ti_t
 from dagline.db.notify import announce
-from dagline.signal_keys import TASK_SIGNAL_STATES, task_state_key
+from dagline.signal_keys import TASK_PREFIX, TASK_SIGNAL_STATES
 
 DAGLINE_SOURCE = "dagline"
 
@@ -78,29 +77,30 @@ def insert_signal(
 
 
 def record_task_state_signals(conn: Connection, rows: Sequence[Any], *, to: str, at: dt.datetime) -> None:
-    """dagline's own signals for task instances that just entered `to` (one executemany): key
-    `dagline.task.<dag_id>.<task_id>.<state>`, value `{run_id, try_number}` (`run_id` is the run's
-    run id string), source `dagline`. Only the states in `TASK_SIGNAL_STATES` are signals. Unlike a
-    sender's signals, their commit order is not serialised per key (no `lock_signal_key`: these are
-    written inside the scheduler's own state changes, and a key lock there could wait in a circle
-    with row locks);
-    each names its run and try, so their order across runs carries no meaning."""
+    """dagline's own signals for task instances that just entered `to`: key
+    `dagline.task.<dag_id>.<task_id>.<state>`, value `{"run_id": ..., "try_number": ...}` (the run's run
+    id string), source `dagline`. One `INSERT ... SELECT` per call, whatever the number of rows: the
+    key, the value and whether any rule listens (else the signal is stored already handled) are all
+    computed by the database. Only the states in `TASK_SIGNAL_STATES` are signals. Unlike a sender's
+    signals, their commit order is not serialised per key (no `lock_signal_key`: these are written
+    inside the scheduler's own state changes, and a key lock there could wait in a circle with row
+    locks); each names its run and try, so their order across runs carries no meaning."""
     if to not in TASK_SIGNAL_STATES or not rows:
         return
-    run_ids = dict(conn.execute(select(dag_run_t.c.id, dag_run_t.c.run_id)
-                                .where(dag_run_t.c.id.in_({r.dag_run_id for r in rows}))).all())
-    values = []
-    for r in rows:
-        run = run_ids.get(r.dag_run_id, r.dag_run_id)
-        values.append(dict(key=task_state_key(r.dag_id, r.task_id, to),
-                           value=json.dumps({"run_id": run, "try_number": r.try_number}, separators=(",", ":")),
-                           sender_id=None, source=DAGLINE_SOURCE, sent_at=at,
-                           source_dag_run_id=r.dag_run_id, source_ti_id=r.id))
-    keys = {v["key"] for v in values}
-    heard = set(conn.execute(select(signal_listener_t.c.key).where(signal_listener_t.c.key.in_(keys))).scalars())
-    for v in values:
-        v["handled_at"] = None if v["key"] in heard else at
-    conn.execute(insert(signal_t), values)
+    ti, run = ti_t.c, dag_run_t.c
+    key = literal(TASK_PREFIX) + ti.dag_id + literal(".") + ti.task_id + literal(f".{to}")
+    if conn.dialect.name == "postgresql":
+        value = cast(func.json_build_object("run_id", run.run_id, "try_number", ti.try_number), Text)
+    else:
+        value = func.json_object("run_id", run.run_id, "try_number", ti.try_number)
+    heard = exists().where(signal_listener_t.c.key == key)
+    columns = ["key", "value", "source", "sent_at", "source_dag_run_id", "source_ti_id", "handled_at"]
+    for start in range(0, len(rows), 500):
+        ids = [r.id for r in rows[start:start + 500]]
+        conn.execute(insert(signal_t).from_select(columns, select(
+            key, value, literal(DAGLINE_SOURCE), literal(at, UTCDateTime()), ti.dag_run_id, ti.id,
+            case((heard, null()), else_=literal(at, UTCDateTime())),
+        ).join_from(ti_t, dag_run_t, run.id == ti.dag_run_id).where(ti.id.in_(ids)).order_by(ti.id)))
 
 
 def listened(conn: Connection, key: str) -> bool:

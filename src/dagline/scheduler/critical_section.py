@@ -44,12 +44,12 @@ _warned_pools: set[str] = set()
 
 def queue_task_instances(
     conn: Connection, *, now: dt.datetime, dags: DagCache, who: str, job_id: int | None,
-    executor_slots: int, limit: int, backfill_id: int | None = None,
+    executor_slots: int, limit: int, backfill_id: int | None = None, test_run_id: int | None = None,
 ) -> list[QueuedTI]:
     if executor_slots <= 0:
         return []
     pools = lock_pools_nowait(conn)  # PoolsBusy: another replica is here; the caller rolls back
-    candidates = lock_schedulable_tis(conn, limit, backfill_id)
+    candidates = lock_schedulable_tis(conn, limit, backfill_id, test_run_id)
     if not candidates:
         return []
     active = TIState.ACTIVE

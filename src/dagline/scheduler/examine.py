@@ -49,9 +49,10 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
         .where(ti_t.c.dag_run_id.in_(run_ids))
     ):
         tis_by_run[ti.dag_run_id][ti.task_id] = ti
-    pending = pending_signals(conn, run_ids)
 
     dag_by_run = {run.id: dags.get(conn, run.dag_version_id) for run in runs}
+    with_rules = [run.id for run in runs if dag_by_run[run.id].has_task_rules]
+    pending = pending_signals(conn, with_rules) if with_rules else Pending.none()
     previous_states = _previous_states(conn, runs, dag_by_run)
 
     changes: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
@@ -110,11 +111,16 @@ class Pending(set):
 
     restarts: set
 
+    @classmethod
+    def none(cls) -> Pending:
+        pending = cls()
+        pending.restarts = set()
+        return pending
+
 
 def pending_signals(conn: Connection, run_ids: Sequence[int]) -> Pending:
     a = signal_action_t.c
-    pending = Pending()
-    pending.restarts = set()
+    pending = Pending.none()
     for row in conn.execute(
         select(a.dag_run_id, a.task_id, a.action).distinct()
         .where(a.dag_run_id.in_(list(run_ids)), a.status == "pending", a.action.in_(("start", "restart")))

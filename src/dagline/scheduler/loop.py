@@ -15,6 +15,11 @@ SIGTERM (`request_stop`) is a graceful stop: the iteration finishes, nothing new
 replica records itself `stopped`, and its running jobs are left running for a peer (or, on SQLite,
 the next scheduler) to adopt. A replica its peers declared dead stops at once (`ReplicaFenced`).
 
+A replica made for one test run (`test_run_id`, `dagline dags test`) works on that run alone, paused
+DAG or not: it takes no SQLite scheduler lock, registers no replica, adopts nothing and judges no
+peer, so it can run beside a scheduler on the same database; scheduler replicas in turn leave test
+runs alone (see `db.claims`). It stops the jobs it started when it stops.
+
 `run(until_idle=True)` returns once a loop did nothing and the executor has nothing in flight: every
 run is finished or waiting for time to pass (a retry delay, a future logical date) or for a limit.
 The clock is injected: with a frozen clock the loop's decisions are fully predictable (replica
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Callable
 
@@ -80,22 +86,24 @@ class LoopStats:
 
 class Scheduler:
     """A replica. `backfill_id` restricts it to one backfill's runs (`dagline backfill run`), in which
-    case it creates no scheduled runs: a scheduler service does that."""
+    case it creates no scheduled runs: a scheduler service does that. `test_run_id` restricts it to one
+    test run (`dagline dags test`, see the module docstring)."""
 
     def __init__(
         self, db: Database, executor: Executor, *, clock: Clock | None = None,
         settings: SchedulerSettings | None = None, backfill_id: int | None = None,
-        api_url: str | None = None,
+        test_run_id: int | None = None, api_url: str | None = None,
     ):
         self.db = db
         self.executor = executor
         self.clock = clock or SystemClock()
         self.settings = s = settings or SchedulerSettings()
         self.backfill_id = backfill_id
+        self.test_run_id = test_run_id
         self.api_url = api_url or DEFAULT_API_URL  # given to every try, with a token of its own
         self.dags = DagCache()
         self.job_id: int | None = None
-        self.who = "scheduler"
+        self.who = "scheduler" if test_run_id is None else f"dags-test:{os.getpid()}"
         self.tx = Transactions(db)
         self.liveness = Liveness(self.tx, executor=executor.name, heartbeat_interval_s=s.heartbeat_interval_s,
                                  timeout_s=s.replica_timeout_s)
@@ -113,6 +121,11 @@ class Scheduler:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self.test_run_id is not None:
+            self.wakeup.start()
+            self.wakeup.ignore(self.who)
+            self.executor.start()
+            return
         self._lock.acquire()
         self.wakeup.start()  # listen before the first look at the database
         self.job_id = self.liveness.register()
@@ -143,6 +156,9 @@ class Scheduler:
     def stop(self) -> None:
         """Leave gracefully: store what the executor reported, leave its jobs running, deregister."""
         try:
+            if self.test_run_id is not None:
+                self.executor.end()  # a test run's jobs end with it (normally none is left)
+                self._apply_reports(LoopStats())
             if self.job_id is not None:
                 try:
                     self._apply_reports(LoopStats())
@@ -213,10 +229,12 @@ class Scheduler:
         stats = LoopStats()
         now = self.clock.now()
         s = self.settings
-        if self.liveness.heartbeat_due():  # first: a replica declared dead learns it before taking work
+        # first: a replica declared dead learns it before taking work (a test run's process is no replica)
+        if self.job_id is not None and self.liveness.heartbeat_due():
             self._step = "heartbeating"
             self.liveness.beat()
-        if self.backfill_id is None:
+        testing = self.test_run_id is not None  # a test run is created running: nothing to create or start
+        if self.backfill_id is None and not testing:
             self._step = "reacting to signals"
             reacted = self.tx.run(lambda conn: react_to_signals(
                 conn, now=now, dags=self.dags, who=self.who, limit=s.signals_per_loop), what=self._step)
@@ -228,13 +246,15 @@ class Scheduler:
             stats.runs_created += self.tx.run(lambda conn: create_scheduled_runs(
                 conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop, per_dag=s.runs_created_per_dag),
                 what=self._step)
-        self._step = "starting runs"
-        stats.runs_started = self.tx.run(lambda conn: start_queued_runs(
-            conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop, backfill_id=self.backfill_id),
-            what=self._step)
+        if not testing:
+            self._step = "starting runs"
+            stats.runs_started = self.tx.run(lambda conn: start_queued_runs(
+                conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop, backfill_id=self.backfill_id),
+                what=self._step)
         self._step = "examining runs"
         result = self.tx.run(lambda conn: examine_runs(
-            conn, lock_running_runs(conn, s.runs_per_loop, self.backfill_id), now=now, dags=self.dags, who=self.who),
+            conn, lock_running_runs(conn, s.runs_per_loop, self.backfill_id, self.test_run_id), now=now,
+            dags=self.dags, who=self.who),
             what=self._step)
         stats.tis_decided += result.tis_changed
         stats.runs_finished += result.runs_finished
@@ -242,7 +262,7 @@ class Scheduler:
             self._queue_and_launch(stats, now)
         self._apply_reports(stats)
         stats.tries_stopped = self._stop_tries()
-        if stats.runs_finished:
+        if stats.runs_finished and not testing:
             self._step = "finishing backfills"
             self.tx.run(lambda conn: housekeeping.finish_backfills(conn, now=now, who=self.who), what=self._step)
         self._housekeeping(stats, now)
@@ -256,7 +276,7 @@ class Scheduler:
             queued = queue_task_instances(
                 conn, now=now, dags=self.dags, who=self.who, job_id=self.job_id,
                 executor_slots=self.executor.free_slots(), limit=self.settings.tis_per_loop,
-                backfill_id=self.backfill_id)
+                backfill_id=self.backfill_id, test_run_id=self.test_run_id)
             launches, broken = build_launches(conn, queued, dags=self.dags, now=now, api_url=self.api_url)
             if broken:
                 affected = fail_unlaunchable(conn, broken, at=now, dags=self.dags, who=self.who)
@@ -277,7 +297,8 @@ class Scheduler:
         if not launches:
             return
         self._step = "launching"
-        self.liveness.check_before_launch()
+        if self.job_id is not None:
+            self.liveness.check_before_launch()
         self.executor.launch(launches)
         self.in_flight.add(launches)
 
@@ -331,6 +352,13 @@ class Scheduler:
 
     def _housekeeping(self, stats: LoopStats, now) -> None:
         if time.monotonic() - self._last_housekeeping < self.settings.housekeeping_interval_s:
+            return
+        if self.test_run_id is not None:
+            self._step = "timing out tasks"
+            for key in self.tx.run(lambda conn: housekeeping.time_out_tasks(
+                    conn, now=now, dags=self.dags, who=self.who, test_run_id=self.test_run_id), what=self._step):
+                self.executor.cancel(key)
+            self._last_housekeeping = time.monotonic()
             return
         self._step = "timing out tasks"
 

@@ -87,7 +87,8 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
     for row in conn.execute(
         select(signal_listener_t, dag_run_t.c.id.label("run_pk"), dag_run_t.c.run_id.label("run_name"))
         .join(dag_run_t, dag_run_t.c.dag_version_id == lst.dag_version_id)
-        .where(lst.key.in_(keys), lst.action != "trigger", dag_run_t.c.state == RunState.RUNNING)
+        .where(lst.key.in_(keys), lst.action != "trigger", dag_run_t.c.state == RunState.RUNNING,
+               dag_run_t.c.is_test.is_(False))  # `dags test` runs are driven by their own process only
         .order_by(dag_run_t.c.id, lst.rule)
     ):
         rules[row.key].append(row)
@@ -120,7 +121,8 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
                 continue  # the task did not exist at the run's logical date (a later startDate)
             if _act(conn, s, r, ti, now=now, who=who):
                 result.actions += 1
-                tis[(r.run_pk, r.task_id)] = conn.execute(select(ti_t).where(ti_t.c.id == ti.id)).one()
+                if r.action != "start":  # a restart or stop changed the row (stop request, signal)
+                    tis[(r.run_pk, r.task_id)] = conn.execute(select(ti_t).where(ti_t.c.id == ti.id)).one()
     if locked:
         examined = examine_runs(conn, list(locked.values()), now=now, dags=dags, who=who)
         result.tis_changed += examined.tis_changed

@@ -44,10 +44,10 @@ def start_queued_runs(
 
 
 def _running_counts(conn: Connection, dag_id: str) -> dict[int | None, int]:
-    """Running runs of a DAG by backfill id (None for scheduled and manual runs)."""
+    """Running runs of a DAG by backfill id (None for scheduled and manual runs); test runs do not count."""
     rows = conn.execute(
         select(dag_run_t.c.backfill_id, func.count())
-        .where(dag_run_t.c.dag_id == dag_id, dag_run_t.c.state == RunState.RUNNING)
+        .where(dag_run_t.c.dag_id == dag_id, dag_run_t.c.state == RunState.RUNNING, ~dag_run_t.c.is_test)
         .group_by(dag_run_t.c.backfill_id)
     )
     return {row[0]: row[1] for row in rows}

@@ -11,14 +11,14 @@ documentation gives for loosening a constraint (writable_schema, then a new sche
 constraint only gets wider, so every stored row still satisfies it.
 
 Revision ID: 0005_signals
-Revises: 0002
+Revises: 0003
 Create Date: 2026-11-24
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = '0005_signals'
-down_revision = '0002'
+down_revision = '0003'
 branch_labels = None
 depends_on = None
 
@@ -32,9 +32,11 @@ def _set_run_type_check(old: str, new: str) -> None:
     if bind.dialect.name == 'sqlite':
         version = bind.exec_driver_sql('PRAGMA schema_version').scalar()
         bind.exec_driver_sql('PRAGMA writable_schema=ON')
-        bind.exec_driver_sql(
-            "UPDATE sqlite_master SET sql = replace(sql, ?, ?) WHERE type = 'table' AND name = 'dag_run'",
-            (old, new))
+        changed = bind.exec_driver_sql(
+            "UPDATE sqlite_master SET sql = replace(sql, ?, ?) WHERE type = 'table' AND name = 'dag_run' "
+            "AND instr(sql, ?) > 0", (old, new, old)).rowcount
+        if changed != 1:
+            raise RuntimeError(f"dag_run's stored definition has no {old!r} to widen")
         bind.exec_driver_sql(f'PRAGMA schema_version={version + 1}')
         bind.exec_driver_sql('PRAGMA writable_schema=OFF')
     else:
