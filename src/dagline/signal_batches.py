@@ -3,7 +3,9 @@
 The same rules as `signal_store.send_signal` (and `signal_log.insert_signal`, the one-at-a-time
 path): keys and ids checked, values encoded and bounded, the same key and id again is the same
 signal (its seq, `created` False), another value under them is a `SignalConflict`, a signal no rule
-listens to is stored already handled, and the transaction announces itself (NOTIFY). What differs
+listens to is stored already handled, and a transaction that stored a signal some rule listens to
+announces itself (NOTIFY; one that stored only unheard signals wakes nobody: each wake-up costs every
+replica a loop). What differs
 is the cost: the keys' locks are taken once each, in sorted order (`claims.lock_signal_key`: two
 batches never wait on each other in a circle, and within a key `seq` order is commit order), the
 listeners and the ids already stored are read with one query each, and the new rows are inserted
@@ -78,7 +80,8 @@ def send_signals(
                             new_rows).scalars().all()
         for i, seq in zip(new_index, seqs, strict=True):
             answers[i] = (seq, True)
-        announce(conn, "signal")
+        if any(row["handled_at"] is None for row in new_rows):
+            announce(conn, "signal")  # wake the replicas only for something to act on
     for i, answer in enumerate(answers):
         if answer[0] == "same-as":
             answers[i] = (answers[answer[1]][0], False)
