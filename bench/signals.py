@@ -253,9 +253,10 @@ def run(replicas: int, signals: int, storm_count: int | None, seed: int) -> list
         out.append({"phase": "latency", "db": "postgres", "replicas": replicas, "signals": signals,
                     **latency(db, url, token, signals, seed)})
         print(json.dumps(out[-1]), flush=True)
-        if storm_count:
+        if storm_count is not None:
             out.append({"phase": "ingest", "db": "postgres", "replicas": replicas, **ingest(url, token)})
             print(json.dumps(out[-1]), flush=True)
+        if storm_count:
             out.append({"phase": "storm", "db": "postgres", "replicas": replicas,
                         **storm(db, url, token, storm_count, procs + [api])})
             print(json.dumps(out[-1]), flush=True)
@@ -269,12 +270,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicas", default="1,3", help="replica counts, separated by commas")
     parser.add_argument("--signals", type=int, default=40, help="signals sent one at a time for the latency")
-    parser.add_argument("--storm", type=int, default=20_000, help="storm size (0: no ingest and storm phases)")
+    parser.add_argument("--storm", type=int, default=20_000, help="storm size (0: no storm)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     counts = [int(c) for c in args.replicas.split(",")]
     for i, count in enumerate(counts):
-        run(count, args.signals, args.storm if i == len(counts) - 1 else 0, args.seed)
+        run(count, args.signals, args.storm if i == len(counts) - 1 else None, args.seed)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ def main() -> int:
     with open(args.model) as f:
         model = json.load(f)
     spark = SparkSession.builder.appName(f"evaluate v{args.version}").getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
     try:
         data = (spark.range(2000).select((F.col("id") % 10).cast("double").alias("x"))
                 .withColumn("y", 3 * F.col("x") + 1 + (F.rand(seed=7) - 0.5)))

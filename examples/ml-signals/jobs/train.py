@@ -28,6 +28,7 @@ def main() -> int:
     from dagline.streaming import run_until_stopped
 
     spark = SparkSession.builder.appName("train").getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
     os.makedirs(f"{args.root}/models", exist_ok=True)
     totals = {"n": 0.0, "x": 0.0, "y": 0.0, "xx": 0.0, "xy": 0.0}
     published = []
