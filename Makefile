@@ -22,8 +22,9 @@ demo: $(STAMP)
 demo-signals: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash examples/ml-signals/demo.sh
 
-test: $(STAMP)   # the import contracts (pyproject.toml [tool.importlinter]), then the suite
+test: $(STAMP)   # the import contracts (pyproject.toml [tool.importlinter]), the pinned helm, then the suite
 	$(VENV)/bin/lint-imports
+	$(PY) tests/tools/fetch_helm.py
 	$(PY) -m pytest
 
 bench: $(STAMP)

@@ -61,11 +61,14 @@ def test_upgrading_a_sqlite_database_with_runs_keeps_them_and_allows_signal_runs
 
     from dagline.db.engine import Database, migrations_config
 
+    from alembic.script import ScriptDirectory
+
     db = Database(f"sqlite:///{tmp_path}/old.db")
     cfg = migrations_config(db)
+    before = ScriptDirectory.from_config(cfg).get_revision("0005_signals").down_revision
     with db.engine.begin() as conn:
         cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0002")
+        command.upgrade(cfg, before)
     with db.begin() as conn:
         now, vid = _seed(conn)
         run = conn.execute(insert(dag_run_t).values(**_run(now, vid, "a")).returning(dag_run_t.c.id)).scalar_one()

@@ -95,13 +95,9 @@ def _replica(db, logs, n):
     env = dict(os.environ, DAGLINE_SCHEDULER_POLL_INTERVAL_S="0.2", DAGLINE_SCHEDULER_HEARTBEAT_INTERVAL_S="0.5",
                DAGLINE_SCHEDULER_REPLICA_TIMEOUT_S="2", DAGLINE_SCHEDULER_HOUSEKEEPING_INTERVAL_S="0.5",
                DAGLINE_NOOP_DURATION="0.02-0.1", DAGLINE_NOOP_SEED=str(n))
-    log = open(logs / f"replica-{n}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", pg_db_url(db), "scheduler", "--executor",
-                             "noop", "--parallelism", "16"], env=env, stdout=log, stderr=subprocess.STDOUT)
-
-
-def pg_db_url(db) -> str:
-    return db.url
+    with open(logs / f"replica-{n}.log", "w") as log:  # the child keeps its own descriptor
+        return subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", db.url, "scheduler", "--executor",
+                                 "noop", "--parallelism", "16"], env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def _wait(predicate, what, timeout=120.0):
