@@ -100,9 +100,10 @@ def _post(body, *, url: str | None, token: str | None, timeout: float):
             with urllib.request.urlopen(request, timeout=max(0.5, min(10.0, left))) as answer:
                 return json.loads(answer.read().decode("utf-8"))
         except urllib.error.HTTPError as exc:
-            if exc.code not in RETRY_STATUSES:
-                raise _rejected(exc) from None
-            problem = f"HTTP {exc.code}"
+            with exc:  # the error is the response: close it
+                if exc.code not in RETRY_STATUSES:
+                    raise _rejected(exc) from None
+                problem = f"HTTP {exc.code}"
         except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
             problem = str(getattr(exc, "reason", exc))
         if time.monotonic() + pause > deadline:

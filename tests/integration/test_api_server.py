@@ -126,6 +126,7 @@ def test_the_client_retries_with_the_same_id_and_the_signal_is_stored_once(db, s
                                     token=secret, timeout=20)
     finally:
         front.shutdown()
+        front.server_close()
     assert len(front.bodies) == 2 and front.bodies[0] == front.bodies[1]  # the same id both times
     assert answer["created"] is True and count(db) == 1
 
