@@ -240,6 +240,7 @@ def test_dags_test_runs_beside_a_running_scheduler(db, dag_file):
     finally:
         scheduler.terminate()
         scheduler.wait(60)
+        scheduler.stderr.close()  # warnings are errors: an unclosed pipe would fail a later test
     assert scheduler.returncode == 0
     assert sorted((r["run_type"], r["is_test"]) for r in runs(db)) == [
         ("manual", True), ("scheduled", False), ("scheduled", False)]
