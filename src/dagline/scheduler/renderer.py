@@ -101,6 +101,7 @@ class Renderer:
             try:
                 self._proc.stdin.close()  # the child ends at EOF
                 self._proc.wait(1)
+                self._proc.stdout.close()  # else a ResourceWarning (an error in the tests) when it is collected
             except (OSError, subprocess.TimeoutExpired):
                 self._kill()
             self._proc = None
