@@ -58,10 +58,9 @@ def test_upgrading_a_sqlite_database_with_runs_keeps_them_and_allows_signal_runs
     """0005 widens dag_run's run-type check in place on SQLite (no table rebuild under the task
     instances that refer to it)."""
     from alembic import command
+    from alembic.script import ScriptDirectory
 
     from dagline.db.engine import Database, migrations_config
-
-    from alembic.script import ScriptDirectory
 
     db = Database(f"sqlite:///{tmp_path}/old.db")
     cfg = migrations_config(db)

@@ -38,7 +38,8 @@ from dagline.db.transitions import fail_running_tries, record_events
 from dagline.executors.base import Executor, TaskKey, TaskLaunch
 from dagline.scheduler.critical_section import QueuedTI
 from dagline.scheduler.executor_events import fail_unlaunchable
-from dagline.scheduler.launches import DEFAULT_API_URL, build_launches
+from dagline.scheduler.launches import DEFAULT_API_URL, gather_launches, render_launches
+from dagline.scheduler.renderer import Renderer
 from dagline.scheduler.resilience import Transactions
 from dagline.scheduler.tries import InFlight
 from dagline.states import TIState
@@ -96,9 +97,10 @@ class Adopter:
     """Claims orphans and settles them for one replica (its id, executor, host, clock)."""
 
     def __init__(self, tx: Transactions, executor: Executor, *, dags: DagCache, job_id: int, who: str,
-                 batch: int, sqlite: bool, api_url: str = DEFAULT_API_URL):
+                 batch: int, sqlite: bool, renderer: Renderer, api_url: str = DEFAULT_API_URL):
         self.tx = tx
         self.api_url = api_url
+        self.renderer = renderer
         self.executor = executor
         self.dags = dags
         self.job_id = job_id
@@ -114,9 +116,10 @@ class Adopter:
         """Claim and settle orphaned tries, batch by batch, until none is left that this replica can take."""
         result = Settled()
         while True:
-            rows, launches = self.tx.run(lambda conn: self._claim(conn, now), what="claim orphaned task instances")
+            rows, pending = self.tx.run(lambda conn: self._claim(conn, now), what="claim orphaned task instances")
             if not rows:
                 break
+            launches = self._render(pending, now)
             result += self._settle(rows, launches, now, why="the scheduler that ran it ended")
             if len(rows) < self.batch:
                 break
@@ -146,7 +149,8 @@ class Adopter:
             return Settled(), cancel
         log.warning("%d task instances of this scheduler were not followed by its executor (a launch or a "
                     "report was interrupted): adopting them", len(unknown))
-        launches = self.tx.run(lambda conn: self._launches(conn, unknown, now), what="reconcile own task instances")
+        pending = self.tx.run(lambda conn: self._pending(conn, unknown, now), what="reconcile own task instances")
+        launches = self._render(pending, now)
         return self._settle(unknown, launches, now, why="this scheduler lost track of it"), cancel
 
     # -- internals ------------------------------------------------------------------------------
@@ -165,13 +169,19 @@ class Adopter:
                       f"{'scheduler ' + str(owner) if owner is not None else 'no recorded scheduler'}: ids "
                       + ", ".join(str(r.id) for r in owned[:50]) + (" ..." if len(owned) > 50 else "")}
             for owner, owned in by_owner.items()])
-        return rows, self._launches(conn, rows, now)
+        return rows, self._pending(conn, rows, now)
 
-    def _launches(self, conn: Connection, rows: Sequence, now: dt.datetime) -> list[TaskLaunch]:
+    def _pending(self, conn: Connection, rows: Sequence, now: dt.datetime):
         tis = [QueuedTI(r.id, r.dag_run_id, r.dag_id, r.task_id, r.try_number, r.dag_version_id) for r in rows]
-        launches, broken = build_launches(conn, tis, dags=self.dags, now=now, api_url=self.api_url)
-        fail_unlaunchable(conn, broken, at=now, dags=self.dags, who=self.who)  # templates that no longer render
-        return launches
+        return gather_launches(conn, tis, dags=self.dags, now=now, api_url=self.api_url)
+
+    def _render(self, pending, now: dt.datetime) -> list[TaskLaunch]:
+        """Render outside any transaction; tries whose templates no longer render fail (in a transaction)."""
+        rendered = render_launches(pending, self.renderer)
+        if rendered.broken:
+            self.tx.run(lambda conn: fail_unlaunchable(conn, rendered.broken, at=now, dags=self.dags, who=self.who),
+                        what="fail tries whose templates do not render")
+        return rendered.launches
 
     def _settle(self, rows: Sequence, launches: list[TaskLaunch], now: dt.datetime, *, why: str) -> Settled:
         by_id = {r.id: r for r in rows}

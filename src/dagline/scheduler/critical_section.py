@@ -11,20 +11,20 @@ after this transaction commits.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import datetime as dt
 import logging
 
-from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from dagline.admission import Candidate, Limits, Load, admit
+from dagline.admission import Candidate, Limits, admit
 from dagline.dagstore import DagCache
 from dagline.db.claims import lock_pools_nowait, lock_schedulable_tis
 from dagline.db.models import ti_t
 from dagline.db.transitions import change_tis
+from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
 from dagline.states import TIState
+from dagline.waiting import admission_load
 
 log = logging.getLogger(__name__)
 
@@ -52,28 +52,33 @@ def queue_task_instances(
     candidates = lock_schedulable_tis(conn, limit, backfill_id, test_run_id)
     if not candidates:
         return []
-    active = TIState.ACTIVE
-    pool_used = collections.Counter({
-        row[0]: row[1] or 0 for row in conn.execute(
-            select(ti_t.c.pool, func.sum(ti_t.c.pool_slots)).where(ti_t.c.state.in_(active)).group_by(ti_t.c.pool))
-    })
     dag_ids = sorted({c.dag_id for c in candidates})
-    dag_active = collections.Counter({
-        row[0]: row[1] for row in conn.execute(
-            select(ti_t.c.dag_id, func.count()).where(ti_t.c.state.in_(active), ti_t.c.dag_id.in_(dag_ids))
-            .group_by(ti_t.c.dag_id))
-    })
-    task_active = collections.Counter({
-        (row[0], row[1]): row[2] for row in conn.execute(
-            select(ti_t.c.dag_id, ti_t.c.task_id, func.count())
-            .where(ti_t.c.state.in_(active), ti_t.c.dag_id.in_(dag_ids)).group_by(ti_t.c.dag_id, ti_t.c.task_id))
-    })
-    max_active_tasks = {dag_id: dag.spec.max_active_tasks for dag_id, dag in dags.current_many(conn, dag_ids).items()}
+    load = admission_load(conn, dag_ids)  # the same reading `dagline tasks list` explains waits with
+    max_active_tasks, broken = {}, set()
+    for dag_id in dag_ids:  # a DAG whose current version cannot be read queues nothing (see `isolation`)
+        try:
+            max_active_tasks[dag_id] = dags.current(conn, dag_id)[1].spec.max_active_tasks
+        except Exception as exc:
+            if not is_dags_fault(exc):
+                raise
+            record_import_error(conn, dag_id, describe(exc, "queueing task instances"), at=now, who=who)
+            broken.add(dag_id)
+    tis_per_dag = {}
+    for c in candidates:
+        if c.dag_id in broken:
+            continue
+        try:
+            tis_per_dag[c.id] = dags.get(conn, c.dag_version_id).tasks[c.task_id].max_active_tis_per_dag
+        except Exception as exc:
+            if not is_dags_fault(exc):
+                raise
+            record_import_error(conn, c.dag_id, describe(exc, "queueing task instances"), at=now, who=who)
+            broken.add(c.dag_id)
 
     decision = admit(
-        [Candidate(c.id, c.dag_id, c.task_id, c.pool, c.pool_slots,
-                   dags.get(conn, c.dag_version_id).tasks[c.task_id].max_active_tis_per_dag) for c in candidates],
-        Load(pool_used=pool_used, dag_active=dag_active, task_active=task_active),
+        [Candidate(c.id, c.dag_id, c.task_id, c.pool, c.pool_slots, tis_per_dag[c.id])
+         for c in candidates if c.dag_id not in broken],
+        load,
         Limits(pool_slots=pools, max_active_tasks=max_active_tasks, executor_slots=executor_slots),
     )
     for pool in sorted(decision.missing_pools - _warned_pools):

@@ -1,16 +1,25 @@
 """Turning queued task instances into executor launches: render the task's templates for its run
-and resolve where its files live. A template that fails to render fails the try, with the reason.
+and resolve where its files live. A template that fails to render (an error, a bound, the time
+budget) fails the try, with a reason naming the task and the template.
+
+In three steps, so that no transaction waits on a template: `gather_launches` reads what rendering
+needs (in the caller's transaction), `render_launches` renders in the replica's renderer process (no
+transaction open), and the caller records the failures in a transaction of its own
+(`executor_events.fail_unlaunchable`).
+
 A try started by a signal renders `{{ signal.key }}`, `{{ signal.value }}`, `{{ signal.seq }}` and
 `{{ signal.source }}` from that signal (`task_instance.signal_seq`); in any other try `signal` is
 null (None).
 
 Each try also gets the environment it needs to send signals (`try_env`): `DAGLINE_API_URL` (where
 the HTTP API is, as the replica was told) and `DAGLINE_SIGNAL_TOKEN`, a token made for this try
-alone, stored hashed in the same transaction that queues it (`api_tokens.issue_try_tokens`). The
-local executor puts them in the job's environment, spark-k8s in a per-try Secret."""
+alone, stored hashed in the transaction that gathers it (`api_tokens.issue_try_tokens`). The
+local executor puts them in the job's environment, spark-k8s in a per-try Secret.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from collections.abc import Sequence
@@ -23,21 +32,52 @@ from dagline.dagstore import DagCache
 from dagline.db.models import dag_run_t, dag_version_t, signal_t, ti_t
 from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
 from dagline.scheduler.critical_section import QueuedTI
+from dagline.scheduler.isolation import describe, is_dags_fault
+from dagline.scheduler.renderer import Renderer, RenderFailed, RenderInterrupted, RenderRequest
 from dagline.spec import Task
-from dagline.templating import build_context, render_spark
+from dagline.templating import build_context, render, spark_templates
 from dagline.times import duration_seconds
+
+
+@dataclasses.dataclass(frozen=True)
+class PendingLaunch:
+    """A queued try with everything needed to render and launch it."""
+
+    queued: QueuedTI
+    run_id: str
+    task: Task
+    request: RenderRequest
+    working_dir: str | None
+    timeout_s: float | None
+    env: tuple[tuple[str, str], ...] = ()  # DAGLINE_API_URL and the try's DAGLINE_SIGNAL_TOKEN
+
+
+@dataclasses.dataclass
+class Rendered:
+    launches: list[TaskLaunch] = dataclasses.field(default_factory=list)
+    broken: list[tuple[QueuedTI, str]] = dataclasses.field(default_factory=list)  # (try, why)
+    left: list[QueuedTI] = dataclasses.field(default_factory=list)  # not rendered: the replica is stopping
+
+
+@dataclasses.dataclass
+class Gathered:
+    pending: list[PendingLaunch]
+    broken: list[tuple[QueuedTI, str]]  # tries that cannot even be rendered (their DAG cannot be read)
 
 
 DEFAULT_API_URL = "http://127.0.0.1:8793"  # `dagline api`'s default address
 
 
-def build_launches(
-    conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCache, now: dt.datetime,
-    api_url: str = DEFAULT_API_URL,
-) -> tuple[list[TaskLaunch], list[tuple[QueuedTI, str]]]:
-    """Launches for these TIs, and the TIs whose templates could not be rendered (with the error)."""
+def try_env(api_url: str, token: str) -> tuple[tuple[str, str], ...]:
+    """What a try needs to send signals with `dagline.client.send_signal`."""
+    return (("DAGLINE_API_URL", api_url), ("DAGLINE_SIGNAL_TOKEN", token))
+
+
+def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCache, now: dt.datetime,
+                    api_url: str = DEFAULT_API_URL) -> Gathered:
+    """What rendering these tries needs: their run, task, context and working folder (database reads only)."""
     if not queued:
-        return [], []
+        return Gathered([], [])
     runs = {
         row.id: row for row in conn.execute(
             select(dag_run_t.c.id, dag_run_t.c.run_id, dag_run_t.c.logical_date, dag_run_t.c.data_interval_start,
@@ -49,31 +89,29 @@ def build_launches(
         .where(dag_version_t.c.id.in_({q.dag_version_id for q in queued}))).all())
     signals = signals_of(conn, [q.ti_id for q in queued])
     tokens = issue_try_tokens(conn, [(q.ti_id, q.try_number) for q in queued], now=now)
-    launches, broken = [], []
+    pending, broken = [], []
     for q in queued:
-        dag = dags.get(conn, q.dag_version_id)
         run = runs[q.dag_run_id]
-        task = dag.tasks[q.task_id]
         try:
-            job = render_job(task, dag, run_id=run.run_id, logical_date=run.logical_date,
-                             data_interval=(run.data_interval_start, run.data_interval_end),
-                             try_number=q.try_number, conf=run.conf or {}, signal=signals.get(q.ti_id))
-        except ValueError as exc:
-            broken.append((q, f"template error: {exc}"))
+            dag = dags.get(conn, q.dag_version_id)
+            task = dag.tasks[q.task_id]
+            conf = run.conf or {}
+            context = build_context(
+                dag_id=dag.dag_id, task_id=task.task_id, run_id=run.run_id, logical_date=run.logical_date,
+                data_interval_start=run.data_interval_start, data_interval_end=run.data_interval_end,
+                try_number=q.try_number, params={**dag.spec.params, **conf}, conf=conf,  # conf overrides params
+                timezone=dag.timezone, signal=signals.get(q.ti_id),
+            )
+        except Exception as exc:  # this try cannot be launched; the others can (see `isolation`)
+            if not is_dags_fault(exc):
+                raise
+            broken.append((q, f"cannot launch: {describe(exc, f'task {q.task_id}')}"))
             continue
         timeout = duration_seconds(task.execution_timeout) if task.execution_timeout is not None else None
-        launches.append(TaskLaunch(
-            ti_id=q.ti_id, key=TaskKey(q.dag_id, run.run_id, q.task_id, q.try_number), job=job,
-            working_dir=source_dirs.get(q.dag_version_id), timeout_s=timeout,
-            streaming=task.streaming, stop_grace_s=task.stop_grace_period.total_seconds(),
-            env=try_env(api_url, tokens[q.ti_id]),
-        ))
-    return launches, broken
-
-
-def try_env(api_url: str, token: str) -> tuple[tuple[str, str], ...]:
-    """What a try needs to send signals with `dagline.client.send_signal`."""
-    return (("DAGLINE_API_URL", api_url), ("DAGLINE_SIGNAL_TOKEN", token))
+        pending.append(PendingLaunch(q, run.run_id, task, RenderRequest(task.task_id, spark_templates(task.spark),
+                                                                        context),
+                                     source_dirs.get(q.dag_version_id), timeout, try_env(api_url, tokens[q.ti_id])))
+    return Gathered(pending, broken)
 
 
 def signals_of(conn: Connection, ti_ids) -> dict[int, dict]:
@@ -89,22 +127,38 @@ def signals_of(conn: Connection, ti_ids) -> dict[int, dict]:
     return {ti_id: found[seq] for ti_id, seq in by_ti.items() if seq in found}
 
 
-def render_job(task: Task, dag, *, run_id: str, logical_date: dt.datetime,
-               data_interval: tuple[dt.datetime, dt.datetime], try_number: int, conf: dict,
-               signal: dict | None = None) -> SparkJob:
-    context = build_context(
-        dag_id=dag.dag_id, task_id=task.task_id, run_id=run_id, logical_date=logical_date,
-        data_interval_start=data_interval[0], data_interval_end=data_interval[1], try_number=try_number,
-        params={**dag.spec.params, **conf}, conf=conf, timezone=dag.timezone,  # a run's conf overrides params
-        signal=signal,
-    )
-    arguments, conf_values = render_spark(task.spark, context)
+def render_launches(gathered: Gathered, renderer: Renderer) -> Rendered:
+    """Render every try's templates (outside any transaction); stops early if the replica is stopping."""
+    result = Rendered(broken=list(gathered.broken))
+    pending = gathered.pending
+    for index, p in enumerate(pending):
+        try:
+            values = renderer.render(p.request)
+        except RenderFailed as exc:
+            result.broken.append((p.queued, f"template error: {exc}"))
+            continue
+        except RenderInterrupted:
+            result.left = [q.queued for q in pending[index:]]
+            break
+        q = p.queued
+        result.launches.append(TaskLaunch(
+            ti_id=q.ti_id, key=TaskKey(q.dag_id, p.run_id, q.task_id, q.try_number), job=spark_job(p.task, values),
+            working_dir=p.working_dir, timeout_s=p.timeout_s, streaming=p.task.streaming,
+            stop_grace_s=p.task.stop_grace_period.total_seconds(), env=p.env,
+        ))
+    return result
+
+
+def spark_job(task: Task, rendered: dict[str, str]) -> SparkJob:
+    """The task's Spark job with its templates replaced by their rendered text (keyed as `spark_templates`)."""
     spark = task.spark
+    arguments = tuple(rendered[f"spark.arguments[{i}]"] for i in range(len(spark.arguments)))
+    conf = {key: rendered[f"spark.conf[{key!r}]"] for key in spark.conf}
     driver, executor = spark.driver, spark.executor
     return SparkJob(
         main_application_file=spark.main_application_file,
-        arguments=tuple(arguments),
-        conf=tuple(sorted(conf_values.items())),
+        arguments=arguments,
+        conf=tuple(sorted(conf.items())),
         image=spark.image,
         driver_cores=getattr(driver, "cores", None),
         driver_memory=getattr(driver, "memory", None),
@@ -112,3 +166,15 @@ def render_job(task: Task, dag, *, run_id: str, logical_date: dt.datetime,
         executor_cores=getattr(executor, "cores", None),
         executor_memory=getattr(executor, "memory", None),
     )
+
+
+def render_job(task: Task, dag, *, run_id: str, logical_date, data_interval, try_number: int, conf: dict,
+               signal: dict | None = None) -> SparkJob:
+    """One try's Spark job rendered in this process (`dagline tasks render` and `tasks test`, which a
+    person runs on purpose: no renderer process); a template that fails raises ValueError."""
+    context = build_context(
+        dag_id=dag.dag_id, task_id=task.task_id, run_id=run_id, logical_date=logical_date,
+        data_interval_start=data_interval[0], data_interval_end=data_interval[1], try_number=try_number,
+        params={**dag.spec.params, **conf}, conf=conf, timezone=dag.timezone, signal=signal,
+    )
+    return spark_job(task, {name: render(text, context) for name, text in spark_templates(task.spark)})

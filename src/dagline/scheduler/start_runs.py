@@ -8,10 +8,12 @@ import datetime as dt
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
+from dagline.admission import max_active_runs_reason
 from dagline.dagstore import DagCache
 from dagline.db.claims import lock_dags_with_startable_runs
 from dagline.db.models import backfill_t, dag_run_t
 from dagline.db.transitions import change_runs
+from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
 from dagline.states import RunState
 
 
@@ -20,13 +22,18 @@ def start_queued_runs(
 ) -> int:
     started = 0
     dag_ids = lock_dags_with_startable_runs(conn, now, limit, backfill_id)
-    current = dags.current_many(conn, dag_ids) if dag_ids else {}
     for dag_id in dag_ids:
-        dag = current[dag_id]
-        running = _running_counts(conn, dag_id)
-        room = dag.spec.max_active_runs - sum(running.values())
-        if room <= 0:
+        try:
+            _, dag = dags.current(conn, dag_id)
+        except Exception as exc:  # its runs wait; the other DAGs' start (see `isolation`)
+            if not is_dags_fault(exc):
+                raise
+            record_import_error(conn, dag_id, describe(exc, "starting runs"), at=now, who=who)
             continue
+        running = _running_counts(conn, dag_id)
+        if max_active_runs_reason(sum(running.values()), dag.spec.max_active_runs) is not None:
+            continue  # `dagline tasks list` gives the same reason
+        room = dag.spec.max_active_runs - sum(running.values())
         chosen: list[int] = []
         if backfill_id is None:
             chosen += _queued(conn, dag_id, now, room, backfill=None)

@@ -11,14 +11,14 @@ documentation gives for loosening a constraint (writable_schema, then a new sche
 constraint only gets wider, so every stored row still satisfies it.
 
 Revision ID: 0005_signals
-Revises: 0003
+Revises: 0004
 Create Date: 2026-11-24
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = '0005_signals'
-down_revision = '0003'
+down_revision = '0004'
 branch_labels = None
 depends_on = None
 
