@@ -63,6 +63,7 @@ kind: DAG
 metadata: {name: listen}
 spec:
   schedule: null
+  paused: false
   tasks:
     - id: keep
       mode: streaming

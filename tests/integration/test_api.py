@@ -25,6 +25,7 @@ kind: DAG
 metadata: {name: ml}
 spec:
   schedule: null
+  paused: false
   tasks:
     - id: evaluate
       on: [{signal: model.published, action: start}]

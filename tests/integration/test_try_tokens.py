@@ -24,6 +24,7 @@ kind: DAG
 metadata: {name: train}
 spec:
   schedule: null
+  paused: false
   tasks:
     - id: fit
       spark: {mainApplicationFile: fit.py}

@@ -701,6 +701,7 @@ STREAMING_DAG = """
     metadata: {name: serving}
     spec:
       schedule: null
+      paused: false
       tasks:
         - id: serve
           mode: streaming
