@@ -43,6 +43,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import to_jsonable_python
 
+from dagline.callbacks import RUN_EVENTS, CallbackSpec
+from dagline.deadlines import DeadlineSpec
 from dagline.deps import TriggerRule
 from dagline.errors import InvalidInput
 from dagline.templating import check_template, referenced_params
@@ -161,6 +163,8 @@ class TaskDefaults(_Model):
     priority_weight: int = 1
     max_active_tis_per_dag: int | None = Field(None, ge=1)
     execution_timeout: IsoDuration | None = Field(None, description="ISO-8601 duration")
+    callbacks: list[CallbackSpec] = Field(
+        default_factory=list, description="callbacks of every task that sets none of its own")
 
 
 class TaskSpec(_Model):
@@ -179,6 +183,8 @@ class TaskSpec(_Model):
     priority_weight: int | None = None
     max_active_tis_per_dag: int | None = Field(None, ge=1)
     execution_timeout: IsoDuration | None = None
+    deadline: DeadlineSpec | None = Field(None, description="the task must be done within `within` of the run's `of`")
+    callbacks: list[CallbackSpec] | None = Field(None, description="on success, failure, retry, deadline_miss")
     spark: SparkSpec
 
 
@@ -197,6 +203,8 @@ class DagSpec(_Model):
     max_active_tasks: int = Field(16, ge=1)
     params: dict[str, Any] = {}
     defaults: TaskDefaults = Field(default_factory=TaskDefaults)
+    deadline: DeadlineSpec | None = Field(None, description="each run must be done within `within` of its `of`")
+    callbacks: list[CallbackSpec] = Field(default_factory=list, description="on a run's success, failure, deadline_miss")
     tasks: list[TaskSpec] = Field(min_length=1)
 
     @field_validator("schedule")
@@ -445,6 +453,13 @@ def _cross_field_problems(spec: DagSpec) -> list[tuple[str, str]]:
                 f"cycle in the task graph: {' -> '.join([*cycle, cycle[0]])}",
             ))
 
+    for index, callback in enumerate(spec.callbacks):
+        for event in callback.events:
+            if event not in RUN_EVENTS:
+                problems.append((f"spec.callbacks[{index}].events",
+                                 f"a run has no {event.value!r} event (runs are not retried; put it on a task or "
+                                 "in spec.defaults.callbacks)"))
+
     for index, task in enumerate(spec.tasks):
         templates = [(("arguments", i), text) for i, text in enumerate(task.spark.arguments)]
         templates += [(("conf", key), text) for key, text in task.spark.conf.items()]
@@ -469,9 +484,26 @@ def check_dag_spec(spec: DagSpec, source: str | None = None) -> None:
 # --- normalized form and version --------------------------------------------------------------
 
 
+# Fields added after specs were first stored: left out of the normalized form while unset, so a DAG
+# that does not use them keeps the version (hash) it always had.
+_OMITTED_WHEN_UNSET = {"deadline": None, "callbacks": None}
+
+
+def _omit_unset(mapping: dict[str, Any]) -> None:
+    for key, unset in _OMITTED_WHEN_UNSET.items():
+        if key in mapping and mapping[key] in (unset, []):
+            del mapping[key]
+
+
 def normalized_spec(spec: DagSpec) -> dict[str, Any]:
-    """The spec as JSON with every field present and defaults filled: what the database stores."""
-    return spec.model_dump(mode="json", by_alias=True)
+    """The spec as JSON with every field present and defaults filled (but for `deadline` and
+    `callbacks`, which appear only when set): what the database stores."""
+    data = spec.model_dump(mode="json", by_alias=True)
+    _omit_unset(data)
+    _omit_unset(data["defaults"])
+    for task in data["tasks"]:
+        _omit_unset(task)
+    return data
 
 
 def _version_of(spec_json: Mapping[str, Any]) -> str:
@@ -505,6 +537,8 @@ class Task:
     start_date: dt.datetime | None  # None: from the DAG's start
     execution_timeout: pendulum.Duration | None
     spark: SparkSpec
+    deadline: DeadlineSpec | None = None
+    callbacks: tuple[CallbackSpec, ...] = ()
 
 
 def _resolve_task(task: TaskSpec, defaults: TaskDefaults, timezone: str) -> Task:
@@ -528,6 +562,8 @@ def _resolve_task(task: TaskSpec, defaults: TaskDefaults, timezone: str) -> Task
         start_date=parse_instant(task.start_date, timezone) if task.start_date else None,
         execution_timeout=parse_duration(timeout) if timeout else None,
         spark=task.spark,
+        deadline=task.deadline,
+        callbacks=tuple(setting("callbacks")),
     )
 
 

@@ -23,6 +23,7 @@ from sqlalchemy.engine import Connection
 
 from dagline.db.models import dag_run_t, dag_t, ti_t
 from dagline.db.transitions import change_runs, record_events
+from dagline.deadlines import deadline_at
 from dagline.spec import Dag
 from dagline.states import RunState, TIState
 from dagline.times import isoformat
@@ -90,6 +91,8 @@ def insert_runs(
             "run_after": r.run_after, "run_type": run_type, "state": RunState.QUEUED,
             "dag_version_id": version_id, "backfill_id": backfill_id, "conf": r.conf,
             "created_at": now, "queued_at": now,
+            "deadline_at": deadline_at(dag.spec.deadline, logical_date=r.logical_date,
+                                       data_interval_end=r.data_interval.end, queued_at=now),
         }
         for r, run_id in zip(runs, run_ids, strict=True)
     ]
@@ -104,6 +107,8 @@ def insert_runs(
                 "dag_run_id": run_pk, "dag_id": dag.dag_id, "task_id": task.task_id, "state": TIState.NONE,
                 "try_number": 0, "max_tries": task.retries + 1, "pool": task.pool,
                 "pool_slots": task.pool_slots, "priority_weight": task.priority_weight,
+                "deadline_at": deadline_at(task.deadline, logical_date=r.logical_date,
+                                           data_interval_end=r.data_interval.end, queued_at=now),
             })
     if ti_rows:
         conn.execute(insert(ti_t), ti_rows)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from zoneinfo import ZoneInfo
 
 import click
 from sqlalchemy import select
@@ -41,8 +42,27 @@ def runs_list(obj: Context, dag_id, state, as_json):
         if dag_id is not None:
             require_dag(conn, dag_id, active=False)
         rows = list_runs(conn, dag_id, state)
+        zones = _timezones(conn, {r["dag_id"] for r in rows})
+    if not as_json:
+        rows = [{**r, "deadline": _deadline_text(r, zones.get(r["dag_id"], "UTC"))} for r in rows]
     show_rows(rows, ["id", "dag_id", "run_id", "run_type", "state", "previous_run_id", "dag_version",
-                    "backfill_id"], as_json)
+                    "backfill_id", "deadline"], as_json)
+
+
+def _timezones(conn, dag_ids) -> dict[str, str]:
+    from dagline.db.models import dag_t
+
+    return dict(conn.execute(select(dag_t.c.dag_id, dag_t.c.timezone).where(dag_t.c.dag_id.in_(dag_ids))).all())
+
+
+def _deadline_text(row: dict, timezone: str) -> str | None:
+    """The deadline in the DAG's time zone, and whether it was missed (for the human listings)."""
+    from dagline.times import parse_instant
+
+    if row["deadline"] is None:
+        return None
+    due = parse_instant(row["deadline"]).astimezone(ZoneInfo(timezone)).isoformat(" ", "minutes")
+    return f"MISSED {due}" if row["deadline_missed_at"] else due
 
 
 @runs.command("grid")
@@ -83,9 +103,13 @@ def tasks_list(obj: Context, run_ref, as_json):
     from dagline.runs import find_run
 
     with obj.db().begin() as conn:
-        rows = list_tasks(conn, find_run(conn, run_ref).id)
+        run = find_run(conn, run_ref)
+        rows = list_tasks(conn, run.id)
+        zone = _timezones(conn, {run.dag_id}).get(run.dag_id, "UTC")
+    if not as_json:
+        rows = [{**r, "deadline": _deadline_text(r, zone)} for r in rows]
     show_rows(rows, ["task_id", "state", "try_number", "max_tries", "pool", "start_date", "end_date",
-                    "message"], as_json)
+                    "deadline", "message"], as_json)
 
 
 @tasks.command("clear")

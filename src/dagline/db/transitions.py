@@ -3,6 +3,7 @@
 `UPDATE ... WHERE id IN (...) AND state = <expected> RETURNING ...` changes only the rows still in the
 expected state, so two replicas acting on the same row cannot both win, and replaying a report is a
 no-op. The rows actually changed are what gets an event; callers learn which ids they won.
+The callbacks a change fires are written to the outbox in the same transaction (`outbox`).
 A transaction that records events also announces them (`notify.announce`: one NOTIFY per
 transaction on PostgreSQL, delivered at commit), so idle replicas wake at once.
 """
@@ -18,6 +19,7 @@ from sqlalchemy.engine import Connection
 
 from dagline.db.models import dag_run_t, event_t, ti_t
 from dagline.db.notify import announce
+from dagline.db.outbox import enqueue_state_changes
 from dagline.deps import next_state_after_failure
 from dagline.states import RunState, TIState
 
@@ -61,6 +63,7 @@ def change_tis(
          "to_state": to, "detail": detail}
         for r in changed
     ])
+    enqueue_state_changes(conn, "task", changed, to=to, at=at, detail=detail)
     return changed
 
 
@@ -84,6 +87,7 @@ def change_runs(
          "from_state": expected, "to_state": to, "detail": detail}
         for r in changed
     ])
+    enqueue_state_changes(conn, "run", changed, to=to, at=at, detail=detail)
     return changed
 
 

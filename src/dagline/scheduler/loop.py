@@ -1,8 +1,10 @@
 """One scheduler replica: the loop that runs the phases in order, each in its own short transaction.
 
     heartbeat when due -> create runs -> start queued runs -> examine running runs -> critical section
-    -> launch -> executor reports (+ mini-scheduler) -> housekeeping on intervals (timeouts; declare
-    silent peers dead; adopt orphaned tries; reconcile this replica's own tries)
+    -> launch -> executor reports (+ mini-scheduler) -> callbacks (settle and start deliveries from
+    the outbox, never waiting on the network: `deliveries`) -> missed deadlines (every
+    `deadline_check_interval_s`: `deadlines`) -> housekeeping on intervals (timeouts; declare silent
+    peers dead; adopt orphaned tries; reconcile this replica's own tries)
 
 A replica also adopts orphaned tries once at start, before it launches anything.
 
@@ -25,8 +27,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from dagline import metrics
 from dagline.clock import Clock, SystemClock
 from dagline.dagstore import DagCache
 from dagline.db.claims import PoolsBusy, lock_running_runs, lock_runs_by_id
@@ -37,7 +40,10 @@ from dagline.executors.base import Executor, TaskLaunch
 from dagline.scheduler import housekeeping
 from dagline.scheduler.adoption import Adopter, Settled, declare_others_dead, declare_stale_replicas_dead
 from dagline.scheduler.create_runs import create_scheduled_runs
+from dagline.scheduler.channels import Callback, SecretReader, log_channel, webhook_channel
 from dagline.scheduler.critical_section import queue_task_instances
+from dagline.scheduler.deadlines import record_missed_deadlines
+from dagline.scheduler.deliveries import CallbackSettings, Deliveries
 from dagline.scheduler.examine import examine_runs
 from dagline.scheduler.executor_events import apply_reports, fail_unlaunchable
 from dagline.scheduler.guard import SchedulerLock
@@ -61,6 +67,8 @@ class LoopStats:
     tis_queued: int = 0
     reports: int = 0
     tis_adopted: int = 0
+    callbacks: int = 0  # outbox rows claimed or settled
+    deadlines_missed: int = 0
 
     @property
     def work(self) -> int:
@@ -79,6 +87,9 @@ class Scheduler:
     def __init__(
         self, db: Database, executor: Executor, *, clock: Clock | None = None,
         settings: SchedulerSettings | None = None, backfill_id: int | None = None,
+        callback_settings: CallbackSettings | None = None,
+        callback_channels: Mapping[str, Callable[[Callback], None]] | None = None,
+        secret_reader: SecretReader | None = None,
     ):
         self.db = db
         self.executor = executor
@@ -95,6 +106,12 @@ class Scheduler:
         self.backoff = Backoff(max_s=s.backoff_max_s)
         self.in_flight = InFlight()
         self.adopter: Adopter | None = None
+        self.callback_settings = callback_settings or CallbackSettings()
+        secrets = secret_reader or SecretReader()
+        self.callback_channels = {"webhook": webhook_channel(secrets, timeout_s=self.callback_settings.timeout_s),
+                                  "log": log_channel, **(callback_channels or {})}
+        self.deliveries: Deliveries | None = None
+        self._last_deadline_check = float("-inf")
         self.failed_loops = 0  # iterations ended by a transient database error
         self._lock = SchedulerLock(db)
         self._pending_reports: list = []  # read from the executor, not yet stored
@@ -112,6 +129,8 @@ class Scheduler:
         self.wakeup.ignore(self.who)
         self.adopter = Adopter(self.tx, self.executor, dags=self.dags, job_id=self.job_id, who=self.who,
                                batch=self.settings.tis_per_loop, sqlite=self.db.is_sqlite)
+        self.deliveries = Deliveries(self.tx, self.callback_channels, job_id=self.job_id, clock=self.clock,
+                                     settings=self.callback_settings, on_done=self.wakeup.interrupt)
         self.executor.start()
         if self.db.is_sqlite:  # the file lock proves every earlier scheduler is gone
             self.tx.run(lambda conn: declare_others_dead(conn, job_id=self.job_id, who=self.who),
@@ -149,6 +168,8 @@ class Scheduler:
                     log.warning("scheduler %s stopped without deregistering (%s); peers will declare it dead",
                                 self.job_id, first_line(exc))
         finally:
+            if self.deliveries is not None:
+                self.deliveries.close()
             self.wakeup.close()
             self._lock.release()
 
@@ -176,7 +197,8 @@ class Scheduler:
                 if should_stop is not None and should_stop():
                     break
                 if stats.work == 0 and not self._stop_requested:
-                    if until_idle and not self.executor.has_work() and not self._pending_reports:
+                    if (until_idle and not self.executor.has_work() and not self._pending_reports
+                            and not self._callbacks_pending()):
                         break
                     self.wakeup.wait(self.settings.poll_interval_s)
         finally:
@@ -226,6 +248,9 @@ class Scheduler:
         if not self._stop_requested:  # a stopping replica takes no new work
             self._queue_and_launch(stats, now)
         self._apply_reports(stats)
+        self._step = "delivering callbacks"
+        stats.callbacks = self.deliveries.pump(now)
+        self._check_deadlines(stats, now)
         if stats.runs_finished:
             self._step = "finishing backfills"
             self.tx.run(lambda conn: housekeeping.finish_backfills(conn, now=now, who=self.who), what=self._step)
@@ -294,6 +319,24 @@ class Scheduler:
             result = examine_runs(conn, lock_runs_by_id(conn, sorted(run_ids)), now=now, dags=self.dags, who=self.who)
             stats.tis_decided += result.tis_changed
             stats.runs_finished += result.runs_finished
+
+    # -- callbacks and deadlines -------------------------------------------------------------------
+
+    def _callbacks_pending(self) -> bool:
+        """For `until_idle`: deliveries in flight, or due rows a forced claim starts now."""
+        return self.deliveries.busy() or self.deliveries.pump(self.clock.now(), force=True) > 0
+
+    def _check_deadlines(self, stats: LoopStats, now) -> None:
+        if time.monotonic() - self._last_deadline_check < self.callback_settings.deadline_check_interval_s:
+            return
+        self._step = "recording missed deadlines"
+        misses = self.tx.run(lambda conn: record_missed_deadlines(conn, now=now, who=self.who), what=self._step)
+        self._last_deadline_check = time.monotonic()
+        if misses.runs or misses.tasks:
+            metrics.DEADLINE_MISSES.labels(kind="run").inc(misses.runs)
+            metrics.DEADLINE_MISSES.labels(kind="task").inc(misses.tasks)
+            log.warning("deadlines missed: %d run(s), %d task instance(s)", misses.runs, misses.tasks)
+        stats.deadlines_missed += misses.runs + misses.tasks
 
     # -- housekeeping ------------------------------------------------------------------------------
 
