@@ -44,13 +44,14 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_folder, n
     itself stopped and leaves its running jobs running, for another replica (or the next start) to
     adopt. A second Ctrl-C stops it at once."""
     logging.getLogger("dagline.scheduler").setLevel(logging.INFO)  # say what it does, even without -v
+    from dagline.scheduler.deliveries import CallbackSettings
     from dagline.scheduler.loop import Scheduler
     from dagline.scheduler.settings import SchedulerSettings
 
     clock = make_clock(now)
     settings = SchedulerSettings.from_env()
     sched = Scheduler(obj.db(), make_cli_executor(executor, parallelism, log_folder, clock), clock=clock,
-                      settings=settings)
+                      settings=settings, callback_settings=CallbackSettings.from_env())
 
     def graceful(signum, _frame):
         if signum == signal.SIGINT and sched.stop_requested:
