@@ -18,6 +18,7 @@ from sqlalchemy import case, insert, literal, select, tuple_, update
 from sqlalchemy.engine import Connection
 
 from dagline.db.models import dag_run_t, event_t, ti_t
+from dagline.db import decisions
 from dagline.db.notify import announce
 from dagline.db.outbox import enqueue_state_changes
 from dagline.deps import next_state_after_failure
@@ -29,6 +30,7 @@ def record_events(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     if rows:
         conn.execute(insert(event_t), [dict(row) for row in rows])
         announce(conn, rows[0]["who"])
+        decisions.note(conn, rows)
 
 
 def change_tis(

@@ -47,13 +47,15 @@ class Callback:
 
 class SecretReader:
     """Reads `valueFrom` references: `{env: NAME}` from this process's environment, `{secretKeyRef:
-    {name, key}}` with `read_secret` (the operator's Kubernetes Secrets; None elsewhere)."""
+    {name, key}}` with `read_secret(dag_id, name, key)` (the operator's Kubernetes Secrets, in the DAG
+    object's namespace; None elsewhere)."""
 
-    def __init__(self, read_secret: Callable[[str, str], str] | None = None, environ: Mapping[str, str] | None = None):
+    def __init__(self, read_secret: Callable[[str, str, str], str] | None = None,
+                 environ: Mapping[str, str] | None = None):
         self.read_secret = read_secret
         self.environ = os.environ if environ is None else environ
 
-    def __call__(self, ref: Mapping[str, Any], what: str) -> str:
+    def __call__(self, ref: Mapping[str, Any], what: str, dag_id: str) -> str:
         if "env" in ref:
             value = self.environ.get(ref["env"])
             if value is None:
@@ -64,7 +66,9 @@ class SecretReader:
             raise DeliveryFailed(f"{what}: secretKeyRef {secret['name']}/{secret['key']} can only be read by the "
                                  "Kubernetes operator; use {env: NAME} outside Kubernetes")
         try:
-            return self.read_secret(secret["name"], secret["key"])
+            return self.read_secret(dag_id, secret["name"], secret["key"])
+        except DeliveryFailed as exc:
+            raise DeliveryFailed(f"{what}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - reported as a failed attempt, retried
             raise DeliveryFailed(f"{what}: secret {secret['name']}/{secret['key']}: {exc}") from exc
 
@@ -72,14 +76,15 @@ class SecretReader:
 def webhook_channel(secrets: SecretReader, *, timeout_s: float) -> Callable[[Callback], None]:
     def deliver(callback: Callback) -> None:
         target = callback.target
-        url = target.get("url") or secrets(target["urlFrom"], "webhook urlFrom")
+        dag_id = callback.payload["dag_id"]
+        url = target.get("url") or secrets(target["urlFrom"], "webhook urlFrom", dag_id)
         headers = {
             "Content-Type": "application/json", "User-Agent": "dagline",
             "X-Dagline-Delivery": callback.delivery_id, "X-Dagline-Event": callback.event,
             "X-Dagline-Attempt": str(callback.attempt),
         }
         for header in target.get("headers", []):
-            headers[header["name"]] = secrets(header["valueFrom"], f"webhook header {header['name']}")
+            headers[header["name"]] = secrets(header["valueFrom"], f"webhook header {header['name']}", dag_id)
         body = json.dumps(callback.payload, sort_keys=True).encode()
         request = urllib.request.Request(url, data=body, headers=headers, method="POST")
         try:
