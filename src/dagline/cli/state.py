@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from zoneinfo import ZoneInfo
 
@@ -139,7 +138,7 @@ def tasks_clear(obj: Context, run_ref, task_ids, downstream, failed_only, now):
 def tasks_logs(obj: Context, run_ref, task_id, try_number, log_folder):
     """Print a task's log."""
     from dagline.executors.base import TaskKey
-    from dagline.executors.try_files import log_path
+    from dagline.executors.try_files import log_files, log_path
     from dagline.runs import find_run
 
     with obj.db().begin() as conn:
@@ -153,12 +152,14 @@ def tasks_logs(obj: Context, run_ref, task_id, try_number, log_folder):
     if number > ti.try_number:
         raise InvalidInput(f"task {task_id!r} has had {ti.try_number} tries", field="--try")
     path = log_path(resolve_log_folder(log_folder), TaskKey(run.dag_id, run.run_id, task_id, number))
-    if not os.path.exists(path):
+    files = log_files(path)  # rotated copies first (oldest first), then the current file
+    if not files:
         raise OperationFailed(f"no log at {path} (logs live where the scheduler that ran the task wrote them; "
                               "see --log-folder)")
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 16):
-            sys.stdout.buffer.write(chunk)
+    for name in files:
+        with open(name, "rb") as fh:
+            while chunk := fh.read(1 << 16):
+                sys.stdout.buffer.write(chunk)
     sys.stdout.flush()
 
 
