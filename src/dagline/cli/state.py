@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from zoneinfo import ZoneInfo
 
@@ -136,7 +137,9 @@ def tasks_clear(obj: Context, run_ref, task_ids, downstream, failed_only, now):
 @log_folder_option
 @click.pass_obj
 def tasks_logs(obj: Context, run_ref, task_id, try_number, log_folder):
-    """Print a task's log."""
+    """Print a task's log: the local executor's files (rotated ones first), or for spark-k8s tries the
+    driver pod's log through the Kubernetes API."""
+    from dagline.db.models import scheduler_job_t
     from dagline.executors.base import TaskKey
     from dagline.executors.try_files import log_files, log_path
     from dagline.runs import find_run
@@ -144,6 +147,8 @@ def tasks_logs(obj: Context, run_ref, task_id, try_number, log_folder):
     with obj.db().begin() as conn:
         run = find_run(conn, run_ref)
         ti = conn.execute(select(ti_t).where(ti_t.c.dag_run_id == run.id, ti_t.c.task_id == task_id)).first()
+        executor = None if ti is None or ti.queued_by_job_id is None else conn.execute(
+            select(scheduler_job_t.c.executor).where(scheduler_job_t.c.id == ti.queued_by_job_id)).scalar()
     if ti is None:
         raise InvalidInput(f"run {run.run_id!r} has no task {task_id!r}", field="TASK_ID")
     number = try_number or ti.try_number
@@ -151,7 +156,16 @@ def tasks_logs(obj: Context, run_ref, task_id, try_number, log_folder):
         raise OperationFailed(f"task {task_id!r} of run {run.run_id!r} has not run yet (state {ti.state})")
     if number > ti.try_number:
         raise InvalidInput(f"task {task_id!r} has had {ti.try_number} tries", field="--try")
-    path = log_path(resolve_log_folder(log_folder), TaskKey(run.dag_id, run.run_id, task_id, number))
+    key = TaskKey(run.dag_id, run.run_id, task_id, number)
+    if executor == "spark-k8s":
+        from dagline.k8s.pod_logs import driver_log
+
+        namespace = (ti.external_id or "").partition("/")[0] or os.environ.get("DAGLINE_SPARK_NAMESPACE") or "default"
+        for chunk in driver_log(key, namespace):
+            sys.stdout.buffer.write(chunk)
+        sys.stdout.flush()
+        return
+    path = log_path(resolve_log_folder(log_folder), key)
     files = log_files(path)  # rotated copies first (oldest first), then the current file
     if not files:
         raise OperationFailed(f"no log at {path} (logs live where the scheduler that ran the task wrote them; "
