@@ -57,6 +57,8 @@ PHASES = (
     "critical_section",   # 4. lock pools NOWAIT, queue TIs within every limit, render launches
     "launch",             #    hand the queued TIs to the executor (after the commit)
     "executor_sync",      # 5. store the executor's reports and run the mini-scheduler
+    "callbacks",          #    settle finished callback deliveries, claim due ones (the sending is in threads)
+    "deadlines",          #    record missed deadlines (every deadline_check_interval_s)
     "finish_backfills",   #    complete backfills whose runs all ended
     "housekeeping",       # 6. timeouts, silent peers, adoption, reconciling own tries
 )

@@ -36,10 +36,12 @@ from dagline.times import isoformat
 @click.option("--until-idle", is_flag=True, help="Return once nothing is runnable or running.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: one JSON object per line, and a line per decision (run created, task queued, ...).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics on this port at /metrics (0: any free port; default: none).")
 @log_folder_option
 @now_option
 @click.pass_obj
-def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, log_folder, now):
+def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, metrics_port, log_folder, now):
     """Run one scheduler replica.
 
     SIGTERM or Ctrl-C stops it gracefully: it finishes the step it is in, queues nothing more, records
@@ -55,8 +57,21 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, l
     logformat.configure(log_format)
     clock = make_clock(now)
     settings = SchedulerSettings.from_env()
-    sched = Scheduler(obj.db(), make_cli_executor(executor, parallelism, log_folder, clock), clock=clock,
+    database = obj.db()
+    sched = Scheduler(database, make_cli_executor(executor, parallelism, log_folder, clock), clock=clock,
                       settings=settings, callback_settings=CallbackSettings.from_env())
+    server = None
+    if metrics_port is not None:
+        from dagline import metrics
+        from dagline.queries import database_collector
+
+        metrics.watch_database(database_collector(database))
+        try:
+            server = metrics.serve(metrics_port)
+        except OSError as exc:
+            raise OperationFailed(f"--metrics-port {metrics_port}: cannot serve metrics there: "
+                                  f"{exc.strerror or exc}") from exc
+        click.echo(f"metrics on http://0.0.0.0:{server.server_port}/metrics", err=True)
 
     def graceful(signum, _frame):
         if signum == signal.SIGINT and sched.stop_requested:
@@ -71,6 +86,8 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, l
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if server is not None:
+            server.shutdown()
 
 
 @main.group()

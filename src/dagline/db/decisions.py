@@ -4,7 +4,7 @@
 (a run created, started or finished; a task instance queued, ended, retried, timed out or found a
 zombie; task instances adopted; a replica declared dead; a deadline missed) are kept on the connection
 and logged by the `dagline.decisions` logger when the transaction commits, and dropped if it rolls
-back, so the log never tells of a decision the database does not hold. The logger is off (WARNING)
+back (`observe.at_commit`), so the log never tells of a decision the database does not hold. The logger is off (WARNING)
 unless `--log-format json` turned it on (`dagline.logformat`): then nothing is even collected.
 """
 
@@ -14,13 +14,12 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import event
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
+from dagline.db.observe import at_commit
 from dagline.times import isoformat
 
 log = logging.getLogger("dagline.decisions")
-_KEY = "dagline_decisions"
 log.setLevel(logging.WARNING)  # on with --log-format json
 
 
@@ -56,15 +55,13 @@ def kind_of(row: Mapping[str, Any]) -> str | None:
 def note(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     if not log.isEnabledFor(logging.INFO):
         return
-    kept = [(kind, row) for row in rows if (kind := kind_of(row)) is not None]
+    kept = [(kind, dict(row)) for row in rows if (kind := kind_of(row)) is not None]
     if kept:
-        conn.info.setdefault(_KEY, []).extend(kept)
+        at_commit(conn, lambda: _log(kept))
 
 
-@event.listens_for(Engine, "commit")
-def _committed(conn) -> None:
-    pending = conn.info.pop(_KEY, None)
-    for kind, row in pending or ():
+def _log(kept) -> None:
+    for kind, row in kept:
         fields = {"decision": kind, "dag_id": row.get("dag_id"), "dag_run_id": row.get("dag_run_id"),
                   "task_id": row.get("task_id"), "try_number": row.get("try_number"),
                   "from_state": row.get("from_state"), "to_state": row.get("to_state"), "who": row.get("who"),
@@ -76,7 +73,3 @@ def _committed(conn) -> None:
         log.info("%s: %s%s", what, subject, f" ({row['detail']})" if row.get("detail") else "",
                  extra={"decision": kind, "fields": fields})
 
-
-@event.listens_for(Engine, "rollback")
-def _rolled_back(conn) -> None:
-    conn.info.pop(_KEY, None)

@@ -7,8 +7,9 @@ body. A state change that rolls back takes its outbox rows with it; one that com
 them. Delivery is someone else's job (`dagline.scheduler.deliveries`), outside any transaction.
 
 What a DAG version asks for never changes (versions are immutable), nor do a run's logical date and
-DAG version, so both are cached per process: a state change of a DAG without callbacks costs one
-small query the first time this process sees its run, and nothing after that.
+DAG version, so both are cached per process and database (ids are only unique within one database):
+a state change of a DAG without callbacks costs one small query the first time this process sees its
+run, and nothing after that.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ class RunFacts:
     dag_version_id: int
 
 
-_versions: dict[int, VersionCallbacks] = {}
-_runs: dict[int, RunFacts] = {}
+_versions: dict[tuple[str, int], VersionCallbacks] = {}  # (database, dag_version id) ->
+_runs: dict[tuple[str, int], RunFacts] = {}  # (database, dag_run id) ->
 _lock = threading.Lock()
 
 
@@ -69,10 +70,15 @@ def version_callbacks(spec_json: dict[str, Any]) -> VersionCallbacks:
                for task in spec.tasks})
 
 
+def _database(conn: Connection) -> str:
+    return conn.engine.url.render_as_string(hide_password=True)
+
+
 def _facts(conn: Connection, run_ids: Iterable[int]) -> dict[int, RunFacts]:
     wanted = set(run_ids)
+    db = _database(conn)
     with _lock:
-        found = {i: _runs[i] for i in wanted if i in _runs}
+        found = {i: _runs[(db, i)] for i in wanted if (db, i) in _runs}
     missing = wanted - found.keys()
     if missing:
         rows = conn.execute(select(
@@ -83,24 +89,24 @@ def _facts(conn: Connection, run_ids: Iterable[int]) -> dict[int, RunFacts]:
                                 r.data_interval_end, r.dag_version_id) for r in rows}
         versions = {f.dag_version_id for f in fresh.values()}
         with _lock:
-            versions -= _versions.keys()
+            versions = {v for v in versions if (db, v) not in _versions}
         new_versions = {}
         if versions:
             for row in conn.execute(select(dag_version_t.c.id, dag_version_t.c.spec)
                                     .where(dag_version_t.c.id.in_(versions))):
-                new_versions[row.id] = version_callbacks(row.spec)
+                new_versions[(db, row.id)] = version_callbacks(row.spec)
         with _lock:
             if len(_runs) > _CACHE_LIMIT:
                 _runs.clear()
-            _runs.update(fresh)
+            _runs.update({(db, i): f for i, f in fresh.items()})
             _versions.update(new_versions)
         found.update(fresh)
     return found
 
 
-def _callbacks_of(facts: RunFacts) -> VersionCallbacks:
+def _callbacks_of(db: str, facts: RunFacts) -> VersionCallbacks:
     with _lock:
-        return _versions[facts.dag_version_id]
+        return _versions[(db, facts.dag_version_id)]
 
 
 def enqueue_state_changes(conn: Connection, kind: str, rows: Sequence[Any], *, to: str, at: dt.datetime,
@@ -124,12 +130,13 @@ def enqueue_deadline_misses(conn: Connection, kind: str, rows: Sequence[Any], *,
 
 def _enqueue(conn, kind: str, event: CallbackEvent, rows, *, at, state_of, message) -> int:
     facts = _facts(conn, [row.id if kind == "run" else row.dag_run_id for row in rows])
+    db = _database(conn)
     outbox = []
     for row in rows:
         run = facts.get(row.id if kind == "run" else row.dag_run_id)
         if run is None:
             continue
-        wanted = _callbacks_of(run)
+        wanted = _callbacks_of(db, run)
         if not wanted.any:
             continue
         callbacks = wanted.run if kind == "run" else wanted.tasks.get(row.task_id, ())

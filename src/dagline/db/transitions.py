@@ -11,16 +11,19 @@ transaction on PostgreSQL, delivered at commit), so idle replicas wake at once.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import case, insert, literal, select, tuple_, update
 from sqlalchemy.engine import Connection
 
-from dagline.db.models import dag_run_t, event_t, ti_t
+from dagline import metrics
 from dagline.db import decisions
+from dagline.db.models import dag_run_t, event_t, ti_t
 from dagline.db.notify import announce
 from dagline.db.outbox import enqueue_state_changes
+from dagline.db.observe import at_commit
 from dagline.deps import next_state_after_failure
 from dagline.states import RunState, TIState
 
@@ -66,6 +69,8 @@ def change_tis(
         for r in changed
     ])
     enqueue_state_changes(conn, "task", changed, to=to, at=at, detail=detail)
+    if changed:
+        at_commit(conn, functools.partial(metrics.TI_TRANSITIONS.labels(state=to).inc, len(changed)))
     return changed
 
 
@@ -90,6 +95,8 @@ def change_runs(
         for r in changed
     ])
     enqueue_state_changes(conn, "run", changed, to=to, at=at, detail=detail)
+    if changed and to in RunState.FINISHED:
+        at_commit(conn, functools.partial(metrics.RUNS_FINISHED.labels(state=to).inc, len(changed)))
     return changed
 
 

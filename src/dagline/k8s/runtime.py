@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 
 from dagline import logformat
 from dagline.callbacks import Channel
+from dagline import metrics
 from dagline.clock import Clock, SystemClock
 from dagline.db.engine import Database, open_database
 from dagline.errors import InvalidInput
@@ -33,6 +34,7 @@ from dagline.k8s.objects import DaglineObjects
 from dagline.k8s.settings import OperatorSettings, build_executor
 from dagline.scheduler.channels import SecretReader
 from dagline.scheduler.deliveries import CallbackSettings
+from dagline.queries import database_collector
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
 
@@ -153,6 +155,7 @@ class Runtime:
         from dagline.k8s.probes import ProbeServers
 
         logformat.configure(self.settings.log_format)  # after kopf set up its logging, so it holds
+        metrics.watch_database(database_collector(self.db))  # the database gauges on /metrics
         self.servers = ProbeServers(self).start()
         if self.scheduler is not None:
             self._spawn("dagline-scheduler", self._run_scheduler)

@@ -24,15 +24,18 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import logging
 from collections.abc import Sequence
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.engine import Connection
 
+from dagline import metrics
 from dagline.dagstore import DagCache
 from dagline.db.claims import claim_orphaned_tis, claim_stale_replicas
 from dagline.db.models import dag_run_t, scheduler_job_t, ti_t
+from dagline.db.observe import at_commit
 from dagline.db.replicas import HOSTNAME, database_now, mark_all_others_dead
 from dagline.db.transitions import fail_running_tries, record_events
 from dagline.executors.base import Executor, TaskKey, TaskLaunch
@@ -169,6 +172,9 @@ class Adopter:
     def _launches(self, conn: Connection, rows: Sequence, now: dt.datetime) -> list[TaskLaunch]:
         tis = [QueuedTI(r.id, r.dag_run_id, r.dag_id, r.task_id, r.try_number, r.dag_version_id) for r in rows]
         launches, broken = build_launches(conn, tis, dags=self.dags)
+        if broken:
+            failures = metrics.EXECUTOR_LAUNCH_FAILURES.labels(executor=self.executor.name)
+            at_commit(conn, functools.partial(failures.inc, len(broken)))
         fail_unlaunchable(conn, broken, at=now, dags=self.dags, who=self.who)  # templates that no longer render
         return launches
 

@@ -24,7 +24,9 @@ liveness alone uses the database's clock).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -35,6 +37,7 @@ from dagline.dagstore import DagCache
 from dagline.db.claims import PoolsBusy, lock_running_runs, lock_runs_by_id
 from dagline.db.engine import Database
 from dagline.db.faults import first_line, is_transient
+from dagline.db.observe import at_commit
 from dagline.db.replicas import database_now
 from dagline.executors.base import Executor, TaskLaunch
 from dagline.scheduler import housekeeping
@@ -118,6 +121,10 @@ class Scheduler:
         self._stop_requested = False
         self._last_housekeeping = float("-inf")
         self._step = "start"
+        self._launch_failures = metrics.EXECUTOR_LAUNCH_FAILURES.labels(executor=executor.name)
+        self._launched = metrics.EXECUTOR_LAUNCHES.labels(executor=executor.name)
+        self._in_flight_gauge = metrics.EXECUTOR_IN_FLIGHT.labels(executor=executor.name)
+        self._open_slots_gauge = metrics.EXECUTOR_OPEN_SLOTS.labels(executor=executor.name)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -214,6 +221,7 @@ class Scheduler:
             if not is_transient(exc):
                 raise
             self.failed_loops += 1
+            metrics.FAILED_LOOPS.inc()
             delay = self.backoff.next()
             log.warning("database error while %s: %s; carrying on in %.1fs", self._step, first_line(exc), delay)
             self.wakeup.wait(delay, listen=False)
@@ -224,42 +232,60 @@ class Scheduler:
     # -- one loop ----------------------------------------------------------------------------------
 
     def iterate(self) -> LoopStats:
+        began = time.perf_counter()
+        stats = self._iterate()
+        metrics.LOOP_SECONDS.observe(time.perf_counter() - began)
+        metrics.LOOPS.inc()
+        self._in_flight_gauge.set(len(self.in_flight))
+        self._open_slots_gauge.set(self.executor.free_slots())
+        return stats
+
+    @contextlib.contextmanager
+    def _phase(self, phase: str, step: str):
+        """Name the step (for error messages) and time it into the phase histogram."""
+        self._step = step
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            metrics.LOOP_PHASE_SECONDS.labels(phase=phase).observe(time.perf_counter() - began)
+
+    def _iterate(self) -> LoopStats:
         stats = LoopStats()
         now = self.clock.now()
         s = self.settings
         if self.liveness.heartbeat_due():  # first: a replica declared dead learns it before taking work
-            self._step = "heartbeating"
-            self.liveness.beat()
+            with self._phase("heartbeat", "heartbeating"):
+                self.liveness.beat()
         if self.backfill_id is None:
-            self._step = "creating runs"
-            stats.runs_created = self.tx.run(lambda conn: create_scheduled_runs(
-                conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop, per_dag=s.runs_created_per_dag),
+            with self._phase("create_runs", "creating runs"):
+                stats.runs_created = self.tx.run(lambda conn: create_scheduled_runs(
+                    conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
+                    per_dag=s.runs_created_per_dag), what=self._step)
+        with self._phase("start_runs", "starting runs"):
+            stats.runs_started = self.tx.run(lambda conn: start_queued_runs(
+                conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop, backfill_id=self.backfill_id),
                 what=self._step)
-        self._step = "starting runs"
-        stats.runs_started = self.tx.run(lambda conn: start_queued_runs(
-            conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop, backfill_id=self.backfill_id),
-            what=self._step)
-        self._step = "examining runs"
-        result = self.tx.run(lambda conn: examine_runs(
-            conn, lock_running_runs(conn, s.runs_per_loop, self.backfill_id), now=now, dags=self.dags, who=self.who),
-            what=self._step)
+        with self._phase("examine", "examining runs"):
+            result = self.tx.run(lambda conn: examine_runs(
+                conn, lock_running_runs(conn, s.runs_per_loop, self.backfill_id), now=now, dags=self.dags,
+                who=self.who), what=self._step)
         stats.tis_decided += result.tis_changed
         stats.runs_finished += result.runs_finished
         if not self._stop_requested:  # a stopping replica takes no new work
             self._queue_and_launch(stats, now)
-        self._apply_reports(stats)
-        self._step = "delivering callbacks"
-        stats.callbacks = self.deliveries.pump(now)
+        with self._phase("executor_sync", "storing executor reports"):
+            self._apply_reports(stats)
+        with self._phase("callbacks", "delivering callbacks"):
+            stats.callbacks = self.deliveries.pump(now)
         self._check_deadlines(stats, now)
         if stats.runs_finished:
-            self._step = "finishing backfills"
-            self.tx.run(lambda conn: housekeeping.finish_backfills(conn, now=now, who=self.who), what=self._step)
+            with self._phase("finish_backfills", "finishing backfills"):
+                self.tx.run(lambda conn: housekeeping.finish_backfills(conn, now=now, who=self.who), what=self._step)
         self._housekeeping(stats, now)
         return stats
 
     def _queue_and_launch(self, stats: LoopStats, now) -> None:
-        self._step = "queueing task instances"
-
         def queue(conn):
             mini = LoopStats()
             queued = queue_task_instances(
@@ -268,13 +294,16 @@ class Scheduler:
                 backfill_id=self.backfill_id)
             launches, broken = build_launches(conn, queued, dags=self.dags)
             if broken:
+                at_commit(conn, functools.partial(self._launch_failures.inc, len(broken)))
                 affected = fail_unlaunchable(conn, broken, at=now, dags=self.dags, who=self.who)
                 self._mini_schedule(conn, affected, mini, now)
             return queued, launches, mini
 
         try:
-            queued, launches, mini = self.tx.run(queue, what=self._step)
+            with self._phase("critical_section", "queueing task instances"):
+                queued, launches, mini = self.tx.run(queue, what=self._step)
         except PoolsBusy:
+            metrics.CRITICAL_SECTION_BUSY.inc()
             log.debug("another replica is in the critical section; queueing nothing this round")
             return
         stats.tis_queued = len(queued)
@@ -285,10 +314,11 @@ class Scheduler:
     def _launch(self, launches: list[TaskLaunch]) -> None:
         if not launches:
             return
-        self._step = "launching"
-        self.liveness.check_before_launch()
-        self.executor.launch(launches)
-        self.in_flight.add(launches)
+        with self._phase("launch", "launching"):
+            self.liveness.check_before_launch()
+            self.executor.launch(launches)
+            self.in_flight.add(launches)
+        self._launched.inc(len(launches))
 
     def _apply_reports(self, stats: LoopStats) -> None:
         """Store the executor's reports. Reports whose transaction fails are kept and stored next time
@@ -297,7 +327,6 @@ class Scheduler:
         reports = self._pending_reports
         if not reports:
             return
-        self._step = "storing executor reports"
         now = self.clock.now()
 
         def store(conn):
@@ -309,6 +338,8 @@ class Scheduler:
         mini = self.tx.run(store, what=self._step)
         self._pending_reports = []
         self.in_flight.stored(reports)
+        for report in reports:
+            metrics.EXECUTOR_REPORTS.labels(executor=self.executor.name, state=report.state).inc()
         stats.reports += len(reports)
         stats.tis_decided += mini.tis_decided
         stats.runs_finished += mini.runs_finished
@@ -329,8 +360,8 @@ class Scheduler:
     def _check_deadlines(self, stats: LoopStats, now) -> None:
         if time.monotonic() - self._last_deadline_check < self.callback_settings.deadline_check_interval_s:
             return
-        self._step = "recording missed deadlines"
-        misses = self.tx.run(lambda conn: record_missed_deadlines(conn, now=now, who=self.who), what=self._step)
+        with self._phase("deadlines", "recording missed deadlines"):
+            misses = self.tx.run(lambda conn: record_missed_deadlines(conn, now=now, who=self.who), what=self._step)
         self._last_deadline_check = time.monotonic()
         if misses.runs or misses.tasks:
             metrics.DEADLINE_MISSES.labels(kind="run").inc(misses.runs)
@@ -343,7 +374,11 @@ class Scheduler:
     def _housekeeping(self, stats: LoopStats, now) -> None:
         if time.monotonic() - self._last_housekeeping < self.settings.housekeeping_interval_s:
             return
-        self._step = "timing out tasks"
+        with self._phase("housekeeping", "timing out tasks"):
+            self._keep_house(stats, now)
+        self._last_housekeeping = time.monotonic()
+
+    def _keep_house(self, stats: LoopStats, now) -> None:
 
         def time_out_and_finish(conn):
             timed_out = housekeeping.time_out_tasks(conn, now=now, dags=self.dags, who=self.who)
@@ -352,6 +387,7 @@ class Scheduler:
             return timed_out
 
         timed_out = self.tx.run(time_out_and_finish, what=self._step)
+        metrics.TIMEOUTS.inc(len(timed_out))
         for key in timed_out:
             self.executor.cancel(key)  # a no-op unless this replica runs it
         if not self.db.is_sqlite:
@@ -363,12 +399,13 @@ class Scheduler:
         for key in cancel:
             self.executor.cancel(key)
         self._take_over(own, stats)
-        self._last_housekeeping = time.monotonic()
 
     def _take_over(self, settled: Settled, stats: LoopStats) -> None:
         """Track the tries the executor now follows; launch the queued ones that never started."""
         self.in_flight.add(settled.followed)
         stats.tis_adopted += settled.count
+        metrics.ADOPTED.inc(len(settled.followed) + len(settled.to_launch))
+        metrics.ZOMBIES.inc(settled.zombies)
         self._launch(settled.to_launch)
 
     def _declare_silent_peers_dead(self) -> None:
@@ -381,7 +418,8 @@ class Scheduler:
             return declare_stale_replicas_dead(conn, job_id=self.job_id, timeout_s=self.settings.replica_timeout_s,
                                                who=self.who, now=now)
 
-        self.tx.run(declare, what=self._step)
+        dead = self.tx.run(declare, what=self._step)
+        metrics.REPLICAS_DECLARED_DEAD.inc(len(dead))
 
     def _detach_executor(self) -> None:
         """Leave running jobs to whoever adopts them."""
