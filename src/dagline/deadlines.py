@@ -5,6 +5,9 @@ instance must be done by. The instant is fixed when the run is created and store
 (`dag_run.deadline_at`, `task_instance.deadline_at`), so finding missed deadlines is one indexed query
 (`dagline.scheduler.deadlines`), and a later edit of the DAG never moves the deadline of a run in flight.
 
+Backfill runs get no deadline: they reprocess the past, whose deadlines passed before they were
+created. Scheduled and manual runs do (a scheduled run created late, after its deadline, has missed it).
+
 The reference (`of`) is always a time of the run, for a task too:
 - `data_interval_end` (default): the end of the run's data interval;
 - `logical_date`: the start of its data interval (its logical date);

@@ -98,6 +98,9 @@ def insert_runs(
         }
         for r, run_id in zip(runs, run_ids, strict=True)
     ]
+    if run_type == "backfill":  # reprocessing the past: its deadlines passed long ago, nobody waits for them
+        for row in rows:
+            row["deadline_at"] = None
     ids = [row.id for row in conn.execute(
         insert(dag_run_t).returning(dag_run_t.c.id, sort_by_parameter_order=True), rows)]
     ti_rows = []
@@ -109,8 +112,8 @@ def insert_runs(
                 "dag_run_id": run_pk, "dag_id": dag.dag_id, "task_id": task.task_id, "state": TIState.NONE,
                 "try_number": 0, "max_tries": task.retries + 1, "pool": task.pool,
                 "pool_slots": task.pool_slots, "priority_weight": task.priority_weight,
-                "deadline_at": deadline_at(task.deadline, logical_date=r.logical_date,
-                                           data_interval_end=r.data_interval.end, queued_at=now),
+                "deadline_at": None if run_type == "backfill" else deadline_at(
+                    task.deadline, logical_date=r.logical_date, data_interval_end=r.data_interval.end, queued_at=now),
             })
     if ti_rows:
         conn.execute(insert(ti_t), ti_rows)

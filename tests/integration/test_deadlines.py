@@ -17,7 +17,11 @@ from dagline.db.outbox import list_deliveries
 from dagline.pools import set_pool
 from dagline.scheduler.deadlines import record_missed_deadlines
 
-from .harness import apply, events, runs, schedule, t, tis, write_dag
+from dagline.clock import FixedClock
+from dagline.executors.noop import NoopExecutor
+from dagline.scheduler.loop import Scheduler
+
+from .harness import apply, backfill, events, runs, schedule, t, tis, write_dag
 
 DAG = """
 apiVersion: dagline.io/v1alpha1
@@ -153,3 +157,42 @@ def test_two_replicas_noticing_one_miss_at_once_record_it_once(pg_db, tmp_path):
     with pg_db.begin() as conn:
         (load,) = conn.execute(select(ti_t).where(ti_t.c.task_id == "load")).all()
     assert load.deadline_missed_at == now
+
+
+def test_two_replica_loops_running_at_once_past_the_deadline_record_each_miss_once(pg_db, tmp_path):
+    apply(pg_db, write_dag(tmp_path, DAG))
+    set_pool(pg_db, "warehouse", 0, now=t("2026-03-02T00:00:00Z"))
+    schedule(pg_db, "2026-03-02T00:10:00Z")
+    before = sum(metrics.DEADLINE_MISSES.labels(kind=k)._value.get() for k in ("run", "task"))
+    clock = FixedClock(t("2026-03-02T03:00:00Z"))
+    replicas = [Scheduler(pg_db, NoopExecutor(8, clock=clock), clock=clock) for _ in range(2)]
+    for replica in replicas:
+        replica.start()
+    barrier = threading.Barrier(2)
+
+    def loop(replica):
+        barrier.wait()
+        for _ in range(3):
+            replica.iterate()
+
+    threads = [threading.Thread(target=loop, args=(r,)) for r in replicas]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for replica in replicas:
+        replica.stop()
+    assert sorted((m.task_id or "") for m in _misses(pg_db)) == ["", "load"], [tuple(m) for m in _misses(pg_db)]
+    assert sum(metrics.DEADLINE_MISSES.labels(kind=k)._value.get() for k in ("run", "task")) == before + 2
+    assert sorted(d.task_id or "" for d in _deliveries(pg_db) if d.event == "deadline_miss") == ["", "load"]
+
+
+def test_backfill_runs_have_no_deadline(db, tmp_path):
+    apply(db, write_dag(tmp_path, DAG))
+    backfill(db, "sales", "2026-03-01", "2026-03-03", now="2026-03-10T00:00:00Z")
+    schedule(db, "2026-03-10T00:00:00Z")
+    filled = [r for r in runs(db, "sales") if r["run_type"] == "backfill"]
+    assert len(filled) == 3 and all(r["deadline"] is None for r in filled)
+    (scheduled,) = [r for r in runs(db, "sales") if r["run_type"] == "scheduled"]  # the latest interval
+    assert scheduled["deadline"] == "2026-03-10T02:00:00+00:00"
+    assert _misses(db) == []
