@@ -250,3 +250,36 @@ def test_a_replica_killed_mid_delivery_loses_nothing_and_duplicates_keep_their_d
     assert all(len(ids) == 1 for ids in ids_per_event.values()), ids_per_event
     run_bodies = [b for b in bodies if b["kind"] == "run"]
     assert len(run_bodies) == 2 and run_bodies[0] == run_bodies[1] == held[0]  # the same body, twice
+
+
+def test_callbacks_list_redeliver_and_prune(db, tmp_path, receiver):
+    import json
+
+    from click.testing import CliRunner
+
+    from dagline.cli import main
+
+    apply(db, write_dag(tmp_path, DAG))
+    trigger_run(db, "hooks", logical_date=t(NOW), now=t(NOW))
+    receiver.answer = lambda body: 500
+    clock = FixedClock(t(NOW))
+    _scheduler(db, clock, receiver, max_attempts=1).run(until_idle=True)
+    url = db.engine.url.render_as_string(hide_password=False)
+    cli = CliRunner()
+    (failed,) = json.loads(cli.invoke(main, ["--db", url, "callbacks", "list", "--state", "failed", "--json"]).output)
+    assert (failed["event"], failed["task_id"], failed["attempts"]) == ("retry", "flaky", 1)
+    assert "500" in failed["last_error"]
+    assert "webhook" in cli.invoke(main, ["--db", url, "callbacks", "list"]).output
+
+    receiver.answer = lambda body: 200  # the receiver is fixed: send it again, same delivery id
+    done = cli.invoke(main, ["--db", url, "callbacks", "redeliver", failed["delivery_id"], "--now", NOW])
+    assert done.exit_code == 0 and "due again: 1" in done.output
+    _scheduler(db, clock, receiver).run(until_idle=True)
+    (row,) = _deliveries(db)
+    assert row.state == "delivered" and [b["delivery_id"] for b in receiver.bodies()] == [row.delivery_id] * 2
+
+    assert "pruned 0" in cli.invoke(main, ["--db", url, "callbacks", "prune", "--older-than", "P1D", "--now", NOW]).output
+    later = "2026-03-03T00:00:00Z"
+    assert "pruned 1" in cli.invoke(main, ["--db", url, "callbacks", "prune", "--older-than", "P1D", "--now", later]).output
+    bad = cli.invoke(main, ["--db", url, "callbacks", "prune", "--older-than", "a week"])
+    assert bad.exit_code == 2 and "--older-than" in bad.output

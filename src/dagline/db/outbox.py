@@ -187,11 +187,33 @@ def settle_failed(conn: Connection, outbox_id: int, *, attempt: int, error: str,
     return bool(done)
 
 
-def list_deliveries(conn: Connection, *, dag_run_id: int | None = None, state: str | None = None) -> list[Any]:
-    """Outbox rows, oldest first (for the CLI and tests)."""
-    stmt = select(callback_outbox_t).order_by(callback_outbox_t.c.id)
+def list_deliveries(conn: Connection, *, dag_run_id: int | None = None, state: str | None = None,
+                    limit: int | None = None) -> list[Any]:
+    """Outbox rows, oldest first (with `limit`, the newest `limit` of them)."""
+    stmt = select(callback_outbox_t).order_by(callback_outbox_t.c.id.desc() if limit else callback_outbox_t.c.id)
+    if limit:
+        stmt = stmt.limit(limit)
     if dag_run_id is not None:
         stmt = stmt.where(callback_outbox_t.c.dag_run_id == dag_run_id)
     if state is not None:
         stmt = stmt.where(callback_outbox_t.c.state == state)
-    return conn.execute(stmt).all()
+    rows = conn.execute(stmt).all()
+    return rows[::-1] if limit else rows
+
+
+def prune(conn: Connection, *, before: dt.datetime) -> int:
+    """Delete settled rows (delivered or failed) created before `before`; pending ones are kept."""
+    box = callback_outbox_t.c
+    return conn.execute(callback_outbox_t.delete().where(box.state.in_(("delivered", "failed")),
+                                                         box.created_at < before)).rowcount
+
+
+def redeliver(conn: Connection, delivery_ids: Sequence[str], *, now: dt.datetime) -> list[str]:
+    """Make failed (or delivered) callbacks due again at once, with fresh attempts and the same delivery
+    id; returns the ids changed (pending ones are left as they are)."""
+    box = callback_outbox_t.c
+    rows = conn.execute(update(callback_outbox_t)
+                        .where(box.delivery_id.in_(list(delivery_ids)), box.state.in_(("failed", "delivered")))
+                        .values(state="pending", attempts=0, next_attempt_at=now, delivered_at=None)
+                        .returning(box.delivery_id)).scalars().all()
+    return list(rows)
