@@ -101,6 +101,7 @@ def insert_runs(
     if run_type == "backfill":  # reprocessing the past: its deadlines passed long ago, nobody waits for them
         for row in rows:
             row["deadline_at"] = None
+    _without_unset_deadlines(rows)
     ids = [row.id for row in conn.execute(
         insert(dag_run_t).returning(dag_run_t.c.id, sort_by_parameter_order=True), rows)]
     ti_rows = []
@@ -116,6 +117,7 @@ def insert_runs(
                     task.deadline, logical_date=r.logical_date, data_interval_end=r.data_interval.end, queued_at=now),
             })
     if ti_rows:
+        _without_unset_deadlines(ti_rows)
         conn.execute(insert(ti_t), ti_rows)
     record_events(conn, [
         {"at": now, "who": who, "entity": "dag_run", "dag_id": dag.dag_id, "dag_run_id": run_pk,
@@ -133,6 +135,14 @@ def _count_created(run_type: str, count: int, delays: list[float]) -> None:
     metrics.RUNS_CREATED.labels(run_type=run_type).inc(count)
     for delay in delays:
         metrics.RUN_SCHEDULE_DELAY.observe(max(delay, 0.0))
+
+
+def _without_unset_deadlines(rows: list[dict]) -> None:
+    """Leave `deadline_at` out of an insert where no row has one (the column defaults to NULL), so a DAG
+    without deadlines writes exactly the columns it always wrote."""
+    if all(row.get("deadline_at") is None for row in rows):
+        for row in rows:
+            row.pop("deadline_at", None)
 
 
 def relink(conn: Connection, dag_id: str, from_date: dt.datetime) -> int:
