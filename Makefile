@@ -17,8 +17,9 @@ install: $(STAMP)
 demo: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash examples/demo.sh
 
-test: $(STAMP)   # the import contracts (pyproject.toml [tool.importlinter]), then the suite
+test: $(STAMP)   # the import contracts (pyproject.toml [tool.importlinter]), the pinned helm, then the suite
 	$(VENV)/bin/lint-imports
+	$(PY) tests/tools/fetch_helm.py
 	$(PY) -m pytest
 
 bench: $(STAMP)

@@ -31,7 +31,11 @@ print(f"  {report['orders']} orders, revenue {report['revenue']}, best region {r
       f"top product {report['top_products'][0]['product']}")
 PY
 echo
-echo "== look further (same database and logs as the demo):"
+echo "== look further (same database and logs as the demo). \`make demo\` put dagline in .venv/bin;"
+echo "   to have it on your PATH in this shell:"
+echo "  . .venv/bin/activate            # or call .venv/bin/dagline"
 echo "  export DAGLINE_DB_URL=$DAGLINE_DB_URL DAGLINE_LOG_FOLDER=$DAGLINE_LOG_FOLDER"
 echo "  dagline runs list sales-daily"
+echo "  dagline runs show backfill__2026-03-07T01:00:00+00:00"
 echo "  dagline tasks logs backfill__2026-03-07T01:00:00+00:00 daily_report"
+echo "  dagline dags test sales-daily 2026-03-08      # one more day, in the foreground, logs streamed"

@@ -5,7 +5,7 @@ replayed in event id order: ids are drawn when a transaction writes its events, 
 counts it decided on, so a replay never sees less than the deciding replica saw.
 
 Checks that hold at every moment (`all_violations` runs them):
-- `duplicate_runs`: two live (not overridden) runs of one DAG at one logical date;
+- `duplicate_runs`: two live runs (not overridden, not test runs) of one DAG at one logical date;
 - `duplicate_launches`: a task instance queued more than once for the same try;
 - `pool_violations`: replaying the log, a pool holding more slots than it had at that moment (resizes
   are replayed too, so shrinking a pool below what is in use is not a violation; admitting more is);
@@ -58,13 +58,13 @@ from dagline.dagstore import DagCache
 from dagline.db.models import backfill_t, dag_run_t, dag_t, event_t, pool_t, ti_t
 from dagline.deps import depends_on_past_met
 from dagline.states import RunState, TIState
-from dagline.timeline import timetable_for
+from dagline.timeline import on_timeline, timetable_for
 
 
 def duplicate_runs(conn: Connection) -> list[tuple]:
     rows = conn.execute(
         select(dag_run_t.c.dag_id, dag_run_t.c.logical_date, func.count())
-        .where(dag_run_t.c.state != RunState.OVERRIDDEN)
+        .where(on_timeline())
         .group_by(dag_run_t.c.dag_id, dag_run_t.c.logical_date).having(func.count() > 1)
     ).all()
     return [tuple(r) for r in rows]
@@ -208,7 +208,7 @@ def broken_timeline(conn: Connection) -> list[int]:
     by_dag = collections.defaultdict(list)
     for r in conn.execute(
         select(dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.previous_run_id)
-        .where(dag_run_t.c.state != RunState.OVERRIDDEN).order_by(dag_run_t.c.logical_date, dag_run_t.c.id)
+        .where(on_timeline()).order_by(dag_run_t.c.logical_date, dag_run_t.c.id)
     ):
         by_dag[r.dag_id].append(r)
     broken = []
@@ -367,7 +367,7 @@ def missing_runs(conn: Connection, now: dt.datetime, dags: DagCache | None = Non
         if not table.periodic or not dag.spec.catchup or dag.start_date is None:
             continue
         live = set(conn.execute(select(dag_run_t.c.logical_date).where(
-            dag_run_t.c.dag_id == row.dag_id, dag_run_t.c.state != RunState.OVERRIDDEN)).scalars())
+            dag_run_t.c.dag_id == row.dag_id, on_timeline())).scalars())
         for info in table.runs_between(dag.start_date, now):
             if info.run_after <= now and info.logical_date not in live:
                 missing.append({"dag_id": row.dag_id, "logical_date": info.logical_date.isoformat()})

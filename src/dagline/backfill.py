@@ -22,7 +22,7 @@ from dagline.db.models import backfill_t, dag_run_t
 from dagline.db.transitions import fail_queued_runs, record_events
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.states import RunState
-from dagline.timeline import NewRun, insert_runs, refresh_next_dagrun, timetable_for
+from dagline.timeline import NewRun, insert_runs, on_timeline, refresh_next_dagrun, timetable_for
 from dagline.times import parse_instant
 from dagline.timetable import DataInterval, Timetable
 
@@ -156,7 +156,7 @@ def create_backfill(
         existing = {
             r.logical_date: (r.id, r.state) for r in conn.execute(
                 select(dag_run_t.c.id, dag_run_t.c.logical_date, dag_run_t.c.state)
-                .where(dag_run_t.c.dag_id == dag_id, dag_run_t.c.state != RunState.OVERRIDDEN,
+                .where(dag_run_t.c.dag_id == dag_id, on_timeline(),
                        dag_run_t.c.logical_date >= start, dag_run_t.c.logical_date <= end))
         }
         plan = plan_backfill(timetable_for(dag), existing, start=start, end=end, reprocess=reprocess, now=now,

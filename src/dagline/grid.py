@@ -27,14 +27,16 @@ def render_grid(dag_id: str, timezone: str, runs: list[dict], tasks_by_run: dict
     # column headers: the month-day of each run, written vertically two characters per run
     for row in range(5):
         lines.append(" " * (width + 2) + " ".join(label[row] if row < len(label) else " " for label in labels))
-    lines.append(" " * (width + 2) + " ".join({"scheduled": "s", "manual": "m", "backfill": "b"}[r["run_type"]]
+    lines.append(" " * (width + 2) + " ".join("t" if r.get("is_test") else
+                                               {"scheduled": "s", "manual": "m", "backfill": "b"}[r["run_type"]]
                                                for r in runs))
     lines.append(f"{'run state':<{width}}  " + " ".join(_paint(r["state"], color) for r in runs))
     for task in tasks:
         cells = [_paint(tasks_by_run.get(r["id"], {}).get(task), color) for r in runs]
         lines.append(f"{task:<{width}}  " + " ".join(cells))
     lines.append("")
-    lines.append("run type: s scheduled  m manual  b backfill")
+    lines.append("run type: s scheduled  m manual  b backfill" + ("  t test" if any(r.get("is_test") for r in runs)
+                                                                  else ""))
     lines.append("   ".join(f"{_paint(state, color)} {state}" for state in
                             ("success", "failed", "upstream_failed", "up_for_retry", "running", "queued", "skipped")))
     return "\n".join(lines)

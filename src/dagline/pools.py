@@ -10,7 +10,7 @@ from sqlalchemy.engine import Connection
 
 from dagline.db.claims import lock_pool
 from dagline.db.engine import Database
-from dagline.db.models import pool_t, ti_t
+from dagline.db.models import dag_run_t, dag_t, pool_t, ti_t
 from dagline.db.transitions import record_events
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.states import TIState
@@ -44,15 +44,47 @@ def set_pool(db: Database, name: str, slots: int, *, now: dt.datetime, descripti
     return action
 
 
-def remove_pool(db: Database, name: str, *, now: dt.datetime, who: str = "cli") -> bool:
+def pool_users(conn: Connection, name: str) -> tuple[list[str], list[str]]:
+    """Who uses a pool: (`dag.task` of the active DAGs' current versions that name it, `dag.task@run`
+    of task instances queued or running in it)."""
+    from dagline.dagstore import DagCache  # dagstore builds on this module's layer
+
+    cache = DagCache()
+    tasks = []
+    for row in conn.execute(select(dag_t.c.dag_id, dag_t.c.current_version_id)
+                            .where(dag_t.c.is_active.is_(True)).order_by(dag_t.c.dag_id)):
+        if row.current_version_id is not None:
+            dag = cache.get(conn, row.current_version_id)
+            tasks += [f"{row.dag_id}.{t.task_id}" for t in dag.tasks.values() if t.pool == name]
+    active = [f"{r.dag_id}.{r.task_id}@{r.run_id}" for r in conn.execute(
+        select(ti_t.c.dag_id, ti_t.c.task_id, dag_run_t.c.run_id).join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
+        .where(ti_t.c.pool == name, ti_t.c.state.in_(TIState.ACTIVE)).order_by(ti_t.c.id))]
+    return tasks, active
+
+
+def remove_pool(db: Database, name: str, *, now: dt.datetime, who: str = "cli", refuse_in_use: bool = False) -> bool:
     """Remove a pool; returns False if there was none. Task instances already queued or running in it
-    finish; scheduled ones wait until a pool of that name exists again. `default` cannot be removed."""
+    finish; scheduled ones wait until a pool of that name exists again. `default` cannot be removed.
+    With `refuse_in_use` (`dagline pools delete`), a pool that a task of an active DAG names, or that
+    holds queued or running task instances, is refused with their names."""
     if name == DEFAULT_POOL:
         raise OperationFailed("the default pool cannot be removed; set its slots instead")
     with db.begin() as conn:
         row = lock_pool(conn, name)
         if row is None:
             return False
+        if refuse_in_use:
+            tasks, active = pool_users(conn, name)
+            if tasks or active:
+                why = []
+                if tasks:
+                    why.append(f"tasks of active DAGs use it: {', '.join(tasks[:20])}"
+                               + (f" and {len(tasks) - 20} more" if len(tasks) > 20 else ""))
+                if active:
+                    why.append(f"task instances are queued or running in it: {', '.join(active[:20])}"
+                               + (f" and {len(active) - 20} more" if len(active) > 20 else ""))
+                raise OperationFailed(f"pool {name!r} is in use, not deleted: {'; '.join(why)} (give those tasks "
+                                      "another pool and apply their DAGs again, or delete the DAGs, first)")
         conn.execute(delete(pool_t).where(pool_t.c.name == name))
         # The audit replays pool sizes from these events: a removed pool has no slots.
         record_events(conn, [{"at": now, "who": who, "entity": "pool", "detail": f"pool {name}",

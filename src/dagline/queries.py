@@ -10,18 +10,19 @@ from dagline.db.engine import Database
 from dagline.db.models import RUN_STATES, TI_STATES, backfill_t, dag_run_t, dag_t, dag_version_t, event_t, pool_t, ti_t
 from dagline.metrics import DatabaseCollector, DatabaseFigures
 from dagline.states import RunState, TIState
+from dagline.timeline import on_timeline
 from dagline.times import isoformat
 
 
 def list_dags(conn: Connection) -> list[dict]:
     latest = (
         select(dag_run_t.c.dag_id, func.max(dag_run_t.c.logical_date).label("ld"))
-        .where(dag_run_t.c.state != RunState.OVERRIDDEN).group_by(dag_run_t.c.dag_id).subquery()
+        .where(on_timeline()).group_by(dag_run_t.c.dag_id).subquery()
     )
     last_state = dict(conn.execute(
         select(dag_run_t.c.dag_id, dag_run_t.c.state)
         .join(latest, (latest.c.dag_id == dag_run_t.c.dag_id) & (latest.c.ld == dag_run_t.c.logical_date))
-        .where(dag_run_t.c.state != RunState.OVERRIDDEN)).all())
+        .where(on_timeline())).all())
     rows = conn.execute(
         select(dag_t, dag_version_t.c.version)
         .join(dag_version_t, dag_version_t.c.id == dag_t.c.current_version_id, isouter=True)
@@ -40,8 +41,16 @@ def run_dict(r) -> dict:
         "data_interval_start": isoformat(r.data_interval_start), "data_interval_end": isoformat(r.data_interval_end),
         "run_type": r.run_type, "state": r.state, "previous_run_id": r.previous_run_id, "dag_version": r.version,
         "backfill_id": r.backfill_id, "start_date": isoformat(r.start_date), "end_date": isoformat(r.end_date),
+        "is_test": bool(r.is_test), "duration_s": _seconds(r.start_date, r.end_date),
         "deadline": isoformat(r.deadline_at), "deadline_missed_at": isoformat(r.deadline_missed_at),
     }
+
+
+def _seconds(start, end) -> float | None:
+    """Seconds from start to end, once both are known (a run or try that has finished)."""
+    if start is None or end is None:
+        return None
+    return round((end - start).total_seconds(), 3)
 
 
 def list_runs(conn: Connection, dag_id: str | None = None, state: str | None = None,
@@ -58,6 +67,46 @@ def list_runs(conn: Connection, dag_id: str | None = None, state: str | None = N
     return [run_dict(r) for r in conn.execute(stmt)][-limit if limit else None:]
 
 
+def run_detail(conn: Connection, run) -> dict:
+    """One run as `dagline runs show` prints it: its fields, conf and times, its task instances with
+    durations, and its neighbours on the timeline (`previous`: the run it follows; `next`: the live
+    run that follows it). A test run is on no timeline: both are null."""
+    row = conn.execute(select(dag_run_t, dag_version_t.c.version)
+                       .join(dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
+                       .where(dag_run_t.c.id == run.id)).one()
+    data = run_dict(row)
+    data.update(conf=row.conf, created_at=isoformat(row.created_at), queued_at=isoformat(row.queued_at),
+                run_after=isoformat(row.run_after))
+
+    def neighbour(r) -> dict | None:
+        if r is None:
+            return None
+        return {"id": r.id, "run_id": r.run_id, "logical_date": isoformat(r.logical_date), "run_type": r.run_type,
+                "state": r.state}
+
+    brief = select(dag_run_t.c.id, dag_run_t.c.run_id, dag_run_t.c.logical_date, dag_run_t.c.run_type,
+                   dag_run_t.c.state)
+    previous = None if row.previous_run_id is None else conn.execute(
+        brief.where(dag_run_t.c.id == row.previous_run_id)).first()
+    following = None if row.is_test else conn.execute(
+        brief.where(dag_run_t.c.previous_run_id == row.id, on_timeline())
+        .order_by(dag_run_t.c.logical_date, dag_run_t.c.id).limit(1)).first()
+    data["previous"] = neighbour(previous)
+    data["next"] = neighbour(following)
+    data["tasks"] = list_tasks(conn, row.id)
+    return data
+
+
+def task_states(conn: Connection, run_pks: list[int]) -> dict[int, dict[str, str]]:
+    """run id -> task id -> state of its task instance (for grids)."""
+    states: dict[int, dict[str, str]] = {}
+    for start in range(0, len(run_pks), 500):
+        for row in conn.execute(select(ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state)
+                                .where(ti_t.c.dag_run_id.in_(run_pks[start:start + 500]))):
+            states.setdefault(row.dag_run_id, {})[row.task_id] = row.state
+    return states
+
+
 def list_tasks(conn: Connection, run_pk: int) -> list[dict]:
     """Task instances of a run; `message` is why its latest state change happened, when one was given
     (a failure's exit code and last log line, a timeout, a cancelled backfill...)."""
@@ -70,7 +119,7 @@ def list_tasks(conn: Connection, run_pk: int) -> list[dict]:
     return [{
         "task_id": r.task_id, "state": r.state, "try_number": r.try_number, "max_tries": r.max_tries,
         "pool": r.pool, "start_date": isoformat(r.start_date), "end_date": isoformat(r.end_date),
-        "external_id": r.external_id, "message": latest.get(r.id),
+        "external_id": r.external_id, "message": latest.get(r.id), "duration_s": _seconds(r.start_date, r.end_date),
         "deadline": isoformat(r.deadline_at), "deadline_missed_at": isoformat(r.deadline_missed_at),
     } for r in rows]
 
@@ -136,13 +185,13 @@ def latest_runs(conn: Connection, dag_ids) -> dict[str, object]:
         return {}
     latest = (
         select(dag_run_t.c.dag_id, func.max(dag_run_t.c.logical_date).label("ld"))
-        .where(dag_run_t.c.state != RunState.OVERRIDDEN, dag_run_t.c.dag_id.in_(dag_ids))
+        .where(on_timeline(), dag_run_t.c.dag_id.in_(dag_ids))
         .group_by(dag_run_t.c.dag_id).subquery()
     )
     rows = conn.execute(
         select(dag_run_t.c.dag_id, dag_run_t.c.run_id, dag_run_t.c.state)
         .join(latest, (latest.c.dag_id == dag_run_t.c.dag_id) & (latest.c.ld == dag_run_t.c.logical_date))
-        .where(dag_run_t.c.state != RunState.OVERRIDDEN)).all()
+        .where(on_timeline())).all()
     return {row.dag_id: row for row in rows}
 
 
@@ -158,7 +207,7 @@ def backfill_run_counts(conn: Connection, backfill_ids: list[int]) -> dict[int, 
 
 
 def runs_to_show(conn: Connection, limits: dict[str, int]) -> dict[str, list]:
-    """Per DAG, the runs worth an object in `kubectl get dagruns`: every running run and every queued
+    """Per DAG, the runs worth an object in `kubectl get dagruns` (never test runs): every running run and every queued
     scheduled or manual one (queued backfill runs are counted by their Backfill instead), plus the
     `limits[dag_id]` most recently finished ones (success, failed or overridden), newest first."""
     if not limits:
@@ -167,7 +216,7 @@ def runs_to_show(conn: Connection, limits: dict[str, int]) -> dict[str, list]:
     run = dag_run_t.c
     shown: dict[str, list] = {dag_id: [] for dag_id in dag_ids}
     active = conn.execute(select(dag_run_t).where(
-        run.dag_id.in_(dag_ids),
+        run.dag_id.in_(dag_ids), ~run.is_test,
         (run.state == RunState.RUNNING) | ((run.state == RunState.QUEUED) & (run.run_type != "backfill")),
     ).order_by(run.dag_id, run.logical_date, run.id))
     for row in active:
@@ -177,7 +226,8 @@ def runs_to_show(conn: Connection, limits: dict[str, int]) -> dict[str, list]:
         rank = func.row_number().over(partition_by=run.dag_id,
                                       order_by=(run.end_date.desc().nulls_last(), run.id.desc())).label("rank")
         finished = (select(dag_run_t, rank)
-                    .where(run.dag_id.in_(dag_ids), run.state.in_(("success", "failed", "overridden"))).subquery())
+                    .where(run.dag_id.in_(dag_ids), run.state.in_(("success", "failed", "overridden")), ~run.is_test)
+                    .subquery())
         for row in conn.execute(select(finished).where(finished.c.rank <= deepest).order_by(finished.c.rank)):
             if row.rank <= limits[row.dag_id]:
                 shown[row.dag_id].append(row)

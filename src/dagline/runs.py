@@ -1,9 +1,11 @@
-"""Operations on runs that people ask for: trigger a manual run, clear task instances to run again,
-and cancel runs that have not started (a cancelled backfill, a deleted DAG)."""
+"""Operations on runs that people ask for: trigger a manual run, create a test run (`dags test`),
+clear task instances to run again, and cancel runs that have not started (a cancelled backfill, a
+deleted DAG)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import weakref
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.engine import Connection
@@ -18,6 +20,10 @@ from dagline.states import RunState, TIState
 from dagline.timeline import NewRun, insert_runs, live_run_at, timetable_for
 
 
+# DAG versions never change: one cache per database for every trigger this process makes
+_versions: weakref.WeakKeyDictionary[Database, DagCache] = weakref.WeakKeyDictionary()
+
+
 def trigger_run(
     db: Database, dag_id: str, *, now: dt.datetime, logical_date: dt.datetime | None = None,
     conf: dict | None = None, who: str = "cli", run_id: str | None = None,
@@ -29,16 +35,17 @@ def trigger_run(
     after a restart, triggers once; the unique index on (dag_id, run_id) backs this up)."""
     if conf is not None and not isinstance(conf, dict):
         raise InvalidInput("must be a JSON object, e.g. '{\"out\": \"/tmp/x\"}'", field="--conf")
-    cache = DagCache()
     with db.begin() as conn:
-        require_dag(conn, dag_id)
-        lock_dag(conn, dag_id)
+        row = lock_dag(conn, dag_id)
+        if row is None or not row.is_active:
+            require_dag(conn, dag_id)  # the error that says why
         if run_id is not None:
             seen = conn.execute(select(dag_run_t).where(dag_run_t.c.dag_id == dag_id,
                                                         dag_run_t.c.run_id == run_id)).first()
             if seen is not None:
                 return seen
-        version_id, dag = cache.current(conn, dag_id)
+        version_id = row.current_version_id
+        dag = _versions.setdefault(db, DagCache()).get(conn, version_id)
         when = logical_date or now
         existing = live_run_at(conn, dag_id, when)
         if existing is not None:
@@ -49,6 +56,43 @@ def trigger_run(
         [run_pk] = insert_runs(conn, dag=dag, version_id=version_id, run_type="manual",
                                runs=[NewRun(when, interval, when, conf=conf, run_id=run_id)], now=now, who=who)
         return conn.execute(select(dag_run_t).where(dag_run_t.c.id == run_pk)).one()
+
+
+def create_test_run(
+    db: Database, dag_id: str, *, now: dt.datetime, logical_date: dt.datetime | None = None,
+    conf: dict | None = None, who: str = "dags-test",
+):
+    """Create the run of `dagline dags test`: a `manual` run flagged `is_test`, on the DAG's current
+    version, already `running` (a test runs now: paused or not, whatever `maxActiveRuns` and its
+    logical date say). It is not on the timeline (see `timeline`): it has no `previous`, holds no
+    logical date and is left alone by scheduler replicas. Returns the run row."""
+    if conf is not None and not isinstance(conf, dict):
+        raise InvalidInput("must be a JSON object, e.g. '{\"out\": \"/tmp/x\"}'", field="--conf")
+    cache = DagCache()
+    with db.begin() as conn:
+        require_dag(conn, dag_id)
+        version_id, dag = cache.current(conn, dag_id)
+        when = logical_date or now
+        interval = timetable_for(dag).manual_interval(when)
+        [run_pk] = insert_runs(conn, dag=dag, version_id=version_id, run_type="manual", is_test=True,
+                               runs=[NewRun(when, interval, now, conf=conf)], now=now, who=who)
+        change_runs(conn, [run_pk], expected=RunState.QUEUED, to=RunState.RUNNING, at=now, who=who,
+                    values={"start_date": now}, detail="a test run starts at once")
+        return conn.execute(select(dag_run_t).where(dag_run_t.c.id == run_pk)).one()
+
+
+def end_test_run(db: Database, run_pk: int, *, now: dt.datetime, reason: str, who: str = "dags-test") -> bool:
+    """Fail a test run its `dags test` process leaves unfinished (interrupted, or nothing could move it):
+    its task instances that never started are `skipped`, those queued, running or waiting for a retry
+    `failed`, each with `reason`. Returns whether the run was still running."""
+    with db.begin() as conn:
+        tis = conn.execute(select(ti_t.c.id, ti_t.c.state).where(ti_t.c.dag_run_id == run_pk)).all()
+        for state in sorted({ti.state for ti in tis} - TIState.FINISHED):
+            to = TIState.SKIPPED if state in (TIState.NONE, TIState.SCHEDULED) else TIState.FAILED
+            change_tis(conn, [ti.id for ti in tis if ti.state == state], expected=state, to=to, at=now, who=who,
+                       values={"end_date": now}, detail=reason)
+        return bool(change_runs(conn, [run_pk], expected=RunState.RUNNING, to=RunState.FAILED, at=now, who=who,
+                                values={"end_date": now}, detail=reason))
 
 
 def find_run(conn: Connection, run_ref: str):
@@ -70,10 +114,11 @@ def find_run(conn: Connection, run_ref: str):
 
 def clear_tasks(
     db: Database, run_ref: str, task_ids: list[str] | None = None, *, downstream: bool = False,
-    failed_only: bool = False, now: dt.datetime, who: str = "cli",
+    failed_only: bool = False, now: dt.datetime, who: str = "cli", dry_run: bool = False,
 ) -> tuple[list[str], list[str]]:
     """Reset task instances so they run again on the run's own DAG version; the run returns to running.
-    Returns (cleared task ids, task ids left alone because they are queued or running)."""
+    Returns (cleared task ids, task ids left alone because they are queued or running). With `dry_run`,
+    what would be cleared, and nothing is written."""
     cache = DagCache()
     with db.begin() as conn:
         run = find_run(conn, run_ref)
@@ -104,11 +149,16 @@ def clear_tasks(
             ti = tis[task_id]
             if ti.state == TIState.NONE:
                 continue
+            if dry_run:
+                cleared.append(task_id)
+                continue
             retries = dag.tasks[task_id].retries if task_id in dag.tasks else ti.max_tries - 1
             if change_tis(conn, [ti.id], expected=ti.state, to=TIState.NONE, at=now, who=who, detail="cleared",
                           values={"max_tries": ti.try_number + retries + 1, "next_retry_at": None,
                                   "start_date": None, "end_date": None}):
                 cleared.append(task_id)
+        if dry_run:
+            return cleared, busy
         if cleared and run.state in RunState.FINISHED:
             change_runs(conn, [run.id], expected=run.state, to=RunState.RUNNING, at=now, who=who,
                         values={"end_date": None}, detail="task instances cleared")

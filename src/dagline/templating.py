@@ -112,6 +112,11 @@ def build_context(
     }
 
 
+def has_template(text: str) -> bool:
+    """Whether `text` holds any Jinja markup (an expression, a statement or a comment)."""
+    return "{{" in text or "{%" in text or "{#" in text
+
+
 def render(text: str, context: Mapping[str, Any]) -> str:
     """Render one template; any failure (undefined name, sandbox violation, ...) is a ValueError."""
     try:

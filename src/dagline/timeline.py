@@ -10,6 +10,10 @@ scheduled or backfill run (fast-forwarding beyond backfills; gaps they left are 
 with `catchup: false`, at the latest complete interval when the DAG is behind. Manual runs sit on the
 timeline but do not move the schedule (as in Airflow 2): a run triggered by hand mid-interval does
 not take the place of that interval's scheduled run.
+
+Test runs (`dagline dags test`, `dag_run.is_test`) are not on the timeline (`on_timeline`): nothing
+points to them, they hold no logical date (a scheduled run of the same date is still created), and
+they count neither for `maxActiveRuns` nor for where the schedule stands.
 """
 
 from __future__ import annotations
@@ -32,6 +36,12 @@ from dagline.times import isoformat
 from dagline.timetable import DagRunInfo, DataInterval, Timetable, make_timetable
 
 SCHEDULE_DRIVING_TYPES = ("scheduled", "backfill")
+
+
+def on_timeline():
+    """The runs on a timeline: not `overridden` and not a test run (`dagline dags test` makes runs that
+    no other run points to, that hold no logical date and that the scheduler leaves alone)."""
+    return (dag_run_t.c.state != RunState.OVERRIDDEN) & ~dag_run_t.c.is_test
 
 _timetables: dict[str, Timetable] = {}
 
@@ -70,9 +80,11 @@ def insert_runs(
     now: dt.datetime,
     who: str,
     backfill_id: int | None = None,
+    is_test: bool = False,
 ) -> list[int]:
     """Create queued runs with their task instances and link them into the timeline.
-    The caller holds the DAG row lock (or is the one SQLite writer). Returns the new run ids in order."""
+    The caller holds the DAG row lock (or is the one SQLite writer). Returns the new run ids in order.
+    Test runs (`is_test`) get their task instances but stay off the timeline: no `previous`, no relinking."""
     if not runs:
         return []
     replaced = [r.replaces for r in runs if r.replaces is not None]
@@ -83,7 +95,7 @@ def insert_runs(
                             detail=f"replaced by a {run_type} run")
         if len(done) != len(replaced):
             raise RuntimeError("a run chosen for replacement changed state meanwhile; nothing was written")
-    generated = iter(_unique_run_ids(conn, dag.dag_id, [make_run_id(run_type, r.logical_date)
+    generated = iter(_unique_run_ids(conn, dag.dag_id, [make_run_id("test" if is_test else run_type, r.logical_date)
                                                          for r in runs if r.run_id is None]))
     run_ids = [r.run_id if r.run_id is not None else next(generated) for r in runs]
     rows = [
@@ -92,13 +104,13 @@ def insert_runs(
             "data_interval_start": r.data_interval.start, "data_interval_end": r.data_interval.end,
             "run_after": r.run_after, "run_type": run_type, "state": RunState.QUEUED,
             "dag_version_id": version_id, "backfill_id": backfill_id, "conf": r.conf,
-            "created_at": now, "queued_at": now,
+            "created_at": now, "queued_at": now, "is_test": is_test,
             "deadline_at": deadline_at(dag.spec.deadline, logical_date=r.logical_date,
                                        data_interval_end=r.data_interval.end, queued_at=now),
         }
         for r, run_id in zip(runs, run_ids, strict=True)
     ]
-    if run_type == "backfill":  # reprocessing the past: its deadlines passed long ago, nobody waits for them
+    if run_type == "backfill" or is_test:  # reprocessing the past (its deadlines passed long ago), or a rehearsal
         for row in rows:
             row["deadline_at"] = None
     _without_unset_deadlines(rows)
@@ -113,7 +125,7 @@ def insert_runs(
                 "dag_run_id": run_pk, "dag_id": dag.dag_id, "task_id": task.task_id, "state": TIState.NONE,
                 "try_number": 0, "max_tries": task.retries + 1, "pool": task.pool,
                 "pool_slots": task.pool_slots, "priority_weight": task.priority_weight,
-                "deadline_at": None if run_type == "backfill" else deadline_at(
+                "deadline_at": None if run_type == "backfill" or is_test else deadline_at(
                     task.deadline, logical_date=r.logical_date, data_interval_end=r.data_interval.end, queued_at=now),
             })
     if ti_rows:
@@ -122,10 +134,12 @@ def insert_runs(
     record_events(conn, [
         {"at": now, "who": who, "entity": "dag_run", "dag_id": dag.dag_id, "dag_run_id": run_pk,
          "from_state": None, "to_state": RunState.QUEUED,
-         "detail": f"{run_type} run created" + (f", overrides run {r.replaces}" if r.replaces else "")}
+         "detail": f"{'test ' if is_test else ''}{run_type} run created"
+                   + (f", overrides run {r.replaces}" if r.replaces else "")}
         for run_pk, r in zip(ids, runs, strict=True)
     ])
-    relink(conn, dag.dag_id, min(r.logical_date for r in runs))
+    if not is_test:
+        relink(conn, dag.dag_id, min(r.logical_date for r in runs))
     delays = [(now - r.run_after).total_seconds() for r in runs] if run_type == "scheduled" else []
     at_commit(conn, lambda: _count_created(run_type, len(ids), delays))
     return ids
@@ -148,7 +162,7 @@ def _without_unset_deadlines(rows: list[dict]) -> None:
 def relink(conn: Connection, dag_id: str, from_date: dt.datetime) -> int:
     """Set `previous` of every live run at or after `from_date` to the live run just before it.
     Returns how many links changed."""
-    live = dag_run_t.c.state != RunState.OVERRIDDEN
+    live = on_timeline()
     previous = conn.execute(
         select(dag_run_t.c.id).where(dag_run_t.c.dag_id == dag_id, live, dag_run_t.c.logical_date < from_date)
         .order_by(dag_run_t.c.logical_date.desc(), dag_run_t.c.id.desc()).limit(1)
@@ -196,6 +210,9 @@ def _unique_run_ids(conn: Connection, dag_id: str, wanted: list[str]) -> list[st
     result = []
     for run_id in wanted:
         candidate, n = run_id, 1
+        if candidate in taken:  # taken before: so may be its numbered successors (`<run id>.2`, ...)
+            taken.update(conn.execute(select(dag_run_t.c.run_id).where(
+                dag_run_t.c.dag_id == dag_id, dag_run_t.c.run_id.startswith(f"{run_id}.", autoescape=True))).scalars())
         while candidate in taken:
             n += 1
             candidate = f"{run_id}.{n}"
@@ -207,7 +224,7 @@ def _unique_run_ids(conn: Connection, dag_id: str, wanted: list[str]) -> list[st
 def live_run_at(conn: Connection, dag_id: str, logical_date: dt.datetime):
     return conn.execute(
         select(dag_run_t).where(dag_run_t.c.dag_id == dag_id, dag_run_t.c.logical_date == logical_date,
-                                dag_run_t.c.state != RunState.OVERRIDDEN)
+                                on_timeline())
     ).first()
 
 
@@ -215,8 +232,7 @@ def latest_schedule_end(conn: Connection, dag_id: str) -> dt.datetime | None:
     """End of the data interval of the latest scheduled or backfill run: the schedule continues after it."""
     return conn.execute(
         select(dag_run_t.c.data_interval_end)
-        .where(dag_run_t.c.dag_id == dag_id, dag_run_t.c.state != RunState.OVERRIDDEN,
-               dag_run_t.c.run_type.in_(SCHEDULE_DRIVING_TYPES))
+        .where(dag_run_t.c.dag_id == dag_id, on_timeline(), dag_run_t.c.run_type.in_(SCHEDULE_DRIVING_TYPES))
         .order_by(dag_run_t.c.logical_date.desc(), dag_run_t.c.id.desc()).limit(1)
     ).scalar()
 
@@ -226,7 +242,7 @@ def active_scheduled_runs(conn: Connection, dag_id: str) -> int:
     return conn.execute(
         select(func.count()).select_from(dag_run_t)
         .where(dag_run_t.c.dag_id == dag_id, dag_run_t.c.state.in_(RunState.ACTIVE),
-               dag_run_t.c.run_type != "backfill")
+               dag_run_t.c.run_type != "backfill", ~dag_run_t.c.is_test)
     ).scalar_one()
 
 

@@ -22,12 +22,12 @@ import os
 import pathlib
 import shutil
 import subprocess
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.polling import wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NAMESPACE = "dataplat"
@@ -62,18 +62,6 @@ def run(*args: str, stdin: str | None = None, timeout: float = 900, env: dict[st
     if result.returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result.stdout
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str, every: float = 5) -> Any:
-    """Poll an observable condition until it is truthy; fail naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
 class Cluster:
@@ -178,8 +166,8 @@ def test_backfill_of_the_example_runs_on_spark_applications(installed: Cluster):
     days = int(os.environ.get("DAGLINE_E2E_DAYS", "2"))
     installed.kubectl("-n", NAMESPACE, "apply", "-f", "examples/k8s/pool.yaml", "-f", "examples/k8s/data-volume.yaml",
                       "-f", "examples/k8s/dag.yaml")
-    wait_for(lambda: installed.get("dag", "sales-daily").get("status", {}).get("version"), 180,
-             "the DAG's status.version (the operator stored the DAG)")
+    wait_for(lambda: installed.get("dag", "sales-daily").get("status", {}).get("version"),
+             "the DAG's status.version (the operator stored the DAG)", timeout=180, interval=5)
 
     backfill = yaml.safe_load((ROOT / "examples/k8s/backfill.yaml").read_text())
     backfill["spec"]["end"] = f"2026-03-{days:02d}"
@@ -190,7 +178,7 @@ def test_backfill_of_the_example_runs_on_spark_applications(installed: Cluster):
         status = installed.get("backfill", name).get("status", {})
         return status if status.get("phase") in ("Succeeded", "Failed", "Cancelled", "Invalid") else None
 
-    status = wait_for(finished, 600 * days + 600, f"backfill {name} to finish", every=15)
+    status = wait_for(finished, f"backfill {name} to finish", timeout=600 * days + 600, interval=15)
     assert (status["phase"], status["total"], status["succeeded"], status["failed"]) == ("Succeeded", days, days, 0)
 
     for day in range(1, days + 1):
@@ -212,7 +200,7 @@ def _read_report(cluster: Cluster, ds: str) -> dict[str, Any]:
         },
     }
     cluster.kubectl("-n", NAMESPACE, "apply", "-f", "-", stdin=json.dumps(manifest))
-    wait_for(lambda: cluster.get("pod", pod)["status"].get("phase") in ("Succeeded", "Failed"), 300,
-             f"pod {pod} to finish")
+    wait_for(lambda: cluster.get("pod", pod)["status"].get("phase") in ("Succeeded", "Failed"),
+             f"pod {pod} to finish", timeout=300, interval=5)
     assert cluster.get("pod", pod)["status"]["phase"] == "Succeeded", cluster.kubectl("-n", NAMESPACE, "logs", pod)
     return json.loads(cluster.kubectl("-n", NAMESPACE, "logs", pod))

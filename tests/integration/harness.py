@@ -17,6 +17,7 @@ from dagline.queries import list_runs
 from dagline.scheduler.loop import Scheduler
 from dagline.spec import load_dag_paths
 from dagline.times import parse_instant
+from tests.dags import dag, task
 
 
 def t(text: str) -> dt.datetime:
@@ -83,12 +84,4 @@ def assert_invariants(db) -> None:
 
 
 # One task, one retry, a job file `slow.py` beside it: for tests where a real job outlives its scheduler.
-SLOW_DAG = """
-apiVersion: dagline.io/v1alpha1
-kind: DAG
-metadata: {name: slow}
-spec:
-  schedule: null
-  tasks:
-    - {id: slow, retries: 1, retryDelay: PT1S, spark: {mainApplicationFile: slow.py}}
-"""
+SLOW_DAG = dag("slow", task("slow", retries=1, retryDelay="PT1S"))

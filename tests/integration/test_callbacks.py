@@ -220,12 +220,13 @@ def test_a_replica_killed_mid_delivery_loses_nothing_and_duplicates_keep_their_d
         for _ in range(600):  # until the held request arrives (or the replica exits, which is a failure)
             if receiver.held.wait(0.1) or first.poll() is not None:
                 break
-        assert receiver.held.is_set(), first.stderr.read().decode() if first.poll() is not None else "no request"
+        assert receiver.held.is_set(), "the replica exited" if first.poll() is not None else "no request"
         first.send_signal(signal.SIGKILL)
         first.wait(30)
     finally:
         if first.poll() is None:
             first.kill()
+        first.communicate(timeout=30)  # reap it and close its pipe
     receiver.release.set()
     held = [b for b in receiver.bodies() if b["kind"] == "run"]
     with pg_db.begin() as conn:
@@ -234,7 +235,8 @@ def test_a_replica_killed_mid_delivery_loses_nothing_and_duplicates_keep_their_d
 
     # a second replica, once the lease has passed (its clock is 31 s later), sends it again
     second = _replica(url, receiver, "--now", "2026-03-01T00:00:31Z", "--until-idle")
-    assert second.wait(60) == 0, second.stderr.read().decode()
+    _, errors = second.communicate(timeout=60)
+    assert second.returncode == 0, errors.decode()
 
     deliveries = _deliveries(pg_db)
     assert {d.state for d in deliveries} == {"delivered"}

@@ -19,22 +19,13 @@ from dagline.runs import trigger_run
 from dagline.scheduler.critical_section import queue_task_instances
 from dagline.scheduler.examine import examine_runs
 from dagline.scheduler.start_runs import start_queued_runs
+from tests.dags import dag, task, write
 
-from .harness import apply, t, write_dag
+from .harness import apply, t
 
 NOW = t("2026-03-05T00:00:00Z")
-DAG = """
-apiVersion: dagline.io/v1alpha1
-kind: DAG
-metadata: {name: %(name)s}
-spec:
-  schedule: "@daily"
-  startDate: "2026-03-01"
-  maxActiveRuns: 8
-  tasks:
-    - {id: a, spark: {mainApplicationFile: a.py}}
-    - {id: b, spark: {mainApplicationFile: b.py}}
-"""
+def daily(name: str) -> dict:
+    return dag(name, task("a"), task("b"), schedule="@daily", startDate="2026-03-01", maxActiveRuns=8)
 
 
 @contextlib.contextmanager
@@ -51,7 +42,7 @@ def session(db, *, lock_timeout_ms: int = 3000):
 @pytest.fixture
 def two_dags(pg_db, tmp_path):
     for name in ("d1", "d2"):
-        apply(pg_db, write_dag(tmp_path, DAG % {"name": name}, name=f"{name}.yaml"))
+        apply(pg_db, write(tmp_path, daily(name)))
     return pg_db
 
 
@@ -200,7 +191,7 @@ def _orphans(db, count: int) -> tuple[int, list[int]]:
 
 
 def test_claim_orphaned_tis_gives_each_orphan_to_one_replica(pg_db, tmp_path):
-    apply(pg_db, write_dag(tmp_path, DAG % {"name": "d1"}))
+    apply(pg_db, write(tmp_path, daily("d1")))
     dead, (first, second) = _orphans(pg_db, 2)
     one, two = _replica(pg_db, stale=False), _replica(pg_db, stale=False)
     with session(pg_db) as a:
@@ -213,7 +204,7 @@ def test_claim_orphaned_tis_gives_each_orphan_to_one_replica(pg_db, tmp_path):
 
 
 def test_claim_orphaned_tis_takes_only_what_this_replica_can_follow(pg_db, tmp_path):
-    apply(pg_db, write_dag(tmp_path, DAG % {"name": "d1"}))
+    apply(pg_db, write(tmp_path, daily("d1")))
     dead, ids = _orphans(pg_db, 2)
     me = _replica(pg_db, stale=False)
     with pg_db.begin() as conn:
@@ -226,7 +217,7 @@ def test_claim_orphaned_tis_takes_only_what_this_replica_can_follow(pg_db, tmp_p
 
 
 def test_a_live_replicas_task_instances_are_not_orphans(pg_db, tmp_path):
-    apply(pg_db, write_dag(tmp_path, DAG % {"name": "d1"}))
+    apply(pg_db, write(tmp_path, daily("d1")))
     owner, _ = _orphans(pg_db, 2)
     with pg_db.begin() as conn:
         conn.execute(update(scheduler_job_t).where(scheduler_job_t.c.id == owner).values(state="running"))

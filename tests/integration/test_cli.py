@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
-import time
 
 import pytest
 from click.testing import CliRunner
@@ -15,6 +15,7 @@ from sqlalchemy import func, select, text, update
 
 from dagline.cli import main
 from dagline.db.models import Base, dag_run_t, dag_t
+from tests.polling import wait_for
 
 GOOD = """
 apiVersion: dagline.io/v1alpha1
@@ -83,12 +84,12 @@ def test_trigger_schedule_list_runs_and_tasks(db, applied):
     runs = json.loads(cli(db, "runs", "list", "sales", "--json").output)
     assert list(runs[0]) == ["id", "dag_id", "run_id", "logical_date", "data_interval_start", "data_interval_end",
                              "run_type", "state", "previous_run_id", "dag_version", "backfill_id", "start_date",
-                             "end_date", "deadline", "deadline_missed_at"]
+                             "end_date", "is_test", "duration_s", "deadline", "deadline_missed_at"]
     assert [(r["run_type"], r["state"]) for r in runs] == [("scheduled", "success"), ("scheduled", "success"),
                                                           ("manual", "queued")]
     tasks = json.loads(cli(db, "tasks", "list", runs[0]["run_id"], "--json").output)
     assert list(tasks[0]) == ["task_id", "state", "try_number", "max_tries", "pool", "start_date", "end_date",
-                              "external_id", "message", "deadline", "deadline_missed_at"]
+                              "external_id", "message", "duration_s", "deadline", "deadline_missed_at"]
     assert [t["state"] for t in tasks] == ["success", "success"]
     failed_runs = json.loads(cli(db, "runs", "list", "--state", "failed", "--json").output)
     assert failed_runs == []
@@ -98,7 +99,7 @@ def test_trigger_schedule_list_runs_and_tasks(db, applied):
 
 def test_clear_runs_tasks_again_on_the_same_run(db, applied):
     cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", "2026-03-02T00:00:00Z")
-    out = cli(db, "tasks", "clear", "1", "extract", "--downstream", "--now", "2026-03-02T01:00:00Z").output
+    out = cli(db, "tasks", "clear", "1", "extract", "--downstream", "--yes", "--now", "2026-03-02T01:00:00Z").output
     assert "cleared 2" in out
     tasks = json.loads(cli(db, "tasks", "list", "1", "--json").output)
     assert [(t["state"], t["try_number"], t["max_tries"]) for t in tasks] == [("none", 1, 2), ("none", 1, 2)]
@@ -204,10 +205,12 @@ def test_a_second_scheduler_on_sqlite_is_refused(sqlite_db, tmp_path):
                               "--executor", "noop"], env=env, stderr=subprocess.PIPE)
     try:
         lock = sqlite_db.sqlite_path + ".scheduler.lock"
-        deadline = time.monotonic() + 30
-        while not (os.path.exists(lock) and open(lock).read().startswith("pid")):  # the first took its lock
-            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
-            time.sleep(0.05)
+
+        def took_its_lock() -> bool:
+            assert first.poll() is None, first.stderr.read()
+            return os.path.exists(lock) and pathlib.Path(lock).read_text().startswith("pid")
+
+        wait_for(took_its_lock, "the first scheduler to take its lock")
         second = subprocess.run([sys.executable, "-m", "dagline.cli", "--db", sqlite_db.url, "scheduler",
                                  "--executor", "noop", "--until-idle"], capture_output=True, text=True, timeout=60)
         assert second.returncode == 1
@@ -215,6 +218,7 @@ def test_a_second_scheduler_on_sqlite_is_refused(sqlite_db, tmp_path):
     finally:
         first.terminate()
         first.wait(30)
+        first.stderr.close()
     assert first.returncode == 0  # SIGTERM is a graceful stop
 
 
@@ -241,10 +245,12 @@ def test_a_command_rolled_back_by_a_deadlock_runs_again_and_writes_once(pg_db, t
          "2026-03-02", "--now", "2026-03-10"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # The trigger holds the DAG row and waits for the run it must relink (the 5th now follows the 2nd).
-        deadline = time.monotonic() + 30
-        while not _blocked_on_a_lock(pg_db):
-            assert trigger.poll() is None and time.monotonic() < deadline, trigger.communicate()
-            time.sleep(0.02)
+
+        def blocked() -> bool:
+            assert trigger.poll() is None, trigger.communicate()
+            return _blocked_on_a_lock(pg_db)
+
+        wait_for(blocked, "the trigger to wait on a lock", interval=0.02)
         # Now this session wants the DAG row: a deadlock, which the trigger's session detects first (1 s).
         other.execute(text("SET LOCAL deadlock_timeout = '30s'"))
         other.execute(select(dag_t.c.dag_id).where(dag_t.c.dag_id == "sales").with_for_update())
@@ -254,6 +260,7 @@ def test_a_command_rolled_back_by_a_deadlock_runs_again_and_writes_once(pg_db, t
         other.close()
         if trigger.poll() is None:
             trigger.kill()
+        trigger.__exit__(None, None, None)  # closes its pipes, waits for it
     assert trigger.returncode == 0, err
     assert out.strip().startswith("manual__")
     with pg_db.engine.connect() as conn:

@@ -22,28 +22,19 @@ from dagline.runs import trigger_run
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.scheduler.wakeup import Wakeup
+from tests.dags import dag, task, write
 
-from .harness import apply, assert_invariants, runs, t, write_dag
+from .harness import apply, assert_invariants, runs, t
 
 NOW = "2026-03-01T00:00:00Z"
-CHAIN = """
-apiVersion: dagline.io/v1alpha1
-kind: DAG
-metadata: {name: %(name)s}
-spec:
-  schedule: null
-  tasks:
-    - {id: a, spark: {mainApplicationFile: a.py}}
-    - {id: b, upstream: [a], spark: {mainApplicationFile: b.py}}
-    - {id: c, upstream: [b], spark: {mainApplicationFile: c.py}}
-"""
+CHAIN = (task("a"), task("b", "a"), task("c", "b"))
 SETTINGS = SchedulerSettings(poll_interval_s=0.05, backoff_max_s=0.2)
 
 
 @pytest.fixture
 def chains(pg_db, tmp_path):
     for i in range(4):
-        apply(pg_db, write_dag(tmp_path, CHAIN % {"name": f"chain-{i}"}, name=f"chain{i}.yaml"))
+        apply(pg_db, write(tmp_path, dag(f"chain-{i}", *CHAIN)))
         trigger_run(pg_db, f"chain-{i}", now=t(NOW))
     return pg_db
 
@@ -162,7 +153,8 @@ def test_tries_a_replica_queued_but_lost_track_of_are_launched_once_by_its_own_r
     connection broke as the server acknowledged it): its task instances are queued and its own, yet its
     executor never heard of them. Housekeeping finds them and launches each as the same try."""
     clock = FixedClock(t(NOW))
-    settings = SchedulerSettings(housekeeping_interval_s=1e-6)  # housekeeping at every iteration
+    # housekeeping at every iteration; one hop per iteration (no follow-up), so tasks are left to queue
+    settings = SchedulerSettings(housekeeping_interval_s=1e-6, follow_up_s=1e-9)
     sched = Scheduler(chains, NoopExecutor(parallelism=8, clock=clock), clock=clock, settings=settings)
     sched.start()
     try:

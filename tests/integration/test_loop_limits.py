@@ -9,6 +9,7 @@ from dagline.dagstore import set_paused
 from dagline.executors.noop import NoopExecutor
 from dagline.runs import trigger_run
 from dagline.scheduler.loop import Scheduler
+from tests.dags import dag, task, write
 
 from .harness import apply, assert_invariants, backfill, events, runs, schedule, t, ti_states, write_dag
 
@@ -89,18 +90,8 @@ def test_cancelling_a_backfill_fails_its_runs_not_started_and_finishes_the_rest(
 
 
 def test_higher_priority_tasks_are_queued_first(db, tmp_path):
-    body = """
-apiVersion: dagline.io/v1alpha1
-kind: DAG
-metadata: {name: prio}
-spec:
-  schedule: null
-  tasks:
-    - {id: low, priorityWeight: 1, spark: {mainApplicationFile: j.py}}
-    - {id: high, priorityWeight: 10, spark: {mainApplicationFile: j.py}}
-    - {id: mid, priorityWeight: 5, spark: {mainApplicationFile: j.py}}
-"""
-    apply(db, write_dag(tmp_path, body))
+    apply(db, write(tmp_path, dag("prio", task("low", priorityWeight=1), task("high", priorityWeight=10),
+                                  task("mid", priorityWeight=5))))
     trigger_run(db, "prio", now=t("2026-03-01T00:00:00Z"))
     clock = FixedClock(t("2026-03-01T00:00:00Z"))
     schedule(db, "2026-03-01T00:00:00Z", executor=NoopExecutor(parallelism=1, clock=clock))
@@ -108,16 +99,7 @@ spec:
 
 
 def test_a_try_running_past_its_execution_timeout_is_failed_and_retried(db, tmp_path):
-    body = """
-apiVersion: dagline.io/v1alpha1
-kind: DAG
-metadata: {name: slow}
-spec:
-  schedule: null
-  tasks:
-    - {id: slow, retries: 1, retryDelay: PT1M, executionTimeout: PT10M, spark: {mainApplicationFile: j.py}}
-"""
-    apply(db, write_dag(tmp_path, body))
+    apply(db, write(tmp_path, dag("slow", task("slow", retries=1, retryDelay="PT1M", executionTimeout="PT10M"))))
     run = trigger_run(db, "slow", now=t("2026-03-01T00:00:00Z"))
     clock = FixedClock(t("2026-03-01T00:00:00Z"))
     executor = NoopExecutor(parallelism=4, clock=clock, duration_s=3600)  # a job that never ends in time

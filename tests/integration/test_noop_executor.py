@@ -14,17 +14,9 @@ from dagline.errors import InvalidInput
 from dagline.executors import make_executor
 from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
 from dagline.executors.noop import parse_duration_option
+from tests.dags import dag, task, write
 
-DAG = """
-apiVersion: dagline.io/v1alpha1
-kind: DAG
-metadata: {name: timed}
-spec:
-  schedule: null
-  tasks:
-    - {id: first, spark: {mainApplicationFile: a.py}}
-    - {id: second, upstream: [first], spark: {mainApplicationFile: b.py}}
-"""
+DAG = dag("timed", task("first", app="a.py"), task("second", "first", app="b.py"))
 
 
 def _cli(db, *args, env=None):
@@ -32,7 +24,7 @@ def _cli(db, *args, env=None):
 
 
 def test_tries_last_as_long_as_the_environment_says(sqlite_db, tmp_path):
-    (tmp_path / "dag.yaml").write_text(DAG)
+    write(tmp_path, DAG, "dag.yaml")
     assert _cli(sqlite_db, "dags", "apply", str(tmp_path / "dag.yaml")).exit_code == 0
     assert _cli(sqlite_db, "dags", "trigger", "timed").exit_code == 0
     env = {"DAGLINE_NOOP_DURATION": "0.3-0.4", "DAGLINE_NOOP_SEED": "3", "DAGLINE_SCHEDULER_POLL_INTERVAL_S": "0.02"}

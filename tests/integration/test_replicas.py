@@ -31,36 +31,22 @@ from dagline.db.engine import head_revision, migrations_config, upgrade
 from dagline.db.models import backfill_t, dag_run_t, scheduler_job_t, ti_t
 from dagline.executors.base import TaskKey
 from dagline.executors.local import LocalExecutor
-from dagline.executors.try_files import log_path
 from dagline.executors.noop import NoopExecutor
+from dagline.executors.try_files import log_path
 from dagline.runs import trigger_run
 from dagline.scheduler.liveness import ReplicaFenced
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
+from tests.dags import dag, task, write
+from tests.polling import wait_for
 
 from .harness import SLOW_DAG, apply, assert_invariants, events, runs, t, ti_states, tis, write_dag
 
 NOW = "2026-03-01T00:00:00Z"
-CHAIN = """
-apiVersion: dagline.io/v1alpha1
-kind: DAG
-metadata: {name: chain}
-spec:
-  schedule: null
-  tasks:
-    - {id: a, retries: 1, spark: {mainApplicationFile: a.py}}
-    - {id: b, upstream: [a], retries: 1, spark: {mainApplicationFile: b.py}}
-"""
+CHAIN = dag("chain", task("a", retries=1), task("b", "a", retries=1))
 # every iterate() does its housekeeping (judging peers, adopting), so tests can drive it step by step
 FAST = SchedulerSettings(heartbeat_interval_s=1.0, replica_timeout_s=2.0, poll_interval_s=0.05,
                          housekeeping_interval_s=1e-6)
-
-
-def _wait_for(predicate, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def _jobs(db) -> dict[int, object]:
@@ -103,7 +89,7 @@ def _replica_running_a(db, clock, settings=None) -> Scheduler:
 
 @pytest.fixture
 def chain(pg_db, tmp_path):
-    apply(pg_db, write_dag(tmp_path, CHAIN))
+    apply(pg_db, write(tmp_path, CHAIN))
     return pg_db
 
 
@@ -193,7 +179,7 @@ def test_a_replica_declared_dead_while_it_still_runs_stops_before_taking_any_wor
         peer.iterate()
         assert _jobs(chain)[stalled.job_id].state == "dead"
         trigger_run(chain, "chain", now=t(NOW))
-        _wait_for(stalled.liveness.heartbeat_due, "its next heartbeat to be due")
+        wait_for(stalled.liveness.heartbeat_due, "its next heartbeat to be due")
         with pytest.raises(ReplicaFenced, match="declared dead by its peers"):
             stalled.iterate()  # its heartbeat comes first: it learns it before it queues or launches anything
         assert events(chain, entity="task_instance", to_state="queued") == []
@@ -320,10 +306,10 @@ def test_an_idle_replica_wakes_at_once_when_another_session_commits_a_change(cha
     thread = threading.Thread(target=sched.run)
     thread.start()
     try:
-        _wait_for(waiting.is_set, "the replica to go idle")  # a NOTIFY from now on is queued for its wait
+        wait_for(waiting.is_set, "the replica to go idle")  # a NOTIFY from now on is queued for its wait
         started = time.monotonic()
         run = trigger_run(chain, "chain", now=t(NOW))  # commits, with a NOTIFY
-        _wait_for(lambda: runs(chain, "chain")[0]["state"] == "success", "the run to finish", timeout=30)
+        wait_for(lambda: runs(chain, "chain")[0]["state"] == "success", "the run to finish", timeout=30)
         assert time.monotonic() - started < 10  # far less than the 60 s poll interval
         assert sched.wakeup.reasons.get("notified", 0) >= 1
         assert ti_states(chain, run.id) == {"a": "success", "b": "success"}
@@ -338,7 +324,7 @@ def test_sigterm_is_a_graceful_stop_that_deregisters(chain):
     proc = subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", chain.url, "scheduler", "--executor",
                              "noop"], env=env, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(lambda: any(j.pid == proc.pid for j in _jobs(chain).values()), "the replica to register")
+        wait_for(lambda: any(j.pid == proc.pid for j in _jobs(chain).values()), "the replica to register")
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
@@ -346,9 +332,12 @@ def test_sigterm_is_a_graceful_stop_that_deregisters(chain):
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
+        stderr = proc.stderr.read()
+        proc.stderr.close()
     [job] = [j for j in _jobs(chain).values() if j.pid == proc.pid]
     assert (job.state, job.ended_at is not None) == ("stopped", True)
-    assert "stopped" in proc.stderr.read()
+    assert "stopped" in stderr
 
 
 def test_a_replica_refuses_a_database_with_an_older_schema_and_says_to_upgrade(pg_db):
@@ -369,19 +358,20 @@ def test_a_replica_timeout_shorter_than_two_heartbeats_is_refused_naming_the_var
 
 
 def test_a_database_with_replicas_and_their_task_instances_upgrades_to_this_schema(db, tmp_path):
-    """`dagline db upgrade` over a live installation of the previous schema keeps replicas and owners."""
-    apply(db, write_dag(tmp_path, CHAIN))  # (with this code, so before going back to the old schema)
+    """`dagline db upgrade` over a live installation of the first schema keeps replicas and owners.
+    (The rows are made with today's code, then the schema is taken back to 0001 with them in it.)"""
+    apply(db, write(tmp_path, CHAIN))
     run = trigger_run(db, "chain", now=t(NOW))
-    cfg = migrations_config(db)
-    with db.engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0001")
     with db.begin() as conn:
         job = conn.execute(text("INSERT INTO scheduler_job (hostname, pid, executor, state, started_at, "
                                 "latest_heartbeat) VALUES ('h', 1, 'noop', 'running', :at, :at) RETURNING id"),
                            {"at": t(NOW)}).scalar_one()
         conn.execute(update(ti_t).where(ti_t.c.dag_run_id == run.id, ti_t.c.task_id == "a")
                      .values(state="running", try_number=1, queued_by_job_id=job))
+    cfg = migrations_config(db)
+    with db.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0001")
     assert upgrade(db) == ("0001", head_revision(db))
     assert tis(db, run.id)["a"].queued_by_job_id == job and _jobs(db)[job].state == "running"
 
@@ -402,15 +392,15 @@ def _replica_process(db, logs, **env):
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
 def test_a_job_outlives_its_replica_and_a_peer_on_the_host_follows_it_to_the_end(pg_db, tmp_path, how):
     (tmp_path / "slow.py").write_text(JOB)
-    apply(pg_db, write_dag(tmp_path, SLOW_DAG))
+    apply(pg_db, write(tmp_path, SLOW_DAG))
     run = trigger_run(pg_db, "slow", now=dt.datetime.now(dt.timezone.utc))
     logs = tmp_path / "logs"
     first = _replica_process(pg_db, logs)
     second = None
     try:
-        _wait_for(lambda: ti_states(pg_db, run.id) == {"slow": "running"}, "the job to start", timeout=60)
+        wait_for(lambda: ti_states(pg_db, run.id) == {"slow": "running"}, "the job to start", timeout=60)
         pid_file = next(logs.rglob("try-1.log.pid"))
-        _wait_for(lambda: "pid" in json.loads(pid_file.read_text()), "the wrapper to start the job")
+        wait_for(lambda: "pid" in json.loads(pid_file.read_text()), "the wrapper to start the job")
         wrapper_pid = json.loads(pid_file.read_text())["wrapper_pid"]
         [first_job] = [j.id for j in _jobs(pg_db).values() if j.pid == first.pid]
         first.send_signal(getattr(signal, how))
@@ -419,7 +409,7 @@ def test_a_job_outlives_its_replica_and_a_peer_on_the_host_follows_it_to_the_end
         if how == "SIGTERM":
             assert _jobs(pg_db)[first_job].state == "stopped"  # deregistered as it left
         second = _replica_process(pg_db, logs)
-        _wait_for(lambda: runs(pg_db, "slow")[0]["state"] == "success", "the adopted job to finish", timeout=90)
+        wait_for(lambda: runs(pg_db, "slow")[0]["state"] == "success", "the adopted job to finish", timeout=90)
         ti = tis(pg_db, run.id)["slow"]
         assert (ti.state, ti.try_number) == ("success", 1)  # the same try, followed to its end
         assert len(events(pg_db, entity="task_instance", to_state="queued")) == 1  # launched once
@@ -438,8 +428,9 @@ def test_a_job_outlives_its_replica_and_a_peer_on_the_host_follows_it_to_the_end
 def test_a_backfill_whose_runs_a_dead_replica_finished_is_completed_by_a_peers_housekeeping(pg_db, tmp_path):
     """A replica killed between finishing a backfill's last run and marking the backfill completed (two
     transactions) leaves it `running`; any replica's housekeeping completes it."""
-    apply(pg_db, write_dag(tmp_path, CHAIN.replace("name: chain", "name: daily").replace(
-        "schedule: null", 'schedule: "@daily"\n  startDate: "2026-02-01"')))
+    # endDate: the schedule creates no runs of its own after the backfill's (which a peer would run and finish)
+    apply(pg_db, write(tmp_path, dag("daily", *CHAIN["spec"]["tasks"], schedule="@daily", startDate="2026-02-01",
+                                     endDate="2026-02-02")))
     create_backfill(pg_db, "daily", start=t("2026-02-01T00:00:00Z"), end=t("2026-02-02T00:00:00Z"),
                     now=t(NOW))
     with pg_db.begin() as conn:  # what the killed replica committed: every run finished

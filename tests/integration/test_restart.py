@@ -6,44 +6,46 @@ on a fixed sleep)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from click.testing import CliRunner
 
 from dagline.cli import main
+from tests.dags import write
+from tests.polling import wait_for
 
 from .harness import SLOW_DAG, assert_invariants, events, runs, ti_states, tis
 
 JOB = "import sys, time\nprint('started', flush=True)\ntime.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 6)\n"
 
 
-def _wait_for(predicate, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 @pytest.fixture
 def setup(sqlite_db, tmp_path):
     (tmp_path / "slow.py").write_text(JOB)
-    (tmp_path / "dag.yaml").write_text(SLOW_DAG)
+    write(tmp_path, SLOW_DAG, "dag.yaml")
     runner = CliRunner()
     for args in (["dags", "apply", str(tmp_path / "dag.yaml")], ["dags", "trigger", "slow"]):
         assert runner.invoke(main, ["--db", sqlite_db.url, *args]).exit_code == 0
     return sqlite_db, tmp_path
 
 
+@contextlib.contextmanager
 def _scheduler(db, tmp_path, *extra):
+    """A `dagline scheduler` process; killed if it still runs at the end, its pipe closed."""
     env = dict(os.environ, DAGLINE_SCHEDULER_POLL_INTERVAL_S="0.1")
-    return subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", db.url, "scheduler", "--log-folder",
-                             str(tmp_path / "logs"), *extra], env=env, stderr=subprocess.PIPE, text=True)
+    with subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", db.url, "scheduler", "--log-folder",
+                           str(tmp_path / "logs"), *extra], env=env, stderr=subprocess.PIPE, text=True) as process:
+        try:
+            yield process
+        finally:
+            if process.poll() is None:
+                process.kill()
 
 
 def _run_id(db) -> int:
@@ -53,42 +55,43 @@ def _run_id(db) -> int:
 @pytest.mark.spark
 def test_a_job_outliving_its_killed_scheduler_is_adopted_and_followed_to_the_end(setup):
     db, tmp_path = setup
-    first = _scheduler(db, tmp_path)
-    _wait_for(lambda: ti_states(db, _run_id(db)) == {"slow": "running"}, "the job to start")
-    first.send_signal(signal.SIGKILL)
-    first.wait(30)
-    second = _scheduler(db, tmp_path, "--until-idle")
-    assert second.wait(120) == 0, second.stderr.read()
+    with _scheduler(db, tmp_path) as first:
+        wait_for(lambda: ti_states(db, _run_id(db)) == {"slow": "running"}, "the job to start", timeout=60)
+        first.send_signal(signal.SIGKILL)
+    with _scheduler(db, tmp_path, "--until-idle") as second:
+        _, stderr = second.communicate(timeout=120)
+    assert second.returncode == 0, stderr
     ti = tis(db, _run_id(db))["slow"]
     assert (ti.state, ti.try_number) == ("success", 1)  # the same try, followed to its end
     assert len(events(db, entity="task_instance", to_state="queued")) == 1  # launched once
-    assert "1 adopted" in second.stderr.read()
+    assert "1 adopted" in stderr
     assert_invariants(db)
 
 
 @pytest.mark.spark
 def test_a_job_that_died_with_its_scheduler_is_a_zombie_and_is_retried(setup):
     db, tmp_path = setup
-    first = _scheduler(db, tmp_path)
-    _wait_for(lambda: ti_states(db, _run_id(db)) == {"slow": "running"}, "the job to start")
+
     def job_pids():
         found = list((tmp_path / "logs").rglob("try-1.log.pid"))
         return json.loads(found[0].read_text()) if found else {}
 
-    _wait_for(lambda: "pid" in job_pids(), "the wrapper to start the job")  # the wrapper adds the job's pid
-    pids = job_pids()
-    wrapper_pid = pids["wrapper_pid"]
-    first.send_signal(signal.SIGKILL)  # the node dies: the scheduler and the job with it
-    for pid in (pids["pid"], wrapper_pid):
-        try:
-            os.killpg(os.getpgid(pid), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    first.wait(30)
-    _wait_for(lambda: subprocess.run(["kill", "-0", str(wrapper_pid)], capture_output=True).returncode != 0,
-              "the job to be gone")
-    second = _scheduler(db, tmp_path, "--until-idle")
-    assert second.wait(120) == 0, second.stderr.read()
+    with _scheduler(db, tmp_path) as first:
+        wait_for(lambda: ti_states(db, _run_id(db)) == {"slow": "running"}, "the job to start", timeout=60)
+        wait_for(lambda: "pid" in job_pids(), "the wrapper to start the job", timeout=60)  # it adds the job's pid
+        pids = job_pids()
+        wrapper_pid = pids["wrapper_pid"]
+        first.send_signal(signal.SIGKILL)  # the node dies: the scheduler and the job with it
+        for pid in (pids["pid"], wrapper_pid):
+            try:
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    wait_for(lambda: subprocess.run(["kill", "-0", str(wrapper_pid)], capture_output=True).returncode != 0,
+             "the job to be gone", timeout=60)
+    with _scheduler(db, tmp_path, "--until-idle") as second:
+        _, stderr = second.communicate(timeout=120)
+    assert second.returncode == 0, stderr
     ti = tis(db, _run_id(db))["slow"]
     assert (ti.state, ti.try_number) == ("success", 2)
     details = [e.detail for e in events(db, entity="task_instance", to_state="up_for_retry")]

@@ -13,7 +13,6 @@ import concurrent.futures
 import json
 import pathlib
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -25,6 +24,7 @@ import aiohttp.test_utils
 from dagline.k8s import crds as dagline_crds
 from dagline.k8s import resources as dagline_resources
 from tests.k8s.emulator import SPARK_APPLICATIONS, ApiResource, KubeEmulator
+from tests.polling import wait_for
 
 
 class KubeApiError(Exception):
@@ -227,20 +227,7 @@ class Cluster:
         On timeout, fail with the last value the probe returned (or the exception it raised), so
         `wait_for(lambda: kube.get("dags", ns, "d"), until=lambda d: d.get("status"))` shows the object.
         """
-        deadline = time.monotonic() + timeout
-        last: Any = None
-        while True:
-            try:
-                last = probe()
-            except Exception as exc:  # noqa: BLE001 - a failing probe is a value to report, not a test error
-                last = exc
-            else:
-                if (until(last) if until is not None else last):
-                    return last
-            if time.monotonic() >= deadline:
-                label = what or getattr(probe, "__name__", "condition")
-                raise AssertionError(f"{label} not met within {timeout} s; last value: {last!r}")
-            time.sleep(interval)
+        return wait_for(probe, timeout=timeout, until=until, interval=interval, what=what, tolerate=(Exception,))
 
     def wait_gone(self, kind_plural: str, namespace: str | None, name: str, timeout: float = 5.0) -> None:
         self.wait_for(lambda: self.get(kind_plural, namespace, name, missing_ok=True) is None, timeout,

@@ -21,6 +21,7 @@ import kopf
 from kopf._cogs.structs import references as kopf_references
 
 from tests.k8s.cluster import Cluster
+from tests.polling import wait_for
 
 
 def test_settings() -> kopf.OperatorSettings:
@@ -113,17 +114,15 @@ def run_kopf(cluster: Cluster, target: Any, namespace: str | None = "default", *
     try:
         wanted = _served_resources(cluster, registry)
 
-        deadline = time.monotonic() + ready_timeout
-        while True:
+
+        def readiness() -> dict:
             if failures:
                 raise RuntimeError(f"kopf stopped while starting: {failures[0]!r}") from failures[0]
             watched = {(res.group, res.version, res.plural) for res, _ns in cluster.call(lambda em: em.open_watches())}
-            if ready_flag.is_set() and wanted <= watched:
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"kopf was not ready within {ready_timeout} s: ready={ready_flag.is_set()}, "
-                                   f"watching {sorted(watched)}, needs {sorted(wanted)}")
-            time.sleep(0.01)
+            return {"ready": ready_flag.is_set(), "not watched yet": sorted(wanted - watched)}
+
+        wait_for(readiness, "kopf ready and watching every served resource", timeout=ready_timeout, interval=0.01,
+                 until=lambda state: state["ready"] and not state["not watched yet"])
         run.started_in = time.monotonic() - began
         yield run
     finally:

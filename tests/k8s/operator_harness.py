@@ -23,6 +23,7 @@ from dagline.k8s.client import load_api_client
 from dagline.k8s.runtime import Runtime
 from dagline.k8s.settings import OperatorSettings
 from dagline.scheduler.settings import SchedulerSettings
+from tests import dags
 
 NS = "default"
 API = "dagline.io/v1alpha1"
@@ -30,19 +31,16 @@ START = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
 
 
 def task(task_id: str, *upstream: str, **extra) -> dict:
-    return {"id": task_id, "upstream": list(upstream),
-            "spark": {"mainApplicationFile": f"local:///jobs/{task_id}.py", "arguments": ["--ds", "{{ ds }}"]},
-            **extra}
+    """A task whose job is in the image (`local:///jobs/<id>.py`), given the run's date."""
+    return dags.task(task_id, *upstream, app=f"local:///jobs/{task_id}.py", spark={"arguments": ["--ds", "{{ ds }}"]},
+                     **extra)
 
 
 def dag_manifest(name: str = "daily", *, schedule: str | None = "@daily", tasks=None, annotations=None,
                  **spec) -> dict:
-    body = {"apiVersion": API, "kind": "DAG", "metadata": {"name": name},
-            "spec": {"schedule": schedule, "startDate": "2026-03-01T00:00:00",
-                     "tasks": tasks or [task("extract"), task("load", "extract")], **spec}}
-    if annotations:
-        body["metadata"]["annotations"] = annotations
-    return body
+    return dags.dag(name, *(tasks or [task("extract"), task("load", "extract")]), schedule=schedule,
+                    metadata={"annotations": annotations} if annotations else None,
+                    **{"startDate": "2026-03-01T00:00:00", **spec})
 
 
 def dagrun_manifest(name: str, dag: str = "daily", **spec) -> dict:

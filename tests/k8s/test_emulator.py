@@ -12,6 +12,7 @@ import threading
 import kopf
 import pytest
 
+from tests import dags
 from tests.k8s.cluster import KubeApiError
 from tests.k8s.spark_operator import Behaviour, SparkOperator
 
@@ -19,8 +20,7 @@ NS = "default"
 
 
 def dag(name: str, **meta) -> dict:
-    return {"apiVersion": "dagline.io/v1alpha1", "kind": "DAG", "metadata": {"name": name, **meta},
-            "spec": {"schedule": "@daily", "tasks": [{"id": "ingest", "spark": {"mainApplicationFile": "ingest.py"}}]}}
+    return dags.dag(name, dags.task("ingest"), schedule="@daily", metadata=meta)
 
 
 def dagrun(name: str | None = None, **meta) -> dict:

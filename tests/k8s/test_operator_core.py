@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-import time
 
 import pytest
 from sqlalchemy import insert, select, text
@@ -19,13 +18,15 @@ from dagline.db.models import backfill_t, dag_t
 from dagline.errors import OperationFailed
 from dagline.pools import remove_pool, set_pool
 from dagline.runs import trigger_run
-from dagline.spec import Dag, LoadedDag, parse_dag_document
+from dagline.spec import LoadedDag
+from tests.dags import loaded
 from tests.integration.harness import events, run_row, schedule, t, ti_states
 from tests.k8s.operator_harness import dag_manifest, run_rows
+from tests.polling import wait_for
 
 
 def _loaded(name="daily", **spec) -> list[LoadedDag]:
-    return [LoadedDag(Dag.from_document(parse_dag_document(dag_manifest(name, **spec))), f"k8s://default/{name}")]
+    return [loaded(dag_manifest(name, **spec))]
 
 
 def _in_thread(fn):
@@ -43,17 +44,16 @@ def _in_thread(fn):
 
 
 def _wait_until_blocked(db, *threads, timeout=10.0):
-    """Until as many sessions of this database as `threads` wait on a lock (or a thread ended early)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and all(thread.is_alive() for thread in threads):
+    """Until as many sessions of this database as `threads` wait on a lock; fails if a thread ends first."""
+
+    def blocked() -> bool:
+        assert all(thread.is_alive() for thread in threads), "the second writer never waited on the first one's lock"
         with db.engine.connect() as conn:
-            waiting = conn.execute(text(
+            return conn.execute(text(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'")).scalar()
-        if waiting >= len(threads):
-            return
-        time.sleep(0.01)
-    raise AssertionError("the second writer never waited on the first one's lock")
+                "AND wait_event_type = 'Lock'")).scalar() >= len(threads)
+
+    wait_for(blocked, f"{len(threads)} sessions waiting on a lock", timeout=timeout, interval=0.01)
 
 
 def test_deleting_a_dag_cancels_its_queued_runs_and_backfills_and_lets_running_runs_finish(db):

@@ -21,7 +21,7 @@ class Process:
     """A child process whose stderr is collected line by line as it comes."""
 
     def __init__(self, args, env):
-        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -49,9 +49,12 @@ class Process:
             raise AssertionError(f"no exit {timeout:g} s after SIGTERM; stderr:\n{self.text()}") from None
 
     def kill_if_running(self) -> None:
+        """Kill it if it still runs; then the reader has read everything and its pipe is closed."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self._reader.join(10)
+        self.proc.stderr.close()
 
 
 def test_the_operator_process_serves_probes_and_metrics_and_stops_on_sigterm(kube, pg_db, tmp_path):

@@ -27,6 +27,7 @@ from tests.integration.harness import apply, assert_invariants, events, runs, ti
 from tests.k8s.cluster import Cluster
 from tests.k8s.emulator import SPARK_APPLICATIONS
 from tests.k8s.spark_operator import Behaviour
+from tests.polling import wait_for
 
 NS = "default"
 APPS = "sparkapplications"
@@ -492,20 +493,22 @@ def run_until_done(db, executor, clock, dag_id, *, timeout=30.0):
     Between loops that found nothing to do it waits a little for the stand-in (another thread)."""
     scheduler = Scheduler(db, executor, clock=clock)
     scheduler.start()
-    deadline = time.monotonic() + timeout
+
+    def one_loop():
+        stats = scheduler.iterate()
+        [run] = runs(db, dag_id)
+        waiting = [ti for ti in tis(db, run["id"]).values() if ti.state == "up_for_retry"]
+        if waiting:
+            clock.instant = max(clock.instant, max(ti.next_retry_at for ti in waiting))
+        if stats.work == 0 and run["state"] not in ("success", "failed"):
+            time.sleep(0.02)
+        return run
+
     try:
-        while True:
-            stats = scheduler.iterate()
-            [run] = runs(db, dag_id)
-            if run["state"] in ("success", "failed"):
-                scheduler.iterate()  # one more sync: what was recorded is cleaned up
-                return run
-            waiting = [ti for ti in tis(db, run["id"]).values() if ti.state == "up_for_retry"]
-            if waiting:
-                clock.instant = max(clock.instant, max(ti.next_retry_at for ti in waiting))
-            assert time.monotonic() < deadline, f"run not finished within {timeout} s: {tis(db, run['id'])}"
-            if stats.work == 0:
-                time.sleep(0.02)
+        run = wait_for(one_loop, f"the run of {dag_id} to finish", timeout=timeout, interval=0,
+                       until=lambda run: run["state"] in ("success", "failed"))
+        scheduler.iterate()  # one more sync: what was recorded is cleaned up
+        return run
     finally:
         scheduler.stop()
 

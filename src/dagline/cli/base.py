@@ -20,7 +20,7 @@ from dagline.clock import FixedClock, SystemClock
 from dagline.db import engine as dbengine
 from dagline.db.faults import first_line, is_transient, run_again_on_conflict
 from dagline.db.models import dag_t
-from dagline.errors import DaglineError, InvalidInput
+from dagline.errors import DaglineError, InvalidInput, OperationFailed
 from dagline.times import parse_instant
 
 
@@ -64,12 +64,21 @@ def emit_json(rows) -> None:
     click.echo(json.dumps(rows, indent=2))
 
 
-def show_rows(rows: list[dict], columns: list[str], as_json: bool) -> None:
-    """A listing: every field as JSON (`--json`), or the chosen columns as a table."""
+def show_rows(rows: list[dict], columns: list[str], as_json: bool, *, limit: int | None = None,
+              latest: bool = False, timezones=None) -> None:
+    """A listing: every field as JSON (`--json`), or the chosen columns as a table. `limit` keeps the
+    first N rows, or the last N (the most recent) when the rows are in time order (`latest`). The table
+    shows times in each row's DAG time zone (`timezones`: dag_id -> zone, or one zone), JSON in UTC."""
+    if limit is not None:
+        rows = rows[-limit:] if latest else rows[:limit]
     if as_json:
         emit_json(rows)
-    else:
-        print_table(rows, columns)
+        return
+    if timezones is not None:
+        from dagline.cli.display import for_people
+
+        rows = for_people(rows, timezones)
+    print_table(rows, columns)
 
 
 def print_table(rows: list[dict], columns: list[str]) -> None:
@@ -181,3 +190,65 @@ def json_object(value: str | None, field: str) -> dict | None:
         return json.loads(value)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"not valid JSON: {exc}", field=field) from None
+
+
+def conf_options(f):
+    """`--conf JSON` and its twin `--conf-file PATH` (a file holding the JSON object)."""
+    f = click.option("--conf-file", "conf_file", default=None, metavar="PATH",
+                     help="A file holding the conf as a JSON object (instead of --conf).")(f)
+    return click.option("--conf", default=None, metavar="JSON", help="A JSON object (overrides params).")(f)
+
+
+def read_conf(conf: str | None, conf_file: str | None) -> dict | None:
+    """The conf given by `--conf` or `--conf-file`: a JSON object, or None when neither is given."""
+    if conf is not None and conf_file is not None:
+        raise InvalidInput("give --conf or --conf-file, not both", field="--conf-file")
+    if conf_file is not None:
+        try:
+            with open(conf_file, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise InvalidInput(f"cannot read {conf_file}: {exc.strerror or exc}", field="--conf-file") from None
+        field, value = "--conf-file", text
+    elif conf is not None:
+        field, value = "--conf", conf
+    else:
+        return None
+    parsed = json_object(value, field)
+    if not isinstance(parsed, dict):
+        raise InvalidInput(f"must be a JSON object, e.g. '{{\"out\": \"/tmp/x\"}}', got {type(parsed).__name__}",
+                           field=field)
+    return parsed
+
+
+limit_option = click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N",
+                            help="Show at most N rows (the most recent N where rows are in time order).")
+
+
+def confirm(question: str, *, yes: bool, refusal: str) -> None:
+    """Ask `question` on the terminal (or read the answer from stdin) unless `--yes` was given. No
+    answer at all (no terminal, stdin empty or closed) refuses with `refusal`; any answer but yes
+    stops. Either way nothing has been written: exit 1."""
+    if yes:
+        return
+    try:
+        answer = click.prompt(f"{question} [y/N]", default="", show_default=False, err=True)
+    except click.Abort:
+        raise OperationFailed(f"{refusal}: there is no terminal to ask and no answer on stdin; "
+                              "pass --yes to go ahead without asking") from None
+    if answer.strip().lower() not in ("y", "yes"):
+        raise OperationFailed("not confirmed: nothing was changed")
+
+
+def dag_timezones(conn, dag_ids) -> dict[str, str]:
+    """dag_id -> the DAG's time zone, for showing times to people."""
+    dag_ids = sorted({d for d in dag_ids if d})
+    if not dag_ids:
+        return {}
+    return dict(conn.execute(select(dag_t.c.dag_id, dag_t.c.timezone).where(dag_t.c.dag_id.in_(dag_ids))).all())
+
+
+def dag_timezone_of(conn, dag_id: str) -> str:
+    """A DAG's time zone (UTC for a DAG no longer stored)."""
+    return dag_timezones(conn, [dag_id]).get(dag_id, "UTC")
+

@@ -9,13 +9,16 @@ from sqlalchemy import select
 
 from dagline.cli.base import (
     Context,
+    conf_options,
+    confirm,
     dag_timezone,
     emit_json,
-    json_object,
     json_option,
+    limit_option,
     main,
     make_clock,
     now_option,
+    read_conf,
     read_instant,
     show_rows,
 )
@@ -69,16 +72,17 @@ def dags_apply(obj: Context, paths, now):
 
 
 @dags.command("list")
+@limit_option
 @json_option
 @click.pass_obj
-def dags_list(obj: Context, as_json):
-    """The DAGs, their schedule and where they stand."""
+def dags_list(obj: Context, limit, as_json):
+    """The DAGs, their schedule and where they stand (times in each DAG's zone; JSON in UTC)."""
     from dagline.queries import list_dags
 
     with obj.db().begin() as conn:
         rows = list_dags(conn)
     show_rows(rows, ["dag_id", "paused", "schedule", "timezone", "version", "next_run_after", "last_run_state"],
-              as_json)
+              as_json, limit=limit, timezones={r["dag_id"]: r["timezone"] for r in rows})
 
 
 @dags.command("show")
@@ -108,10 +112,14 @@ def dags_show(obj: Context, dag_id, as_json):
     import yaml
 
     click.echo(f"dag_id: {dag_id}\nactive: {row.is_active}\npaused: {row.is_paused}\nsource: {row.source_path}")
-    click.echo(f"next run: {data['next_dagrun']} (created after {data['next_run_after']})")
+    from dagline.cli.display import local_time
+
+    zone = row.timezone
+    click.echo(f"next run: {local_time(data['next_dagrun'], zone)} "
+               f"(created after {local_time(data['next_run_after'], zone)})")
     click.echo("versions:")
     for v in data["versions"]:
-        click.echo(f"  {v['version']}  {v['created_at']}{'  (current)' if v['current'] else ''}")
+        click.echo(f"  {v['version']}  {local_time(v['created_at'], zone)}{'  (current)' if v['current'] else ''}")
     click.echo("spec:")
     click.echo("  " + yaml.safe_dump(current.spec, sort_keys=False).replace("\n", "\n  ").rstrip())
 
@@ -119,7 +127,8 @@ def dags_show(obj: Context, dag_id, as_json):
 @dags.command("next-runs")
 @click.argument("dag_ref")
 @click.option("--after", default=None, metavar="ISO", help="Start from the first interval starting at or after this.")
-@click.option("--count", default=5, show_default=True, type=click.IntRange(min=1))
+@click.option("--count", "--limit", "count", default=5, show_default=True, type=click.IntRange(min=1),
+              help="How many intervals.")
 @now_option
 @json_option
 @click.pass_obj
@@ -153,7 +162,8 @@ def dags_next_runs(obj: Context, dag_ref, after, count, now, as_json):
             rows = None if after else rows_of(upcoming_scheduled_runs(conn, dag_ref, dag, now=instant))
     if after:
         rows = rows_of(timetable_for(dag).upcoming(None, earliest=read_instant(after, "--after", dag.timezone)))
-    show_rows(rows, ["logical_date", "data_interval_start", "data_interval_end", "run_after"], as_json)
+    show_rows(rows, ["logical_date", "data_interval_start", "data_interval_end", "run_after"], as_json,
+              timezones=dag.timezone)
 
 
 @dags.command("pause")
@@ -185,17 +195,40 @@ def _set_paused(obj: Context, dag_id: str, paused: bool, now: str | None) -> Non
 @dags.command("trigger")
 @click.argument("dag_id")
 @click.option("--logical-date", default=None, metavar="ISO", help="Default: now.")
-@click.option("--conf", default=None, metavar="JSON", help="The run's conf, a JSON object.")
+@conf_options
 @now_option
 @click.pass_obj
-def dags_trigger(obj: Context, dag_id, logical_date, conf, now):
+def dags_trigger(obj: Context, dag_id, logical_date, conf, conf_file, now):
     """Create a manual run; prints its run id."""
     from dagline.runs import trigger_run
 
     database = obj.db()
-    conf_value = json_object(conf, "--conf")
+    conf_value = read_conf(conf, conf_file)
     when = read_instant(logical_date, "--logical-date", dag_timezone(database, dag_id))
     run = trigger_run(database, dag_id, now=make_clock(now).now(), logical_date=when, conf=conf_value)
     click.echo(run.run_id)
 
+
+@dags.command("delete")
+@click.argument("dag_id")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask first.")
+@now_option
+@click.pass_obj
+def dags_delete(obj: Context, dag_id, yes, now):
+    """Remove a DAG with its versions, runs, task instances and backfills (asks first).
+
+    As in Airflow, running task instances do not stop it: the scheduler running them stops their
+    jobs. The event log keeps the DAG's history. Without --yes, with no terminal and no answer on
+    stdin, it refuses (exit 1) and removes nothing."""
+    from dagline.deletion import delete_dag, footprint
+
+    database = obj.db()
+    with database.begin() as conn:
+        found = footprint(conn, dag_id)
+    running = f" ({found.active_task_instances} of them queued or running: their jobs will be stopped)" \
+        if found.active_task_instances else ""
+    confirm(f"delete DAG {dag_id!r} with {found.describe()}{running}?", yes=yes,
+            refusal=f"not deleting DAG {dag_id!r}")
+    removed = delete_dag(database, dag_id, now=make_clock(now).now())
+    click.echo(f"{dag_id}: deleted with {removed.describe()}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import sys
@@ -12,10 +13,11 @@ from sqlalchemy import select
 from dagline.cli.base import (
     Context,
     dag_timezone,
+    dag_timezones,
     emit_json,
     executor_option,
-    json_object,
     json_option,
+    limit_option,
     log_folder_option,
     main,
     make_cli_executor,
@@ -23,6 +25,7 @@ from dagline.cli.base import (
     now_option,
     parallelism_option,
     print_table,
+    read_conf,
     show_rows,
 )
 from dagline.db.models import backfill_t
@@ -79,6 +82,7 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, m
         sched.request_stop()
 
     previous = {sig: signal.signal(sig, graceful) for sig in (signal.SIGTERM, signal.SIGINT)}
+    gc.freeze()  # start-up objects (modules, SQLAlchemy) leave the collector's scans: full collections stay cheap
     try:
         sched.run(until_idle=until_idle)
     except KeyboardInterrupt:
@@ -107,6 +111,8 @@ def _backfill_options(f):
         click.option("--dry-run", is_flag=True, help="Print the plan, write nothing."),
         click.option("--request-id", default=None, help="Idempotency key: the same id never creates twice."),
         click.option("--conf", default=None, metavar="JSON", help="Conf of every run created (overrides params)."),
+        click.option("--conf-file", "conf_file", default=None, metavar="PATH",
+                     help="A file holding the conf as a JSON object (instead of --conf)."),
         json_option,
         now_option,
     ]):
@@ -115,7 +121,7 @@ def _backfill_options(f):
 
 
 def _create_backfill(obj: Context, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
-                     request_id, conf, now_value):
+                     request_id, conf, conf_file, now_value):
     from dagline.backfill import create_backfill, resolve_range
 
     database = obj.db()
@@ -123,11 +129,11 @@ def _create_backfill(obj: Context, dag_id, start, end, reprocess, max_active_run
     return create_backfill(
         database, dag_id, start=first, end=last, now=now_value,
         reprocess=reprocess, max_active_runs=max_active_runs, run_backwards=run_backwards, dry_run=dry_run,
-        request_id=request_id, conf=json_object(conf, "--conf"),
+        request_id=request_id, conf=read_conf(conf, conf_file),
     )
 
 
-def _print_plan(result, as_json: bool) -> None:
+def _print_plan(result, as_json: bool, timezone: str = "UTC") -> None:
     entries = [{"logical_date": isoformat(e.logical_date), "data_interval_start": isoformat(e.data_interval.start),
                 "data_interval_end": isoformat(e.data_interval.end), "action": e.action,
                 "existing_run_id": e.existing_run_id, "existing_state": e.existing_state}
@@ -135,7 +141,9 @@ def _print_plan(result, as_json: bool) -> None:
     if as_json:
         emit_json({"backfill_id": result.backfill_id, "created": result.created, "runs": entries})
         return
-    print_table(entries, ["logical_date", "action", "existing_run_id", "existing_state"])
+    from dagline.cli.display import for_people
+
+    print_table(for_people(entries, timezone), ["logical_date", "action", "existing_run_id", "existing_state"])
     plan = result.plan
     summary = (f"{plan.count('create')} to create, {plan.count('replace')} to replace, "
                f"{plan.count('keep_existing')} kept, {plan.count('keep_active')} still active, "
@@ -152,11 +160,11 @@ def _print_plan(result, as_json: bool) -> None:
 @_backfill_options
 @click.pass_obj
 def backfill_create(obj: Context, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
-                    request_id, conf, as_json, now):
+                    request_id, conf, conf_file, as_json, now):
     """Plan and insert backfill runs for every interval whose logical date lies in [start, end]."""
     result = _create_backfill(obj, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
-                              request_id, conf, make_clock(now).now())
-    _print_plan(result, as_json)
+                              request_id, conf, conf_file, make_clock(now).now())
+    _print_plan(result, as_json, dag_timezone(obj.db(), dag_id))
 
 
 @backfill.command("run", retry_conflicts=False)
@@ -166,7 +174,7 @@ def backfill_create(obj: Context, dag_id, start, end, reprocess, max_active_runs
 @log_folder_option
 @click.pass_obj
 def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run, request_id,
-                 conf, as_json, now, executor, parallelism, log_folder):
+                 conf, conf_file, as_json, now, executor, parallelism, log_folder):
     """Create a backfill, then run a scheduler for its runs until they finish, with a progress bar."""
     from dagline.progress import ProgressBar
     from dagline.queries import backfill_dict, backfill_task_counts
@@ -174,8 +182,8 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
 
     clock = make_clock(now)
     result = _create_backfill(obj, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
-                              request_id, conf, clock.now())
-    _print_plan(result, as_json)
+                              request_id, conf, conf_file, clock.now())
+    _print_plan(result, as_json, dag_timezone(obj.db(), dag_id))
     if result.backfill_id is None:
         return
     database = obj.db()
@@ -209,17 +217,20 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
 
 
 @backfill.command("list")
-@click.option("--dag", "dag_id", default=None)
+@click.option("--dag", "dag_id", default=None, metavar="DAG_ID", help="Only this DAG's backfills.")
+@limit_option
 @json_option
 @click.pass_obj
-def backfill_list(obj: Context, dag_id, as_json):
-    """Backfills and their progress."""
+def backfill_list(obj: Context, dag_id, limit, as_json):
+    """Backfills and their progress, oldest first; `--limit N`: the latest N."""
     from dagline.queries import list_backfills
 
     with obj.db().begin() as conn:
         rows = list_backfills(conn, dag_id)
+        zones = dag_timezones(conn, [r["dag_id"] for r in rows])
     show_rows(rows, ["id", "dag_id", "from_date", "to_date", "reprocess", "state", "total", "queued", "running",
-                    "succeeded", "failed", "skipped_existing", "overridden"], as_json)
+                     "succeeded", "failed", "skipped_existing", "overridden"], as_json, limit=limit, latest=True,
+              timezones=zones)
 
 
 @backfill.command("show")
@@ -242,7 +253,10 @@ def backfill_show(obj: Context, backfill_id, as_json):
     for key, value in data.items():
         if key != "runs":
             click.echo(f"{key}: {value}")
-    print_table(data["runs"], ["id", "run_id", "state", "start_date", "end_date"])
+    from dagline.cli.display import for_people
+
+    print_table(for_people(data["runs"], dag_timezone(obj.db(), data["dag_id"])),
+                ["id", "run_id", "state", "logical_date", "start_date", "end_date", "duration"])
 
 
 @backfill.command("cancel")

@@ -2,25 +2,34 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from zoneinfo import ZoneInfo
+import time
 
 import click
 from sqlalchemy import select
 
 from dagline.cli.base import (
     Context,
+    confirm,
+    dag_timezone_of,
+    dag_timezones,
+    emit_json,
     json_option,
+    limit_option,
     log_folder_option,
     main,
     make_clock,
     now_option,
+    print_table,
     show_rows,
 )
+from dagline.cli.display import for_people
 from dagline.db.models import ti_t
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.executors import resolve_log_folder
+from dagline.states import TIState
 
 
 @main.group()
@@ -30,39 +39,74 @@ def runs():
 
 @runs.command("list")
 @click.argument("dag_id", required=False)
+@click.option("--dag", "dag_option", default=None, metavar="DAG_ID", help="Only this DAG's runs (as DAG_ID).")
 @click.option("--state", default=None, type=click.Choice(["queued", "running", "success", "failed", "overridden"]))
+@limit_option
 @json_option
 @click.pass_obj
-def runs_list(obj: Context, dag_id, state, as_json):
-    """Runs in logical-date order."""
+def runs_list(obj: Context, dag_id, dag_option, state, limit, as_json):
+    """Runs in logical-date order (per DAG); `--limit N`: the latest N. The table shows the logical date
+    in the DAG's zone, the run's duration, and `manual (test)` for `dags test` runs (JSON: `is_test`)."""
     from dagline.dagstore import require_dag
     from dagline.queries import list_runs
 
+    if dag_id is not None and dag_option is not None and dag_id != dag_option:
+        raise InvalidInput(f"names DAG {dag_option!r}, but DAG_ID names {dag_id!r}", field="--dag")
+    dag_id = dag_id or dag_option
     with obj.db().begin() as conn:
         if dag_id is not None:
             require_dag(conn, dag_id, active=False)
-        rows = list_runs(conn, dag_id, state)
-        zones = _timezones(conn, {r["dag_id"] for r in rows})
+        rows = list_runs(conn, dag_id, state, limit=limit)
+        zones = dag_timezones(conn, [r["dag_id"] for r in rows])
     if not as_json:
-        rows = [{**r, "deadline": _deadline_text(r, zones.get(r["dag_id"], "UTC"))} for r in rows]
-    show_rows(rows, ["id", "dag_id", "run_id", "run_type", "state", "previous_run_id", "dag_version",
-                    "backfill_id", "deadline"], as_json)
-
-
-def _timezones(conn, dag_ids) -> dict[str, str]:
-    from dagline.db.models import dag_t
-
-    return dict(conn.execute(select(dag_t.c.dag_id, dag_t.c.timezone).where(dag_t.c.dag_id.in_(dag_ids))).all())
+        rows = [{**r, "run_type": r["run_type"] + (" (test)" if r["is_test"] else ""),
+                 "deadline": _deadline_text(r, zones.get(r["dag_id"], "UTC"))} for r in rows]
+    show_rows(rows, ["id", "dag_id", "run_id", "run_type", "state", "logical_date", "duration", "previous_run_id",
+                     "dag_version", "backfill_id", "deadline"], as_json, timezones=zones)
 
 
 def _deadline_text(row: dict, timezone: str) -> str | None:
-    """The deadline in the DAG's time zone, and whether it was missed (for the human listings)."""
-    from dagline.times import parse_instant
+    """The deadline in the DAG's time zone, prefixed MISSED once it was missed (the human listings)."""
+    from dagline.cli.display import local_time
 
     if row["deadline"] is None:
         return None
-    due = parse_instant(row["deadline"]).astimezone(ZoneInfo(timezone)).isoformat(" ", "minutes")
+    due = local_time(row["deadline"], timezone)
     return f"MISSED {due}" if row["deadline_missed_at"] else due
+
+
+@runs.command("show")
+@click.argument("run_ref", metavar="RUN_ID")
+@json_option
+@click.pass_obj
+def runs_show(obj: Context, run_ref, as_json):
+    """One run: its fields and conf, its task instances with durations, its neighbours on the timeline."""
+    from dagline.queries import run_detail
+    from dagline.runs import find_run
+
+    with obj.db().begin() as conn:
+        data = run_detail(conn, find_run(conn, run_ref))
+        zone = dag_timezone_of(conn, data["dag_id"])
+    if as_json:
+        emit_json(data)
+        return
+    [run] = for_people([data], zone)
+    kind = run["run_type"] + (" (test)" if run["is_test"] else "")
+    click.echo(f"run {run['run_id']} (id {run['id']}) of {run['dag_id']}, {kind}: {run['state']}")
+    for label, field in (("logical date", "logical_date"), ("data interval", None), ("run after", "run_after"),
+                         ("started", "start_date"), ("ended", "end_date"), ("duration", "duration")):
+        value = f"{run['data_interval_start']} to {run['data_interval_end']}" if field is None else run[field]
+        click.echo(f"{label + ':':<15}{'' if value is None else value}")
+    click.echo(f"{'version:':<15}{run['dag_version']}" + (f"   backfill: {run['backfill_id']}"
+                                                         if run["backfill_id"] else ""))
+    click.echo(f"{'conf:':<15}{json.dumps(run['conf']) if run['conf'] else '{}'}")
+    for label in ("previous", "next"):
+        n = run[label]
+        where = "(not on the timeline: a test run)" if run["is_test"] else "(none)"
+        click.echo(f"{label + ':':<15}" + (f"{n['run_id']} (id {n['id']}), {n['state']}" if n else where))
+    click.echo()
+    print_table(for_people(run["tasks"], zone), ["task_id", "state", "try_number", "max_tries", "start_date",
+                                                 "end_date", "duration", "message"])
 
 
 @runs.command("grid")
@@ -79,7 +123,7 @@ def runs_grid(obj: Context, dag_id, limit, color):
     with obj.db().begin() as conn:
         require_dag(conn, dag_id, active=False)
         _, dag = DagCache().current(conn, dag_id)
-        run_rows = [r for r in list_runs(conn, dag_id) if r["state"] != "overridden"][-limit:]
+        run_rows = [r for r in list_runs(conn, dag_id) if r["state"] != "overridden" and not r["is_test"]][-limit:]
         tis: dict[int, dict[str, str]] = {}
         for row in conn.execute(select(ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state)
                                 .where(ti_t.c.dag_run_id.in_([r["id"] for r in run_rows]))):
@@ -95,21 +139,22 @@ def tasks():
 
 @tasks.command("list")
 @click.argument("run_ref", metavar="RUN_ID")
+@limit_option
 @json_option
 @click.pass_obj
-def tasks_list(obj: Context, run_ref, as_json):
-    """The task instances of a run."""
+def tasks_list(obj: Context, run_ref, limit, as_json):
+    """The task instances of a run (times in the DAG's zone; JSON in UTC)."""
     from dagline.queries import list_tasks
     from dagline.runs import find_run
 
     with obj.db().begin() as conn:
         run = find_run(conn, run_ref)
         rows = list_tasks(conn, run.id)
-        zone = _timezones(conn, {run.dag_id}).get(run.dag_id, "UTC")
+        zone = dag_timezone_of(conn, run.dag_id)
     if not as_json:
         rows = [{**r, "deadline": _deadline_text(r, zone)} for r in rows]
-    show_rows(rows, ["task_id", "state", "try_number", "max_tries", "pool", "start_date", "end_date",
-                    "deadline", "message"], as_json)
+    show_rows(rows, ["task_id", "state", "try_number", "max_tries", "pool", "start_date", "end_date", "duration",
+                     "deadline", "message"], as_json, limit=limit, timezones=zone)
 
 
 @tasks.command("clear")
@@ -117,14 +162,25 @@ def tasks_list(obj: Context, run_ref, as_json):
 @click.argument("task_ids", nargs=-1)
 @click.option("--downstream", is_flag=True, help="Also clear everything downstream of the tasks.")
 @click.option("--failed-only", is_flag=True, help="Only failed and upstream_failed task instances.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before clearing more than one task instance.")
 @now_option
 @click.pass_obj
-def tasks_clear(obj: Context, run_ref, task_ids, downstream, failed_only, now):
-    """Reset task instances so they run again; the run returns to running."""
+def tasks_clear(obj: Context, run_ref, task_ids, downstream, failed_only, yes, now):
+    """Reset task instances so they run again; the run returns to running.
+
+    Asks before clearing more than one task instance (as Airflow does); without --yes, with no
+    terminal and no answer on stdin, it refuses (exit 1) and changes nothing."""
     from dagline.runs import clear_tasks
 
-    cleared, busy = clear_tasks(obj.db(), run_ref, list(task_ids) or None, downstream=downstream,
-                                failed_only=failed_only, now=make_clock(now).now())
+    database = obj.db()
+    at = make_clock(now).now()
+    planned, _ = clear_tasks(database, run_ref, list(task_ids) or None, downstream=downstream,
+                             failed_only=failed_only, now=at, dry_run=True)
+    if len(planned) > 1:
+        confirm(f"clear {len(planned)} task instances of run {run_ref} ({', '.join(planned)})?", yes=yes,
+                refusal=f"not clearing {len(planned)} task instances")
+    cleared, busy = clear_tasks(database, run_ref, planned or list(task_ids) or None, failed_only=failed_only,
+                                now=at)
     click.echo(f"cleared {len(cleared)} task instance(s): {', '.join(cleared) or '-'}")
     if busy:
         click.echo(f"left alone (queued or running): {', '.join(busy)}", err=True)
@@ -134,29 +190,46 @@ def tasks_clear(obj: Context, run_ref, task_ids, downstream, failed_only, now):
 @click.argument("run_ref", metavar="RUN_ID")
 @click.argument("task_id")
 @click.option("--try", "try_number", type=click.IntRange(min=1), default=None, help="Default: the latest try.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the try ends.")
+@click.option("--poll-interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True, metavar="SECONDS",
+              help="With --follow: how often to look for new lines and at the try's state.")
 @log_folder_option
 @click.pass_obj
-def tasks_logs(obj: Context, run_ref, task_id, try_number, log_folder):
-    """Print a task's log: the local executor's files (rotated ones first), or for spark-k8s tries the
-    driver pod's log through the Kubernetes API."""
+def tasks_logs(obj: Context, run_ref, task_id, try_number, follow, poll_interval, log_folder):
+    """Print a task's log; with --follow, keep printing as it grows until the try ends. Local tries: the
+    log files the wrapper rotated (oldest first), then the current one; spark-k8s tries: the driver
+    pod's log through the Kubernetes API."""
+    from dagline.cli.logtail import LogTail
     from dagline.db.models import scheduler_job_t
     from dagline.executors.base import TaskKey
     from dagline.executors.try_files import log_files, log_path
     from dagline.runs import find_run
 
-    with obj.db().begin() as conn:
-        run = find_run(conn, run_ref)
-        ti = conn.execute(select(ti_t).where(ti_t.c.dag_run_id == run.id, ti_t.c.task_id == task_id)).first()
-        executor = None if ti is None or ti.queued_by_job_id is None else conn.execute(
-            select(scheduler_job_t.c.executor).where(scheduler_job_t.c.id == ti.queued_by_job_id)).scalar()
-    if ti is None:
-        raise InvalidInput(f"run {run.run_id!r} has no task {task_id!r}", field="TASK_ID")
+    database = obj.db()
+
+    def look():
+        with database.begin() as conn:
+            run = find_run(conn, run_ref)
+            ti = conn.execute(select(ti_t).where(ti_t.c.dag_run_id == run.id, ti_t.c.task_id == task_id)).first()
+        if ti is None:
+            raise InvalidInput(f"run {run.run_id!r} has no task {task_id!r}", field="TASK_ID")
+        return run, ti
+
+    run, ti = look()
+    if try_number is not None and try_number > max(ti.try_number, 0) and not follow:
+        raise InvalidInput(f"task {task_id!r} has had {ti.try_number} tries", field="--try")
+    while follow and ti.try_number < (try_number or 1) and ti.state not in TIState.FINISHED:
+        time.sleep(poll_interval)  # --follow of a try that has not started yet: wait for it
+        run, ti = look()
     number = try_number or ti.try_number
     if number == 0:
         raise OperationFailed(f"task {task_id!r} of run {run.run_id!r} has not run yet (state {ti.state})")
     if number > ti.try_number:
         raise InvalidInput(f"task {task_id!r} has had {ti.try_number} tries", field="--try")
     key = TaskKey(run.dag_id, run.run_id, task_id, number)
+    with database.begin() as conn:
+        executor = None if ti.queued_by_job_id is None else conn.execute(
+            select(scheduler_job_t.c.executor).where(scheduler_job_t.c.id == ti.queued_by_job_id)).scalar()
     if executor == "spark-k8s":
         from dagline.k8s.pod_logs import driver_log
 
@@ -166,15 +239,30 @@ def tasks_logs(obj: Context, run_ref, task_id, try_number, log_folder):
         sys.stdout.flush()
         return
     path = log_path(resolve_log_folder(log_folder), key)
-    files = log_files(path)  # rotated copies first (oldest first), then the current file
-    if not files:
-        raise OperationFailed(f"no log at {path} (logs live where the scheduler that ran the task wrote them; "
-                              "see --log-folder)")
-    for name in files:
-        with open(name, "rb") as fh:
+    for older in log_files(path)[:-1] if os.path.exists(path) else log_files(path):
+        with open(older, "rb") as fh:  # what the wrapper rotated away, oldest first
             while chunk := fh.read(1 << 16):
                 sys.stdout.buffer.write(chunk)
-    sys.stdout.flush()
+    tail = LogTail(path)
+
+    def running() -> bool:
+        return ti.try_number == number and ti.state in TIState.ACTIVE
+
+    if not (follow and running()) and not log_files(path):
+        raise OperationFailed(f"no log at {path} (logs live where the scheduler that ran the task wrote them; "
+                              "see --log-folder)")
+    while True:
+        ended = not (follow and running())
+        while chunk := tail.read():
+            sys.stdout.buffer.write(chunk)
+        sys.stdout.flush()
+        if ended:
+            break
+        time.sleep(poll_interval)
+        run, ti = look()
+    if follow:
+        state = ti.state if ti.try_number == number else f"{ti.state} (now on try {ti.try_number})"
+        click.echo(f"try {number} of {task_id} ended: {state}", err=True)
 
 
 @main.group()
@@ -197,14 +285,28 @@ def pools_set(obj: Context, name, slots, description, now):
 
 
 @pools.command("list")
+@limit_option
 @json_option
 @click.pass_obj
-def pools_list(obj: Context, as_json):
+def pools_list(obj: Context, limit, as_json):
     """Pools, their slots and the slots in use."""
     from dagline.pools import list_pools
 
     with obj.db().begin() as conn:
         rows = list_pools(conn)
-    show_rows(rows, ["name", "slots", "used_slots", "description"], as_json)
+    show_rows(rows, ["name", "slots", "used_slots", "description"], as_json, limit=limit)
 
+
+@pools.command("delete")
+@click.argument("name")
+@now_option
+@click.pass_obj
+def pools_delete(obj: Context, name, now):
+    """Delete a pool. Refused for `default`, and while a task of an active DAG names it or task
+    instances are queued or running in it (the message names them)."""
+    from dagline.pools import remove_pool
+
+    if not remove_pool(obj.db(), name, now=make_clock(now).now(), refuse_in_use=True):
+        raise OperationFailed(f"unknown pool {name!r} (see `dagline pools list`)")
+    click.echo(f"pool {name}: deleted")
 

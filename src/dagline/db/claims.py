@@ -74,20 +74,37 @@ def lock_dags_with_startable_runs(
     return [row.dag_id for row in conn.execute(stmt)]
 
 
-def lock_running_runs(conn: Connection, limit: int, backfill_id: int | None = None) -> list[Any]:
-    """Claim running runs of unpaused DAGs, least recently examined first.
+# What deciding a run's task instances reads of the run (`scheduler.examine`): not its conf or times.
+RUN_FOR_DECISION = (dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.dag_version_id, dag_run_t.c.previous_run_id,
+                    dag_run_t.c.run_type, dag_run_t.c.backfill_id)
+
+
+def lock_running_runs(conn: Connection, limit: int, backfill_id: int | None = None,
+                      test_run_id: int | None = None) -> list[Any]:
+    """Claim running runs of unpaused DAGs, least recently examined first; test runs are left out.
+    With `test_run_id`, only that test run, paused DAG or not (`dagline dags test` runs it alone).
     Protects: one replica at a time decides a run's task instances and finishes the run."""
     stmt = (
-        select(dag_run_t)
+        select(*RUN_FOR_DECISION)
         .join(dag_t, dag_t.c.dag_id == dag_run_t.c.dag_id)
-        .where(dag_run_t.c.state == "running", dag_t.c.is_paused.is_(False))
+        .where(dag_run_t.c.state == "running", *_in_scope(backfill_id, test_run_id))
         .order_by(dag_run_t.c.last_scheduling_decision.asc().nulls_first(), dag_run_t.c.id)
         .limit(limit)
         .with_for_update(of=dag_run_t, skip_locked=True)
     )
-    if backfill_id is not None:
-        stmt = stmt.where(dag_run_t.c.backfill_id == backfill_id)
     return conn.execute(stmt).all()
+
+
+def _in_scope(backfill_id: int | None, test_run_id: int | None) -> list:
+    """Conditions on joined `dag_run` and `dag` rows: the runs a replica works on. A scheduler replica
+    works on every run of an unpaused DAG but test runs (or one backfill's runs); `dagline dags test`
+    on its own test run only, even in a paused DAG."""
+    if test_run_id is not None:
+        return [dag_run_t.c.id == test_run_id]
+    conditions = [dag_t.c.is_paused.is_(False), ~dag_run_t.c.is_test]
+    if backfill_id is not None:
+        conditions.append(dag_run_t.c.backfill_id == backfill_id)
+    return conditions
 
 
 def lock_runs_by_id(conn: Connection, run_ids: Sequence[int]) -> list[Any]:
@@ -96,7 +113,7 @@ def lock_runs_by_id(conn: Connection, run_ids: Sequence[int]) -> list[Any]:
     if not run_ids:
         return []
     stmt = (
-        select(dag_run_t)
+        select(*RUN_FOR_DECISION)
         .where(dag_run_t.c.id.in_(list(run_ids)), dag_run_t.c.state == "running")
         .order_by(dag_run_t.c.id)
         .with_for_update(skip_locked=True)
@@ -129,24 +146,26 @@ def lock_pools_nowait(conn: Connection) -> dict[str, int]:
         raise
 
 
-def lock_schedulable_tis(conn: Connection, limit: int, backfill_id: int | None = None) -> list[Any]:
+def lock_schedulable_tis(conn: Connection, limit: int, backfill_id: int | None = None,
+                         test_run_id: int | None = None) -> list[Any]:
     """Claim `scheduled` task instances of running runs of unpaused DAGs, by priority (highest first),
-    then logical date (oldest first), then id. Called inside the critical section; SKIP LOCKED keeps
-    it safe against a mini-scheduler touching the same rows."""
+    then logical date (oldest first), then id; of the runs `lock_running_runs` would claim with the same
+    scope. Called inside the critical section; SKIP LOCKED keeps it safe against a mini-scheduler
+    touching the same rows."""
     stmt = (
         select(
             ti_t.c.id, ti_t.c.dag_id, ti_t.c.task_id, ti_t.c.pool, ti_t.c.pool_slots, ti_t.c.priority_weight,
             ti_t.c.try_number, ti_t.c.dag_run_id, dag_run_t.c.dag_version_id, dag_run_t.c.logical_date,
+            dag_t.c.current_version_id, ti_t.c.scheduled_at,
         )
         .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
         .join(dag_t, dag_t.c.dag_id == ti_t.c.dag_id)
-        .where(and_(ti_t.c.state == "scheduled", dag_run_t.c.state == "running", dag_t.c.is_paused.is_(False)))
+        .where(and_(ti_t.c.state == "scheduled", dag_run_t.c.state == "running",
+                    *_in_scope(backfill_id, test_run_id)))
         .order_by(ti_t.c.priority_weight.desc(), dag_run_t.c.logical_date, ti_t.c.id)
         .limit(limit)
         .with_for_update(of=ti_t, skip_locked=True)
     )
-    if backfill_id is not None:
-        stmt = stmt.where(dag_run_t.c.backfill_id == backfill_id)
     return conn.execute(stmt).all()
 
 
@@ -176,7 +195,8 @@ def claim_orphaned_tis(
     conn: Connection, *, job_id: int, limit: int, executor: str | None = None, hostname: str | None = None
 ) -> list[Any]:
     """Take over `queued` and `running` task instances whose replica has ended (`dead` or `stopped`, or
-    none recorded): they become `job_id`'s (`queued_by_job_id`), in id order, at most `limit`.
+    none recorded; test runs' task instances are their `dagline dags test` process's alone): they
+    become `job_id`'s (`queued_by_job_id`), in id order, at most `limit`.
     Returns (id, dag_run_id, dag_id, task_id, try_number, state, max_tries, dag_version_id,
     previous_job_id). Protects: one replica adopts each orphaned try, so a try is followed, launched
     again or settled by one replica only (SKIP LOCKED; the state and the owner are checked under the
@@ -189,7 +209,7 @@ def claim_orphaned_tis(
                ti_t.c.max_tries, dag_run_t.c.dag_version_id, ti_t.c.queued_by_job_id.label("previous_job_id"))
         .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
         .outerjoin(job, job.c.id == ti_t.c.queued_by_job_id)
-        .where(ti_t.c.state.in_(("queued", "running")),
+        .where(ti_t.c.state.in_(("queued", "running")), ~dag_run_t.c.is_test,
                ti_t.c.queued_by_job_id.is_(None) | job.c.state.in_(("dead", "stopped")))
         .order_by(ti_t.c.id)
         .limit(limit)

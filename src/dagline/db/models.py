@@ -2,7 +2,7 @@
 
 Invariants are also constraints, so a bug in Python cannot break them silently:
 - a task instance always belongs to a run (`task_instance.dag_run_id` is NOT NULL);
-- at most one run per `(dag_id, logical_date)` that is not `overridden` (a partial unique index);
+- at most one run per `(dag_id, logical_date)` that is not `overridden` nor a test run (a partial unique index);
 - one task instance per `(dag_run_id, task_id)`; one version row per `(dag_id, version)`;
 - one outbox row per callback delivery id (`callback_outbox.delivery_id`).
 Every stored time is UTC (`UTCDateTime` returns aware datetimes on both databases).
@@ -25,6 +25,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -73,6 +74,10 @@ TI_STATES = (
     "none", "scheduled", "queued", "running", "success", "failed",
     "up_for_retry", "upstream_failed", "skipped", "removed",
 )
+
+
+# Runs on the timeline: not replaced by a backfill, not a test run (`dagline dags test`).
+LIVE_RUN_SQL = "state != 'overridden' AND NOT is_test"
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -193,6 +198,8 @@ class DagRun(Base):
     last_scheduling_decision: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     deadline_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)  # `deadline` of the DAG, fixed at creation
     deadline_missed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)  # set once (compare-and-set)
+    # a run of `dagline dags test`: not on the timeline, run only by the process that made it
+    is_test: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False, server_default=false())
 
     __table_args__ = (
         UniqueConstraint("dag_id", "run_id"),
@@ -200,7 +207,7 @@ class DagRun(Base):
               sqlite_where=text(_RUN_DEADLINE_OPEN), postgresql_where=text(_RUN_DEADLINE_OPEN)),
         Index(
             "uq_dag_run_live_logical_date", "dag_id", "logical_date", unique=True,
-            sqlite_where=text("state != 'overridden'"), postgresql_where=text("state != 'overridden'"),
+            sqlite_where=text(LIVE_RUN_SQL), postgresql_where=text(LIVE_RUN_SQL),
         ),
         Index(None, "state", "dag_id"),
         Index(None, "backfill_id"),
@@ -225,6 +232,7 @@ class TaskInstance(Base):
     pool: Mapped[str] = mapped_column(String(256), nullable=False, default="default")
     pool_slots: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
     priority_weight: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+    scheduled_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)  # when it last became runnable
     queued_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     start_date: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     end_date: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)

@@ -1,7 +1,7 @@
 """Writing callbacks into the outbox, in the transaction of the state change that fires them.
 
-`transitions.change_tis` / `change_runs` call `enqueue_state_changes` for every row they changed, and
-the deadline phase calls `enqueue_deadline_misses`; each adds one `callback_outbox` row per callback
+`transitions.record_events` calls `enqueue_for_events` with the event rows of every state change (so
+no path that changes a state can skip it), and the deadline phase calls `enqueue_deadline_misses`; each adds one `callback_outbox` row per callback
 of the run's DAG version that listens to the event, with a fresh delivery id and the finished JSON
 body. A state change that rolls back takes its outbox rows with it; one that commits cannot lose
 them. Delivery is someone else's job (`dagline.scheduler.deliveries`), outside any transaction.
@@ -18,7 +18,7 @@ import dataclasses
 import datetime as dt
 import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import insert, select, update
@@ -50,6 +50,7 @@ class RunFacts:
     data_interval_start: dt.datetime
     data_interval_end: dt.datetime
     dag_version_id: int
+    is_test: bool  # a run of `dagline dags test`: rehearsals tell nobody
 
 
 _versions: dict[tuple[str, int], VersionCallbacks] = {}  # (database, dag_version id) ->
@@ -84,9 +85,10 @@ def _facts(conn: Connection, run_ids: Iterable[int]) -> dict[int, RunFacts]:
         rows = conn.execute(select(
             dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.run_id, dag_run_t.c.run_type, dag_run_t.c.logical_date,
             dag_run_t.c.data_interval_start, dag_run_t.c.data_interval_end, dag_run_t.c.dag_version_id,
+            dag_run_t.c.is_test,
         ).where(dag_run_t.c.id.in_(missing))).all()
         fresh = {r.id: RunFacts(r.dag_id, r.run_id, r.run_type, r.logical_date, r.data_interval_start,
-                                r.data_interval_end, r.dag_version_id) for r in rows}
+                                r.data_interval_end, r.dag_version_id, bool(r.is_test)) for r in rows}
         versions = {f.dag_version_id for f in fresh.values()}
         with _lock:
             versions = {v for v in versions if (db, v) not in _versions}
@@ -109,52 +111,75 @@ def _callbacks_of(db: str, facts: RunFacts) -> VersionCallbacks:
         return _versions[(db, facts.dag_version_id)]
 
 
-def enqueue_state_changes(conn: Connection, kind: str, rows: Sequence[Any], *, to: str, at: dt.datetime,
-                          detail: str | None = None) -> int:
-    """Outbox rows for runs (`kind` "run": rows have `id`) or task instances ("task": rows have
-    `dag_run_id`, `task_id`, `try_number`) that just entered `to`. Returns how many were written."""
-    event = event_of_state(kind, to)
-    if event is None or not rows:
-        return 0
-    return _enqueue(conn, kind, event, rows, at=at, state_of=lambda row: to, message=detail)
+_ENTITY_KIND = {"dag_run": "run", "task_instance": "task"}
+
+
+def enqueue_for_events(conn: Connection, events: Sequence[Mapping[str, Any]]) -> int:
+    """Outbox rows for the state changes these `event` rows record (`transitions.record_events` calls
+    it for every event it writes, so no path that changes state can skip it): a run or task instance
+    entering a state that is a callback event (`callbacks.event_of_state`). Returns how many rows."""
+    wanted = []
+    for ev in events:
+        kind = _ENTITY_KIND.get(ev.get("entity"))
+        event = event_of_state(kind, ev.get("to_state")) if kind else None
+        if event is not None and ev.get("dag_run_id") is not None:
+            wanted.append(_Change(kind, event, ev["dag_run_id"], ev.get("task_id"), ev.get("try_number"),
+                                  ev["to_state"], ev["at"], ev.get("detail"), None))
+    return _enqueue(conn, wanted) if wanted else 0
 
 
 def enqueue_deadline_misses(conn: Connection, kind: str, rows: Sequence[Any], *, at: dt.datetime) -> int:
-    """Outbox rows for runs or task instances whose deadline was just found missed (rows have `state`
-    and `deadline_at` besides the fields `enqueue_state_changes` reads)."""
+    """Outbox rows for runs (`kind` "run": rows have `id`) or task instances ("task": rows have
+    `dag_run_id`, `task_id`, `try_number`) whose deadline was just found missed; rows also have `state`
+    and `deadline_at`."""
     if not rows:
         return 0
-    return _enqueue(conn, kind, CallbackEvent.DEADLINE_MISS, rows, at=at, state_of=lambda row: row.state,
-                    message=None)
+    return _enqueue(conn, [
+        _Change(kind, CallbackEvent.DEADLINE_MISS, row.id if kind == "run" else row.dag_run_id,
+                None if kind == "run" else row.task_id, None if kind == "run" else row.try_number,
+                row.state, at, None, row.deadline_at)
+        for row in rows])
 
 
-def _enqueue(conn, kind: str, event: CallbackEvent, rows, *, at, state_of, message) -> int:
-    facts = _facts(conn, [row.id if kind == "run" else row.dag_run_id for row in rows])
+@dataclasses.dataclass(frozen=True)
+class _Change:
+    kind: str  # run | task
+    event: CallbackEvent
+    dag_run_id: int
+    task_id: str | None
+    try_number: int | None
+    state: str
+    at: dt.datetime
+    message: str | None
+    deadline: dt.datetime | None
+
+
+def _enqueue(conn: Connection, changes: Sequence[_Change]) -> int:
+    facts = _facts(conn, [change.dag_run_id for change in changes])
     db = _database(conn)
     outbox = []
-    for row in rows:
-        run = facts.get(row.id if kind == "run" else row.dag_run_id)
-        if run is None:
+    for change in changes:
+        run = facts.get(change.dag_run_id)
+        if run is None or run.is_test:
             continue
         wanted = _callbacks_of(db, run)
         if not wanted.any:
             continue
-        callbacks = wanted.run if kind == "run" else wanted.tasks.get(row.task_id, ())
-        for callback in listening(list(callbacks), event):
+        callbacks = wanted.run if change.kind == "run" else wanted.tasks.get(change.task_id, ())
+        for callback in listening(list(callbacks), change.event):
             delivery_id = str(uuid.uuid4())
             body = payload(
-                delivery_id=delivery_id, event=event, kind=kind, dag_id=run.dag_id, run_id=run.run_id,
-                run_type=run.run_type, state=state_of(row), occurred_at=at, logical_date=run.logical_date,
+                delivery_id=delivery_id, event=change.event, kind=change.kind, dag_id=run.dag_id, run_id=run.run_id,
+                run_type=run.run_type, state=change.state, occurred_at=change.at, logical_date=run.logical_date,
                 data_interval_start=run.data_interval_start, data_interval_end=run.data_interval_end,
-                task_id=None if kind == "run" else row.task_id,
-                try_number=None if kind == "run" else row.try_number,
-                deadline=getattr(row, "deadline_at", None) if event == CallbackEvent.DEADLINE_MISS else None,
-                message=message)
+                task_id=change.task_id if change.kind == "task" else None,
+                try_number=change.try_number if change.kind == "task" else None,
+                deadline=change.deadline, message=change.message)
             outbox.append({
-                "delivery_id": delivery_id, "channel": callback.channel, "event": event.value,
-                "dag_id": run.dag_id, "dag_run_id": row.id if kind == "run" else row.dag_run_id,
-                "task_id": body["task_id"], "target": callback.target(), "payload": body, "state": "pending",
-                "attempts": 0, "next_attempt_at": at, "created_at": at,
+                "delivery_id": delivery_id, "channel": callback.channel, "event": change.event.value,
+                "dag_id": run.dag_id, "dag_run_id": change.dag_run_id, "task_id": body["task_id"],
+                "target": callback.target(), "payload": body, "state": "pending", "attempts": 0,
+                "next_attempt_at": change.at, "created_at": change.at,
             })
     if outbox:
         conn.execute(insert(callback_outbox_t), outbox)

@@ -44,7 +44,8 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
     ):
         tis_by_run[ti.dag_run_id][ti.task_id] = ti
 
-    dag_by_run = {run.id: dags.get(conn, run.dag_version_id) for run in runs}
+    versions = dags.get_many(conn, {run.dag_version_id for run in runs})
+    dag_by_run = {run.id: versions[run.dag_version_id] for run in runs}
     previous_states = _previous_states(conn, runs, dag_by_run)
 
     changes: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
@@ -70,7 +71,7 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
     for (expected, to), ids in changes.items():
         values = {"end_date": now, "start_date": now} if to in TIState.FINISHED else {}
         if to == TIState.SCHEDULED:
-            values = {"next_retry_at": None}
+            values = {"next_retry_at": None, "scheduled_at": now}
         result.tis_changed += len(change_tis(conn, ids, expected=expected, to=to, at=now, who=who, values=values))
     finished = []
     for outcome, ids in outcomes.items():
@@ -98,8 +99,18 @@ def _previous_states(conn: Connection, runs: Sequence, dag_by_run: dict) -> dict
 
 
 def _after_runs_finished(conn: Connection, finished: Sequence, dags: DagCache, now: dt.datetime) -> None:
-    """A finished scheduled or manual run frees a `maxActiveRuns` place: let the DAG create runs again."""
-    for dag_id in sorted({r.dag_id for r in finished if r.run_type != "backfill"}):
-        version_id = conn.execute(select(dag_t.c.current_version_id).where(dag_t.c.dag_id == dag_id)).scalar()
-        if version_id is not None:
-            refresh_next_dagrun(conn, dag_id, dags.get(conn, version_id), now=now)
+    """A finished scheduled or manual run frees a `maxActiveRuns` place: let the DAG create runs again.
+    A DAG without a schedule whose row has no next run has nothing to refresh (manual runs only)."""
+    dag_ids = sorted({r.dag_id for r in finished if r.run_type != "backfill"})
+    if not dag_ids:
+        return
+    rows = conn.execute(select(dag_t.c.dag_id, dag_t.c.current_version_id, dag_t.c.next_dagrun,
+                               dag_t.c.next_dagrun_create_after).where(dag_t.c.dag_id.in_(dag_ids))).all()
+    versions = dags.get_many(conn, [r.current_version_id for r in rows if r.current_version_id is not None])
+    for row in sorted(rows, key=lambda r: r.dag_id):
+        if row.current_version_id is None:
+            continue
+        dag = versions[row.current_version_id]
+        if dag.spec.schedule is None and row.next_dagrun is None and row.next_dagrun_create_after is None:
+            continue
+        refresh_next_dagrun(conn, row.dag_id, dag, now=now)

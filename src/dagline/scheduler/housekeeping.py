@@ -19,14 +19,17 @@ from dagline.executors.base import TaskKey
 from dagline.states import RunState, TIState
 
 
-def time_out_tasks(conn: Connection, *, now: dt.datetime, dags: DagCache, who: str) -> list[TaskKey]:
+def time_out_tasks(conn: Connection, *, now: dt.datetime, dags: DagCache, who: str,
+                   test_run_id: int | None = None) -> list[TaskKey]:
     """Fail (or retry) running tries past their task's `executionTimeout`, whichever executor runs them;
-    returns their keys so the loop can ask the executor to stop the jobs."""
+    returns their keys so the loop can ask the executor to stop the jobs. Tries of test runs are their
+    `dags test` process's to time out: with `test_run_id`, only that run's; without, none."""
+    scope = dag_run_t.c.id == test_run_id if test_run_id is not None else ~dag_run_t.c.is_test
     rows = conn.execute(
         select(ti_t.c.id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.max_tries, ti_t.c.start_date,
                dag_run_t.c.dag_version_id, dag_run_t.c.run_id, dag_run_t.c.dag_id)
         .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
-        .where(ti_t.c.state == TIState.RUNNING, ti_t.c.start_date.is_not(None))
+        .where(ti_t.c.state == TIState.RUNNING, ti_t.c.start_date.is_not(None), scope)
     ).all()
     overdue = {}
     for row in rows:

@@ -14,7 +14,7 @@ from dagline.db.models import dag_run_t, dag_version_t
 from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
 from dagline.scheduler.critical_section import QueuedTI
 from dagline.spec import Task
-from dagline.templating import build_context, render_spark
+from dagline.templating import build_context, has_template, render_spark
 from dagline.times import duration_seconds
 
 
@@ -27,15 +27,14 @@ def build_launches(
     runs = {
         row.id: row for row in conn.execute(
             select(dag_run_t.c.id, dag_run_t.c.run_id, dag_run_t.c.logical_date, dag_run_t.c.data_interval_start,
-                   dag_run_t.c.data_interval_end, dag_run_t.c.conf)
+                   dag_run_t.c.data_interval_end, dag_run_t.c.conf, dag_version_t.c.source_dir)
+            .join(dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
             .where(dag_run_t.c.id.in_({q.dag_run_id for q in queued})))
     }
-    source_dirs = dict(conn.execute(
-        select(dag_version_t.c.id, dag_version_t.c.source_dir)
-        .where(dag_version_t.c.id.in_({q.dag_version_id for q in queued}))).all())
+    versions = dags.get_many(conn, {q.dag_version_id for q in queued})
     launches, broken = [], []
     for q in queued:
-        dag = dags.get(conn, q.dag_version_id)
+        dag = versions[q.dag_version_id]
         run = runs[q.dag_run_id]
         task = dag.tasks[q.task_id]
         try:
@@ -48,20 +47,22 @@ def build_launches(
         timeout = duration_seconds(task.execution_timeout) if task.execution_timeout is not None else None
         launches.append(TaskLaunch(
             ti_id=q.ti_id, key=TaskKey(q.dag_id, run.run_id, q.task_id, q.try_number), job=job,
-            working_dir=source_dirs.get(q.dag_version_id), timeout_s=timeout,
+            working_dir=run.source_dir, timeout_s=timeout,
         ))
     return launches, broken
 
 
 def render_job(task: Task, dag, *, run_id: str, logical_date: dt.datetime,
                data_interval: tuple[dt.datetime, dt.datetime], try_number: int, conf: dict) -> SparkJob:
-    context = build_context(
-        dag_id=dag.dag_id, task_id=task.task_id, run_id=run_id, logical_date=logical_date,
-        data_interval_start=data_interval[0], data_interval_end=data_interval[1], try_number=try_number,
-        params={**dag.spec.params, **conf}, conf=conf, timezone=dag.timezone,  # a run's conf overrides params
-    )
-    arguments, conf_values = render_spark(task.spark, context)
     spark = task.spark
+    context = {}  # plain text renders as itself: build the variables (dates in the DAG's zone) only when used
+    if any(has_template(text) for text in (*spark.arguments, *spark.conf.values())):
+        context = build_context(
+            dag_id=dag.dag_id, task_id=task.task_id, run_id=run_id, logical_date=logical_date,
+            data_interval_start=data_interval[0], data_interval_end=data_interval[1], try_number=try_number,
+            params={**dag.spec.params, **conf}, conf=conf, timezone=dag.timezone,  # a run's conf overrides params
+        )
+    arguments, conf_values = render_spark(spark, context)
     driver, executor = spark.driver, spark.executor
     return SparkJob(
         main_application_file=spark.main_application_file,

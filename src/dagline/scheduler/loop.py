@@ -16,6 +16,11 @@ SIGTERM (`request_stop`) is a graceful stop: the iteration finishes, nothing new
 replica records itself `stopped`, and its running jobs are left running for a peer (or, on SQLite,
 the next scheduler) to adopt. A replica its peers declared dead stops at once (`ReplicaFenced`).
 
+A replica made for one test run (`test_run_id`, `dagline dags test`) works on that run alone, paused
+DAG or not: it takes no SQLite scheduler lock, registers no replica, adopts nothing and judges no
+peer, so it can run beside a scheduler on the same database; scheduler replicas in turn leave test
+runs alone (see `db.claims`). It stops the jobs it started when it stops.
+
 `run(until_idle=True)` returns once a loop did nothing and the executor has nothing in flight: every
 run is finished or waiting for time to pass (a retry delay, a future logical date) or for a limit.
 The clock is injected: with a frozen clock the loop's decisions are fully predictable (replica
@@ -28,6 +33,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping
 
@@ -85,7 +91,8 @@ class LoopStats:
 
 class Scheduler:
     """A replica. `backfill_id` restricts it to one backfill's runs (`dagline backfill run`), in which
-    case it creates no scheduled runs: a scheduler service does that."""
+    case it creates no scheduled runs: a scheduler service does that. `test_run_id` restricts it to one
+    test run (`dagline dags test`, see the module docstring)."""
 
     def __init__(
         self, db: Database, executor: Executor, *, clock: Clock | None = None,
@@ -93,15 +100,17 @@ class Scheduler:
         callback_settings: CallbackSettings | None = None,
         callback_channels: Mapping[str, Callable[[Callback], None]] | None = None,
         secret_reader: SecretReader | None = None,
+        test_run_id: int | None = None,
     ):
         self.db = db
         self.executor = executor
         self.clock = clock or SystemClock()
         self.settings = s = settings or SchedulerSettings()
         self.backfill_id = backfill_id
+        self.test_run_id = test_run_id
         self.dags = DagCache()
         self.job_id: int | None = None
-        self.who = "scheduler"
+        self.who = "scheduler" if test_run_id is None else f"dags-test:{os.getpid()}"
         self.tx = Transactions(db)
         self.liveness = Liveness(self.tx, executor=executor.name, heartbeat_interval_s=s.heartbeat_interval_s,
                                  timeout_s=s.replica_timeout_s)
@@ -118,6 +127,7 @@ class Scheduler:
         self.failed_loops = 0  # iterations ended by a transient database error
         self._lock = SchedulerLock(db)
         self._pending_reports: list = []  # read from the executor, not yet stored
+        self._skipped_runs: set[int] = set()  # runs the mini-scheduler could not lock (a peer held them)
         self._stop_requested = False
         self._last_housekeeping = float("-inf")
         self._step = "start"
@@ -129,6 +139,11 @@ class Scheduler:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self.test_run_id is not None:
+            self.wakeup.start()
+            self.wakeup.ignore(self.who)
+            self.executor.start()
+            return
         self._lock.acquire()
         self.wakeup.start()  # listen before the first look at the database
         self.job_id = self.liveness.register()
@@ -161,6 +176,9 @@ class Scheduler:
     def stop(self) -> None:
         """Leave gracefully: store what the executor reported, leave its jobs running, deregister."""
         try:
+            if self.test_run_id is not None:
+                self.executor.end()  # a test run's jobs end with it (normally none is left)
+                self._apply_reports(LoopStats())
             if self.job_id is not None:
                 try:
                     self._apply_reports(LoopStats())
@@ -254,44 +272,76 @@ class Scheduler:
         stats = LoopStats()
         now = self.clock.now()
         s = self.settings
-        if self.liveness.heartbeat_due():  # first: a replica declared dead learns it before taking work
+        # first: a replica declared dead learns it before taking work (a test run's process is no replica)
+        if self.job_id is not None and self.liveness.heartbeat_due():
             with self._phase("heartbeat", "heartbeating"):
                 self.liveness.beat()
-        if self.backfill_id is None:
+        testing = self.test_run_id is not None  # a test run is created running: nothing to create or start
+        if self.backfill_id is None and not testing:
             with self._phase("create_runs", "creating runs"):
                 stats.runs_created = self.tx.run(lambda conn: create_scheduled_runs(
                     conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
                     per_dag=s.runs_created_per_dag), what=self._step)
-        with self._phase("start_runs", "starting runs"):
-            stats.runs_started = self.tx.run(lambda conn: start_queued_runs(
-                conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop, backfill_id=self.backfill_id),
-                what=self._step)
+        if not testing:
+            with self._phase("start_runs", "starting runs"):
+                stats.runs_started = self.tx.run(lambda conn: start_queued_runs(
+                    conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
+                    backfill_id=self.backfill_id), what=self._step)
         with self._phase("examine", "examining runs"):
             result = self.tx.run(lambda conn: examine_runs(
-                conn, lock_running_runs(conn, s.runs_per_loop, self.backfill_id), now=now, dags=self.dags,
-                who=self.who), what=self._step)
+                conn, lock_running_runs(conn, s.runs_per_loop, self.backfill_id, self.test_run_id), now=now,
+                dags=self.dags, who=self.who), what=self._step)
         stats.tis_decided += result.tis_changed
         stats.runs_finished += result.runs_finished
         if not self._stop_requested:  # a stopping replica takes no new work
             self._queue_and_launch(stats, now)
         with self._phase("executor_sync", "storing executor reports"):
-            self._apply_reports(stats)
+            decided = self._apply_reports(stats)
+        self._follow_up(stats, decided, began=time.monotonic())
         with self._phase("callbacks", "delivering callbacks"):
             stats.callbacks = self.deliveries.pump(now)
-        self._check_deadlines(stats, now)
-        if stats.runs_finished:
+        if not testing:
+            self._check_deadlines(stats, now)
+        if stats.runs_finished and not testing:
             with self._phase("finish_backfills", "finishing backfills"):
                 self.tx.run(lambda conn: housekeeping.finish_backfills(conn, now=now, who=self.who), what=self._step)
         self._housekeeping(stats, now)
         return stats
 
-    def _queue_and_launch(self, stats: LoopStats, now) -> None:
+    def _follow_up(self, stats: LoopStats, decided: int, *, began: float) -> None:
+        """The fast path: while the reports just stored made tasks runnable (the mini-scheduler decided
+        them), queue, launch and store reports again at once, without a full pass (create, start, examine)
+        in between, for at most `follow_up_s`. A chain of quick tasks then moves one hop per critical
+        section, not one hop per loop. Nothing is skipped: the next iteration's full pass still looks at
+        everything."""
+        limit = self.settings.follow_up_s
+        while (decided or self._skipped_runs) and not self._stop_requested and time.monotonic() - began < limit:
+            if self._skipped_runs:  # runs a peer was examining when the reports came: their peer is done now
+                decided += self._retry_skipped(stats)
+            queued = self._queue_and_launch(stats, self.clock.now())
+            with self._phase("executor_sync", "storing executor reports"):
+                decided = self._apply_reports(stats)
+            if not queued and not decided:
+                break
+
+    def _retry_skipped(self, stats: LoopStats) -> int:
+        run_ids, self._skipped_runs = self._skipped_runs, set()
+        mini = LoopStats()
+        with self._phase("executor_sync", "deciding runs a peer held"):
+            self.tx.run(lambda conn: self._mini_schedule(conn, run_ids, mini, self.clock.now()), what=self._step)
+        self._skipped_runs -= run_ids  # skipped twice: left to the next examination
+        stats.tis_decided += mini.tis_decided
+        stats.runs_finished += mini.runs_finished
+        return mini.tis_decided
+
+    def _queue_and_launch(self, stats: LoopStats, now) -> int:
+        """The critical section and the launches; returns how many TIs it queued."""
         def queue(conn):
             mini = LoopStats()
             queued = queue_task_instances(
                 conn, now=now, dags=self.dags, who=self.who, job_id=self.job_id,
                 executor_slots=self.executor.free_slots(), limit=self.settings.tis_per_loop,
-                backfill_id=self.backfill_id)
+                backfill_id=self.backfill_id, test_run_id=self.test_run_id)
             launches, broken = build_launches(conn, queued, dags=self.dags)
             if broken:
                 at_commit(conn, functools.partial(self._launch_failures.inc, len(broken)))
@@ -305,28 +355,31 @@ class Scheduler:
         except PoolsBusy:
             metrics.CRITICAL_SECTION_BUSY.inc()
             log.debug("another replica is in the critical section; queueing nothing this round")
-            return
-        stats.tis_queued = len(queued)
+            return 0
+        stats.tis_queued += len(queued)
         stats.tis_decided += mini.tis_decided
         stats.runs_finished += mini.runs_finished
         self._launch(launches)  # only now: the queueing transaction has committed
+        return len(queued)
 
     def _launch(self, launches: list[TaskLaunch]) -> None:
         if not launches:
             return
         with self._phase("launch", "launching"):
-            self.liveness.check_before_launch()
+            if self.job_id is not None:
+                self.liveness.check_before_launch()
             self.executor.launch(launches)
             self.in_flight.add(launches)
         self._launched.inc(len(launches))
 
-    def _apply_reports(self, stats: LoopStats) -> None:
+    def _apply_reports(self, stats: LoopStats) -> int:
         """Store the executor's reports. Reports whose transaction fails are kept and stored next time
-        (compare-and-set makes storing one twice harmless), so none is lost."""
+        (compare-and-set makes storing one twice harmless), so none is lost. Returns how many task
+        instances the mini-scheduler decided."""
         self._pending_reports += self.executor.sync()
         reports = self._pending_reports
         if not reports:
-            return
+            return 0
         now = self.clock.now()
 
         def store(conn):
@@ -343,13 +396,19 @@ class Scheduler:
         stats.reports += len(reports)
         stats.tis_decided += mini.tis_decided
         stats.runs_finished += mini.runs_finished
+        return mini.tis_decided
 
     def _mini_schedule(self, conn, run_ids, stats: LoopStats, now) -> None:
-        """Decide the downstream tasks of runs whose TIs just ended, in the same transaction."""
+        """Decide the downstream tasks of runs whose TIs just ended, in the same transaction. Runs a peer
+        holds (it is examining them) are skipped, and noted: the follow-up tries them again once."""
         if run_ids:
-            result = examine_runs(conn, lock_runs_by_id(conn, sorted(run_ids)), now=now, dags=self.dags, who=self.who)
+            locked = lock_runs_by_id(conn, sorted(run_ids))
+            result = examine_runs(conn, locked, now=now, dags=self.dags, who=self.who)
             stats.tis_decided += result.tis_changed
             stats.runs_finished += result.runs_finished
+            skipped = set(run_ids) - {run.id for run in locked}
+            if skipped:
+                at_commit(conn, lambda: self._skipped_runs.update(skipped))
 
     # -- callbacks and deadlines -------------------------------------------------------------------
 
@@ -379,6 +438,11 @@ class Scheduler:
         self._last_housekeeping = time.monotonic()
 
     def _keep_house(self, stats: LoopStats, now) -> None:
+        if self.test_run_id is not None:
+            for key in self.tx.run(lambda conn: housekeeping.time_out_tasks(
+                    conn, now=now, dags=self.dags, who=self.who, test_run_id=self.test_run_id), what=self._step):
+                self.executor.cancel(key)
+            return
 
         def time_out_and_finish(conn):
             timed_out = housekeeping.time_out_tasks(conn, now=now, dags=self.dags, who=self.who)

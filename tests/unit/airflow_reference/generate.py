@@ -159,6 +159,10 @@ def _delta(schedule: str):
     return _dt.timedelta(weeks=weeks, days=days, hours=hours, minutes=minutes)
 
 
+def _iso(value) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
 def compute(all_cases: list[dict]) -> list[dict]:
     import pendulum
     from airflow.timetables import interval as interval_module
@@ -182,7 +186,7 @@ def compute(all_cases: list[dict]) -> list[dict]:
         else:
             table = CronDataIntervalTimetable(case["schedule"], zone)
             kind = "CronDataIntervalTimetable"
-        interval_module.utcnow = (lambda n=now: n)  # what Airflow's catch-up skip reads as "now"
+        interval_module.utcnow = lambda n=now: n  # what Airflow's catch-up skip reads as "now"
         restriction = TimeRestriction(earliest=start, latest=end, catchup=case["catchup"])
         last = None
         if case["last"]:
@@ -198,10 +202,9 @@ def compute(all_cases: list[dict]) -> list[dict]:
                 break
             intervals.append([info.data_interval.start.isoformat(), info.data_interval.end.isoformat()])
             last = info.data_interval
-        iso = (lambda v: v.isoformat() if v is not None else None)
-        results.append({**case, "airflow_timetable": kind, "start_utc": iso(start), "end_utc": iso(end),
-                        "now_utc": iso(now),
-                        "last_utc": [iso(local(t, zone)) for t in case["last"]] if case["last"] else None,
+        results.append({**case, "airflow_timetable": kind, "start_utc": _iso(start), "end_utc": _iso(end),
+                        "now_utc": _iso(now),
+                        "last_utc": [_iso(local(t, zone)) for t in case["last"]] if case["last"] else None,
                         "intervals": intervals, "airflow_error": error})
     return results
 

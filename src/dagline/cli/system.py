@@ -1,0 +1,130 @@
+"""`dagline db check` and `dagline config`: is the database usable, and which settings are in force.
+
+`db check` is for probes and support: one line for the connection, one for the schema, exit 0 when
+both are fine, else 1. `config` lists every setting with its value and where it came from (a flag,
+an environment variable, or the default), without connecting to the database; passwords in the
+database URL are masked. Settings are read exactly as the commands read them
+(`SchedulerSettings.from_env`, `OperatorSettings.from_env`, ...), so a bad value is the same error,
+naming the variable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import click
+
+from dagline.cli.base import Context, emit_json, json_option, main, print_table
+from dagline.cli.dags import db
+from dagline.db import engine as dbengine
+from dagline.errors import DaglineError
+
+
+@db.command("check")
+@json_option
+@click.pass_obj
+def db_check(obj: Context, as_json):
+    """Can dagline connect, and is the schema current? One line each; exit 0 if both, else 1."""
+    database = dbengine.Database(obj.db_url or dbengine.default_url())  # a bad URL: exit 2, naming --db
+    where = dbengine.redact(database.url)
+    result = {"url": where, "connection": {"ok": False, "error": None},
+              "schema": {"ok": False, "current": None, "head": dbengine.head_revision(database), "error": None}}
+    try:
+        database.check_reachable()
+        result["connection"]["ok"] = True
+    except Exception as exc:  # noqa: BLE001 - any failure to connect is the answer, not a crash
+        result["connection"]["error"] = dbengine.first_line(getattr(exc, "orig", None) or exc)
+    schema = result["schema"]
+    if result["connection"]["ok"]:
+        try:
+            schema["current"] = dbengine.current_revision(database)
+            dbengine.require_current_schema(database)
+            schema["ok"] = True
+        except DaglineError as exc:
+            schema["error"] = str(exc)
+    database.dispose()
+    if as_json:
+        emit_json(result)
+    else:
+        connection = result["connection"]
+        click.echo(f"connection: ok ({where})" if connection["ok"] else f"connection: failed: {connection['error']}")
+        if schema["ok"]:
+            click.echo(f"schema: current (revision {schema['current']})")
+        elif not connection["ok"]:
+            click.echo("schema: unknown (no connection)")
+        else:
+            click.echo(f"schema: not current: {schema['error']}")
+    if not (result["connection"]["ok"] and schema["ok"]):
+        raise SystemExit(1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    name: str
+    value: object
+    source: str
+    used_by: str
+
+
+def _source(variable: str | None, *, flag: str | None = None, flag_given: bool = False) -> str:
+    if flag_given:
+        return f"flag {flag}"
+    if variable and os.environ.get(variable, "").strip():
+        return f"environment variable {variable}"
+    return "default" + (f" (flag {flag} overrides it)" if flag else "")
+
+
+def settings_in_force(obj: Context) -> list[Setting]:
+    from dagline.executors import resolve_log_folder
+    from dagline.executors.noop import DURATION_ENV, SEED_ENV, options_from_env
+    from dagline.k8s.settings import OperatorSettings
+    from dagline.scheduler.settings import SchedulerSettings
+
+    url = obj.db_url or dbengine.default_url()
+    out = [
+        Setting("db_url", dbengine.redact(dbengine.normalize_url(url)),
+                _source("DAGLINE_DB_URL", flag="--db", flag_given=obj.db_url is not None), "every command"),
+        Setting("log_folder", resolve_log_folder(None), _source("DAGLINE_LOG_FOLDER", flag="--log-folder"),
+                "scheduler, backfill run, dags test, tasks logs (local executor)"),
+        Setting("scheduler.executor", "local", "default (flag --executor overrides it)",
+                "scheduler, backfill run, dags test"),
+        Setting("scheduler.parallelism", 2, "default (flag --parallelism overrides it)",
+                "scheduler, backfill run, dags test"),
+    ]
+    scheduler = SchedulerSettings.from_env()
+    for field in dataclasses.fields(scheduler):
+        variable = f"DAGLINE_SCHEDULER_{field.name.upper()}"
+        out.append(Setting(f"scheduler.{field.name}", getattr(scheduler, field.name), _source(variable),
+                           "scheduler, backfill run, dags test, operator"))
+    noop = options_from_env()
+    out.append(Setting("noop.duration_s", noop.get("duration_s", 0.0), _source(DURATION_ENV), "noop executor"))
+    out.append(Setting("noop.seed", noop.get("seed"), _source(SEED_ENV), "noop executor"))
+    operator_vars = {"namespace": "DAGLINE_NAMESPACE", "health_port": "DAGLINE_HEALTH_PORT",
+                     "metrics_port": "DAGLINE_METRICS_PORT", "dagrun_history_limit": "DAGLINE_DAGRUN_HISTORY_LIMIT",
+                     "status_interval_s": "DAGLINE_STATUS_INTERVAL", "liveness_timeout_s": "DAGLINE_LIVENESS_TIMEOUT",
+                     "executor": "DAGLINE_EXECUTOR", "parallelism": "DAGLINE_PARALLELISM"}
+    operator = OperatorSettings.from_env()
+    for name, variable in operator_vars.items():
+        flag = {"executor": "--executor", "parallelism": "--parallelism", "namespace": "--namespace",
+                "health_port": "--health-port", "metrics_port": "--metrics-port"}.get(name)
+        out.append(Setting(f"operator.{name}", getattr(operator, name), _source(variable, flag=flag), "operator"))
+    from dagline.k8s.executor import SparkK8sSettings  # loads the kubernetes client: only `config` pays for it
+
+    spark = SparkK8sSettings.from_env()
+    for name in ("namespace", "image", "service_account", "pending_timeout_s", "retention", "spark_version"):
+        variable = {"pending_timeout_s": "DAGLINE_SPARK_PENDING_TIMEOUT"}.get(name, f"DAGLINE_SPARK_{name.upper()}")
+        out.append(Setting(f"spark_k8s.{name}", getattr(spark, name), _source(variable), "spark-k8s executor"))
+    return out
+
+
+@main.command("config")
+@json_option
+@click.pass_obj
+def config_cmd(obj: Context, as_json):
+    """Every setting in force, its value and where it came from (flag, environment variable, default)."""
+    rows = [dataclasses.asdict(s) for s in settings_in_force(obj)]
+    if as_json:
+        emit_json(rows)
+    else:
+        print_table(rows, ["name", "value", "source", "used_by"])

@@ -1,0 +1,290 @@
+"""`dagline dags test`, `dagline tasks test`, `dagline tasks render`: trying a DAG before it is scheduled.
+
+- `dags test` makes one test run (a `manual` run flagged `is_test`, off the timeline, see `timeline`)
+  and drives it to its end in this process with the scheduler loop's own steps
+  (`scheduler.one_run`), printing each task's state changes and log lines with the task id in front,
+  then the run's grid. Exit 0 if the run succeeded, 1 if not.
+- `tasks test` runs one task now through the executor, in a temporary log folder, writing nothing to
+  the database; the log goes to stdout and the exit status is the job's.
+- `tasks render` prints a task's rendered Spark arguments and conf, with the template context.
+
+`tasks test` and `tasks render` use the context a real try would get: where the DAG has a run at
+that logical date, its run id, data interval and conf (and its task instance's try number); else
+those of a manual run at that date.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import tempfile
+import time
+
+import click
+from sqlalchemy import select
+
+from dagline.cli.base import (
+    Context,
+    conf_options,
+    dag_timezone,
+    emit_json,
+    json_option,
+    log_folder_option,
+    make_clock,
+    now_option,
+    parallelism_option,
+    read_conf,
+    read_instant,
+)
+from dagline.cli.dags import dags
+from dagline.cli.display import duration, local_time
+from dagline.cli.logtail import LogTail
+from dagline.cli.state import tasks
+from dagline.clock import FixedClock
+from dagline.errors import InvalidInput, OperationFailed
+
+test_executor_option = click.option("--executor", type=click.Choice(["local", "noop"]), default="local",
+                                    show_default=True, help="How the tasks run.")
+
+
+@dags.command("test", retry_conflicts=False)
+@click.argument("dag_id")
+@click.argument("logical_date", required=False)
+@conf_options
+@test_executor_option
+@parallelism_option
+@log_folder_option
+@click.option("--color/--no-color", default=None, help="Colour the grid (default: on a terminal).")
+@now_option
+@click.pass_obj
+def dags_test(obj: Context, dag_id, logical_date, conf, conf_file, executor, parallelism, log_folder, color, now):
+    """Run the DAG once, now, in the foreground: a test run, each task's log streamed, a grid at the end.
+
+    No scheduler is needed, and a paused DAG can be tested. The run is stored as a manual run flagged
+    as a test: it is not on the timeline (scheduled runs neither follow it nor skip its logical date)
+    and scheduler replicas leave it alone. LOGICAL_DATE defaults to now. Exit 0 if the run
+    succeeded, 1 if not."""
+    from dagline.executors import make_executor, resolve_log_folder
+    from dagline.executors.base import TaskKey
+    from dagline.executors.try_files import log_path
+    from dagline.runs import create_test_run, end_test_run
+    from dagline.scheduler.one_run import drive_test_run
+    from dagline.scheduler.settings import SchedulerSettings
+
+    clock = make_clock(now)
+    database = obj.db()
+    conf_value = read_conf(conf, conf_file)
+    timezone = dag_timezone(database, dag_id)
+    when = read_instant(logical_date, "LOGICAL_DATE", timezone)
+    settings = SchedulerSettings.from_env()
+    folder = resolve_log_folder(log_folder)
+    runner = make_executor(executor, parallelism=parallelism, log_folder=folder, clock=clock)
+    run = create_test_run(database, dag_id, now=clock.now(), logical_date=when, conf=conf_value)
+    click.echo(f"test run {run.run_id} (id {run.id}) of {dag_id}: logical date "
+               f"{local_time(run.logical_date, timezone)}, {executor} executor")
+
+    seen: dict[str, tuple[str, int]] = {}
+    tails: dict[tuple[str, int], LogTail] = {}
+
+    def on_progress(_state, tis) -> None:
+        changed = [ti for ti in tis if seen.get(ti.task_id) != (ti.state, ti.try_number)]
+        for ti in changed:
+            seen[ti.task_id] = (ti.state, ti.try_number)
+            if ti.state in ("queued", "running"):  # a try starts: say so before its log
+                click.echo(f"[{ti.task_id}] {_state_line(ti)}")
+        current = {ti.task_id: ti for ti in tis}
+        for ti in tis:
+            if executor == "local" and ti.try_number >= 1 and (ti.task_id, ti.try_number) not in tails:
+                tails[(ti.task_id, ti.try_number)] = LogTail(
+                    log_path(folder, TaskKey(dag_id, run.run_id, ti.task_id, ti.try_number)))
+        for (task_id, try_number), tail in tails.items():
+            ti = current[task_id]
+            over = ti.try_number != try_number or ti.state not in ("queued", "running")
+            for line in tail.lines(final=over):
+                click.echo(f"[{task_id}] {line}")
+        for ti in changed:
+            if ti.state not in ("none", "scheduled", "queued", "running"):  # a try ended: after its log
+                click.echo(f"[{ti.task_id}] {_state_line(ti)}")
+
+    try:
+        outcome = drive_test_run(database, runner, run.id, clock=clock, settings=settings,
+                                 wait_for_time=not isinstance(clock, FixedClock), on_progress=on_progress)
+    except KeyboardInterrupt:
+        end_test_run(database, run.id, now=clock.now(), reason="dags test interrupted")
+        raise OperationFailed(f"interrupted: test run {run.run_id} failed, its jobs were stopped") from None
+    if outcome.state == "running":
+        end_test_run(database, run.id, now=clock.now(), reason="dags test: nothing can move the run any more")
+        _print_grid(database, dag_id, run.id, color)
+        raise OperationFailed(f"test run {run.run_id} cannot go on: {'; '.join(outcome.blocked)}; "
+                              "it was marked failed")
+    _print_grid(database, dag_id, run.id, color)
+    if outcome.state != "success":
+        raise OperationFailed(f"test run {run.run_id} failed: {_failures(database, run.id)}")
+    click.echo(f"test run {run.run_id}: success")
+
+
+def _failures(database, run_pk: int) -> str:
+    from dagline.queries import list_tasks
+
+    with database.begin() as conn:
+        failed = [t for t in list_tasks(conn, run_pk) if t["state"] == "failed"]
+    return "; ".join(f"{t['task_id']} ({t['message'] or 'failed'})" for t in failed) or "see above"
+
+
+def _state_line(ti) -> str:
+    if ti.state == "queued":
+        return f"queued (try {ti.try_number} of {ti.max_tries})"
+    if ti.state in ("success", "failed") and ti.start_date and ti.end_date:
+        return f"{ti.state} after {duration((ti.end_date - ti.start_date).total_seconds())}"
+    if ti.state == "up_for_retry" and ti.next_retry_at is not None:
+        return f"up_for_retry (try {ti.try_number} failed; next try at {ti.next_retry_at.isoformat()})"
+    return ti.state
+
+
+def _print_grid(database, dag_id: str, run_pk: int, color) -> None:
+    from dagline.dagstore import DagCache
+    from dagline.db.models import dag_run_t, dag_version_t
+    from dagline.grid import render_grid
+    from dagline.queries import run_dict, task_states
+
+    with database.begin() as conn:
+        row = conn.execute(select(dag_run_t, dag_version_t.c.version)
+                           .join(dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
+                           .where(dag_run_t.c.id == run_pk)).one()
+        dag = DagCache().get(conn, row.dag_version_id)
+        states = task_states(conn, [run_pk])
+    use_color = sys.stdout.isatty() if color is None else color
+    click.echo()
+    click.echo(render_grid(dag_id, dag.timezone, [run_dict(row)], states, list(dag.tasks), color=use_color))
+
+
+# -- one task --------------------------------------------------------------------------------------
+
+
+def _try_context(obj: Context, dag_id: str, task_id: str, logical_date: str, conf, conf_file):
+    """What a real try of this task at this logical date would see: (dag, task, run facts, source dir)."""
+    from dagline.dagstore import DagCache, require_dag
+    from dagline.db.models import dag_version_t, ti_t
+    from dagline.timeline import live_run_at, make_run_id, timetable_for
+
+    database = obj.db()
+    conf_value = read_conf(conf, conf_file)
+    with database.begin() as conn:
+        require_dag(conn, dag_id)
+        version_id, dag = DagCache().current(conn, dag_id)
+        if task_id not in dag.tasks:
+            raise InvalidInput(f"DAG {dag_id!r} has no task {task_id!r} (it has: {', '.join(dag.tasks)})",
+                               field="TASK_ID")
+        when = read_instant(logical_date, "LOGICAL_DATE", dag.timezone)
+        source_dir = conn.execute(select(dag_version_t.c.source_dir)
+                                  .where(dag_version_t.c.id == version_id)).scalar()
+        run = live_run_at(conn, dag_id, when)
+        if run is not None:
+            try_number = conn.execute(select(ti_t.c.try_number).where(
+                ti_t.c.dag_run_id == run.id, ti_t.c.task_id == task_id)).scalar() or 1
+            facts = {"run_id": run.run_id, "logical_date": run.logical_date,
+                     "data_interval": (run.data_interval_start, run.data_interval_end), "try_number": try_number,
+                     "conf": conf_value if conf_value is not None else (run.conf or {})}
+        else:
+            interval = timetable_for(dag).manual_interval(when)
+            facts = {"run_id": make_run_id("test", when), "logical_date": when,
+                     "data_interval": (interval.start, interval.end), "try_number": 1, "conf": conf_value or {}}
+    return dag, dag.tasks[task_id], facts, source_dir
+
+
+def _render(dag, task, facts):
+    from dagline.scheduler.launches import render_job
+
+    try:
+        return render_job(task, dag, **facts)
+    except ValueError as exc:
+        raise OperationFailed(f"task {task.task_id!r}: template error: {exc}") from None
+
+
+@tasks.command("render")
+@click.argument("dag_id")
+@click.argument("task_id")
+@click.argument("logical_date")
+@conf_options
+@json_option
+@click.pass_obj
+def tasks_render(obj: Context, dag_id, task_id, logical_date, conf, conf_file, as_json):
+    """Print a task's rendered Spark arguments and conf, as a try at LOGICAL_DATE would get them."""
+    from dagline.templating import build_context
+
+    dag, task, facts, _ = _try_context(obj, dag_id, task_id, logical_date, conf, conf_file)
+    job = _render(dag, task, facts)
+    context = build_context(
+        dag_id=dag.dag_id, task_id=task.task_id, run_id=facts["run_id"], logical_date=facts["logical_date"],
+        data_interval_start=facts["data_interval"][0], data_interval_end=facts["data_interval"][1],
+        try_number=facts["try_number"], params={**dag.spec.params, **facts["conf"]}, conf=facts["conf"],
+        timezone=dag.timezone)
+    context = {k: (v.isoformat() if isinstance(v, dt.datetime) else v) for k, v in context.items()}
+    data = {"dag_id": dag.dag_id, "task_id": task.task_id, "run_id": facts["run_id"],
+            "try_number": facts["try_number"], "main_application_file": job.main_application_file,
+            "arguments": list(job.arguments), "conf": dict(job.conf), "context": context}
+    if as_json:
+        emit_json(data)
+        return
+    click.echo(f"dag_id: {data['dag_id']}\ntask_id: {data['task_id']}\nrun_id: {data['run_id']}\n"
+               f"try_number: {data['try_number']}\nmainApplicationFile: {job.main_application_file}")
+    click.echo("arguments:" + ("" if job.arguments else " []"))
+    for argument in job.arguments:
+        click.echo(f"  {argument}")
+    click.echo("conf:" + ("" if job.conf else " {}"))
+    for key, value in job.conf:
+        click.echo(f"  {key}: {value}")
+    click.echo("context:")
+    for key, value in context.items():
+        click.echo(f"  {key}: {value}")
+
+
+@tasks.command("test", retry_conflicts=False)
+@click.argument("dag_id")
+@click.argument("task_id")
+@click.argument("logical_date")
+@conf_options
+@test_executor_option
+@click.pass_obj
+def tasks_test(obj: Context, dag_id, task_id, logical_date, conf, conf_file, executor):
+    """Run one task now, ignoring its upstream tasks, and store nothing: its log goes to stdout (from a
+    temporary log folder), and the exit status is the job's (0 when it succeeded)."""
+    from dagline.executors import make_executor
+    from dagline.executors.base import TaskKey, TaskLaunch
+    from dagline.executors.try_files import exit_file_path, log_path, read_outcome
+    from dagline.times import duration_seconds
+
+    dag, task, facts, source_dir = _try_context(obj, dag_id, task_id, logical_date, conf, conf_file)
+    job = _render(dag, task, facts)
+    key = TaskKey(dag.dag_id, facts["run_id"], task.task_id, facts["try_number"])
+    timeout = duration_seconds(task.execution_timeout) if task.execution_timeout is not None else None
+    launch = TaskLaunch(ti_id=0, key=key, job=job, working_dir=source_dir, timeout_s=timeout)
+    with tempfile.TemporaryDirectory(prefix="dagline-tasks-test-") as folder:
+        runner = make_executor(executor, parallelism=1, log_folder=folder)
+        runner.start()
+        tail = LogTail(log_path(folder, key)) if executor == "local" else None
+        final = None
+        try:
+            runner.launch([launch])
+            while final is None:
+                for report in runner.sync():
+                    if report.state in ("success", "failed"):
+                        final = report
+                if tail is not None:
+                    for line in tail.lines(final=final is not None):
+                        click.echo(line)
+                if final is None:
+                    time.sleep(0.1)
+        except KeyboardInterrupt:
+            runner.end()
+            raise OperationFailed(f"interrupted: task {task_id!r} was stopped") from None
+        if executor == "noop":
+            click.echo(f"noop executor: {final.state}" + (f" ({final.message})" if final.message else ""))
+            sys.exit(0 if final.state == "success" else 1)
+        outcome = read_outcome(exit_file_path(log_path(folder, key))) or {}
+    code = outcome.get("exit_code")
+    if final.state == "success":
+        sys.exit(0)
+    click.echo(f"error: task {task_id!r} failed: {final.message}", err=True)
+    sys.exit(code if isinstance(code, int) and 0 < code < 256 else 1)
+

@@ -1,0 +1,1 @@
+"""Tools the test set-up runs: fetching pinned binaries the tests need (see fetch_helm.py)."""
