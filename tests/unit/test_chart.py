@@ -433,13 +433,13 @@ def test_rbac_follows_the_watched_and_spark_namespaces():
 
 
 def test_callback_secrets_are_granted_by_name_and_only_when_listed():
-    manifests, _ = render_chart({"callbacks": {"secretNames": ["sales-hooks", "ops-hooks"]}})
+    manifests = render_chart({"callbacks": {"secretNames": ["sales-hooks", "ops-hooks"]}})
     expected = ({("cluster", *rule) for rule in DISCOVERY_RULES} | {("dataplat", *rule) for rule in CONTROLLER_RULES}
                 | {("dataplat", *rule) for rule in SPARK_RULES}
                 | {("dataplat", "", "secrets/sales-hooks", "get"), ("dataplat", "", "secrets/ops-hooks", "get")})
     assert granted(manifests) == expected
-    assert not any("secrets" in r for _, _, r, _ in granted(render_chart()[0]))
-    env = {e["name"]: e.get("value") for e in one(render_chart({"logFormat": "json"})[0], "Deployment")
+    assert not any("secrets" in r for _, _, r, _ in granted(render_chart()))
+    env = {e["name"]: e.get("value") for e in one(render_chart({"logFormat": "json"}), "Deployment")
            ["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["DAGLINE_LOG_FORMAT"] == "json"
 
