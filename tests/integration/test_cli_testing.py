@@ -239,7 +239,7 @@ def test_dags_test_runs_beside_a_running_scheduler(db, dag_file):
             time.sleep(0.05)
     finally:
         scheduler.terminate()
-        scheduler.wait(60)
+        scheduler.communicate(timeout=60)  # reaps it and closes its stderr pipe
     assert scheduler.returncode == 0
     assert sorted((r["run_type"], r["is_test"]) for r in runs(db)) == [
         ("manual", True), ("scheduled", False), ("scheduled", False)]

@@ -298,9 +298,9 @@ class Scheduler:
         with self._phase("executor_sync", "storing executor reports"):
             decided = self._apply_reports(stats)
         self._follow_up(stats, decided, began=time.monotonic())
-        with self._phase("callbacks", "delivering callbacks"):
-            stats.callbacks = self.deliveries.pump(now)
-        if not testing:
+        if not testing:  # a test run fires no callbacks and has no deadline
+            with self._phase("callbacks", "delivering callbacks"):
+                stats.callbacks = self.deliveries.pump(now)
             self._check_deadlines(stats, now)
         if stats.runs_finished and not testing:
             with self._phase("finish_backfills", "finishing backfills"):
@@ -414,6 +414,8 @@ class Scheduler:
 
     def _callbacks_pending(self) -> bool:
         """For `until_idle`: deliveries in flight, or due rows a forced claim starts now."""
+        if self.deliveries is None:  # a test run's process delivers none
+            return False
         return self.deliveries.busy() or self.deliveries.pump(self.clock.now(), force=True) > 0
 
     def _check_deadlines(self, stats: LoopStats, now) -> None:
