@@ -59,3 +59,19 @@ def test_log_limits_come_from_the_environment_and_bad_values_name_the_variable()
         log_limits({"DAGLINE_LOG_FILES": "0"})
     with pytest.raises(InvalidInput, match="DAGLINE_LOG_MAX_BYTES"):
         log_limits({"DAGLINE_LOG_MAX_BYTES": "ten"})
+
+
+def test_following_a_log_across_a_rotation_loses_nothing(tmp_path):
+    from dagline.cli.logtail import LogTail
+
+    log = tmp_path / "try-1.log"
+    log.write_text("one\n")
+    tail = LogTail(log)
+    assert tail.read() == b"one\n"
+    with open(log, "a") as f:
+        f.write("two\n")  # written after the last read, then rotated away before the next one
+    rotate_log(str(log), keep=3)
+    with open(log, "a") as f:
+        f.write("three\n")
+    assert tail.read() == b"two\nthree\n"
+    assert tail.read() == b""
