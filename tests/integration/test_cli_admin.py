@@ -133,7 +133,9 @@ def test_runs_show_gives_tasks_durations_and_timeline_neighbours(db, two_dags):
 
 def test_db_check_says_whether_the_database_is_usable(db, tmp_path):
     ok = cli(db, "db", "check")
-    assert "connection: ok" in ok.output and "schema: current (revision 0003)" in ok.output
+    from dagline.db.engine import head_revision
+
+    assert "connection: ok" in ok.output and f"schema: current (revision {head_revision(db)})" in ok.output
     down = CliRunner().invoke(main, ["--db", "postgresql://probe:s3cret@127.0.0.1:1/none", "db", "check"])
     assert down.exit_code == 1 and "connection: failed" in down.output and "s3cret" not in down.output
     empty = CliRunner().invoke(main, ["--db", f"sqlite:///{tmp_path}/empty.db", "db", "check"])
@@ -145,8 +147,9 @@ def test_db_check_says_whether_the_database_is_usable(db, tmp_path):
 def test_db_check_reports_an_older_schema(sqlite_db):
     from alembic import command
 
-    from dagline.db.engine import migrations_config
+    from dagline.db.engine import head_revision, migrations_config
 
+    head = head_revision(sqlite_db)
     cfg = migrations_config(sqlite_db)
     with sqlite_db.engine.begin() as conn:
         cfg.attributes["connection"] = conn
@@ -154,8 +157,8 @@ def test_db_check_reports_an_older_schema(sqlite_db):
     result = CliRunner().invoke(main, ["--db", sqlite_db.url, "db", "check", "--json"])
     assert result.exit_code == 1
     assert json.loads(result.output)["schema"] == {
-        "ok": False, "current": "0002", "head": "0003",
-        "error": f"the database at {sqlite_db.url} has schema revision 0002, this dagline needs 0003: "
+        "ok": False, "current": "0002", "head": head,
+        "error": f"the database at {sqlite_db.url} has schema revision 0002, this dagline needs {head}: "
                  "run `dagline db upgrade` first"}
 
 
@@ -228,11 +231,12 @@ def test_tasks_logs_follow_prints_until_the_try_ends(db, tmp_path):
                                   text=True)
         go.touch()
         out, err = follow.communicate(timeout=120)
-        scheduler.wait(120)
+        scheduler.communicate(timeout=120)  # waits for it and closes its stderr pipe
     finally:
         for process in (follow, scheduler):
             if process is not None and process.poll() is None:
                 process.kill()
+                process.communicate()
     assert follow.returncode == 0, err
     assert out.index("first line") < out.index("second line")
     assert "try 1 of talk ended: success" in err
