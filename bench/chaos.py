@@ -142,6 +142,8 @@ def chaos_dag_yaml(index: int, tasks: int, *, period_s: int, start: dt.datetime,
         "apiVersion: dagline.io/v1alpha1\nkind: DAG\n"
         f"metadata: {{name: chaos-{index:02d}}}\n"
         "spec:\n"
+        "  paused: false\n"
+        "  catchup: true\n"
         f"  schedule: PT{period_s}S\n"
         f"  startDate: '{start:%Y-%m-%dT%H:%M:%S}'\n"
         f"  endDate: '{end:%Y-%m-%dT%H:%M:%S}'\n"

@@ -57,7 +57,7 @@ def chain_dag_yaml(dag_id: str, length: int, *, schedule: str | None = None, sta
     if start:
         head += f"  startDate: {start!r}\n"
     return (f"apiVersion: dagline.io/v1alpha1\nkind: DAG\nmetadata: {{name: {dag_id}}}\nspec:\n{head}"
-            f"  maxActiveTasks: 64\n  tasks:\n" + "\n".join(tasks) + "\n")
+            f"  paused: false\n  catchup: true\n  maxActiveTasks: 64\n  tasks:\n" + "\n".join(tasks) + "\n")
 
 
 def percentiles(values: list[float]) -> dict:

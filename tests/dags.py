@@ -33,9 +33,12 @@ def task(task_id: str, *upstream: str, app: str | None = None, spark: dict | Non
 def dag(name: str = "daily", *tasks: dict, schedule: str | None = None, metadata: dict | None = None,
         **spec: Any) -> dict:
     """A DAG document (`kind: DAG`); without tasks, a single task `a`. `schedule` defaults to null
-    (runs only when triggered); `metadata` adds to the object's metadata (labels, annotations)."""
-    return {"apiVersion": API_VERSION, "kind": "DAG", "metadata": {"name": name, **(metadata or {})},
-            "spec": {"schedule": schedule, **spec, "tasks": list(tasks) or [task("a")]}}
+    (runs only when triggered); `metadata` adds to the object's metadata (labels, annotations).
+    Built DAGs say `paused: false` and `catchup: true` (the spec's safe defaults are the opposite):
+    a test of the defaults passes `paused=None` / `catchup=None` to leave them out."""
+    body = {"schedule": schedule, "paused": False, "catchup": True, **spec, "tasks": list(tasks) or [task("a")]}
+    body = {key: value for key, value in body.items() if value is not None or key == "schedule"}
+    return {"apiVersion": API_VERSION, "kind": "DAG", "metadata": {"name": name, **(metadata or {})}, "spec": body}
 
 
 def write(folder: pathlib.Path | str, document: dict, filename: str | None = None) -> str:

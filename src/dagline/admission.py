@@ -12,6 +12,10 @@ plain values to `admit`. `admit` walks the candidates in the order given and adm
 An admitted TI counts at once against every limit, so later candidates in the same round see it.
 A candidate that does not fit is passed over, not a reason to stop: a smaller task further down the
 list may still fit its pool. No database, no clock, no logging: the caller reports missing pools.
+
+For each candidate it passes over it also says why, in the words `dagline tasks list` shows (`reason`):
+`pool spark full (3/3 slots)`, `poolSlots 4 > pool spark size 3`, `DAG at maxActiveTasks (16)`... The
+command calls this very function, so the critical section and the listing cannot disagree.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ class Limits:
 class Admission:
     admitted: tuple[Candidate, ...]
     missing_pools: frozenset[str]  # pools named by candidates that do not exist (they wait)
+    waiting: Mapping[int, str] = dataclasses.field(default_factory=dict)  # ti id -> why it was passed over
 
 
 def admit(candidates: Iterable[Candidate], load: Load, limits: Limits) -> Admission:
@@ -66,21 +71,38 @@ def admit(candidates: Iterable[Candidate], load: Load, limits: Limits) -> Admiss
     task_active = collections.Counter(load.task_active)
     admitted: list[Candidate] = []
     missing: set[str] = set()
+    waiting: dict[int, str] = {}
     for c in candidates:
         if len(admitted) >= limits.executor_slots:
-            break
+            waiting[c.ti_id] = f"executor busy ({limits.executor_slots} free slots taken)" if admitted else \
+                "executor busy (no free slot)"
+            continue
         slots = limits.pool_slots.get(c.pool)
         if slots is None:
             missing.add(c.pool)
+            waiting[c.ti_id] = f"pool {c.pool} does not exist (`dagline pools set {c.pool} N`)"
+            continue
+        if c.pool_slots > slots:
+            waiting[c.ti_id] = f"poolSlots {c.pool_slots} > pool {c.pool} size {slots}: never runs until the pool grows"
             continue
         if pool_used[c.pool] + c.pool_slots > slots:
+            waiting[c.ti_id] = f"pool {c.pool} full ({pool_used[c.pool]}/{slots} slots, needs {c.pool_slots})"
             continue
         if dag_active[c.dag_id] >= limits.max_active_tasks[c.dag_id]:
+            waiting[c.ti_id] = f"DAG at maxActiveTasks ({limits.max_active_tasks[c.dag_id]} queued or running)"
             continue
         if c.max_active_tis_per_dag is not None and task_active[(c.dag_id, c.task_id)] >= c.max_active_tis_per_dag:
+            waiting[c.ti_id] = f"task at maxActiveTisPerDag ({c.max_active_tis_per_dag} queued or running)"
             continue
         admitted.append(c)
         pool_used[c.pool] += c.pool_slots
         dag_active[c.dag_id] += 1
         task_active[(c.dag_id, c.task_id)] += 1
-    return Admission(tuple(admitted), frozenset(missing))
+    return Admission(tuple(admitted), frozenset(missing), waiting)
+
+
+def max_active_runs_reason(running: int, max_active_runs: int) -> str | None:
+    """Why a DAG's queued runs cannot start now (None: there is room for one more)."""
+    if running >= max_active_runs:
+        return f"DAG at maxActiveRuns ({running}/{max_active_runs} running)"
+    return None

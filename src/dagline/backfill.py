@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 
 from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
@@ -21,9 +22,10 @@ from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t
 from dagline.db.transitions import fail_queued_runs, record_events
 from dagline.errors import InvalidInput, OperationFailed
+from dagline.limits import MAX_ACTIVE_LIMIT, MAX_BACKFILL_RUNS, MAX_ID_LENGTH
 from dagline.states import RunState
 from dagline.timeline import NewRun, insert_runs, on_timeline, refresh_next_dagrun, timetable_for
-from dagline.times import parse_instant
+from dagline.times import parse_instant, to_utc
 from dagline.timetable import DataInterval, Timetable
 
 REPROCESS = ("none", "failed", "completed")
@@ -41,7 +43,10 @@ def resolve_range(start: str, end: str, timezone: str, *, start_field: str = "--
             raise InvalidInput(str(exc), field=field) from None
     first, last = bounds
     if _is_plain_date(end):
-        last = parse_instant((dt.date.fromisoformat(end.strip()) + dt.timedelta(days=1)).isoformat(), timezone)
+        try:
+            last = parse_instant((dt.date.fromisoformat(end.strip()) + dt.timedelta(days=1)).isoformat(), timezone)
+        except (ValueError, OverflowError) as exc:  # the day after the last one dagline accepts
+            raise InvalidInput(str(exc), field=end_field) from None
         last -= dt.timedelta(microseconds=1)
     if first > last:
         raise InvalidInput(f"the start {start} is after the end {end}", field=start_field)
@@ -79,12 +84,45 @@ class BackfillPlan:
         return [e for e in self.entries if e.action in ("create", "replace")]
 
 
+def _refuse_too_many_intervals(timetable: Timetable, start: dt.datetime, end: dt.datetime) -> None:
+    """Count the intervals of [start, end] in growing windows, stopping soon after MAX_BACKFILL_RUNS: an
+    hourly backfill over centuries would otherwise list millions of intervals (minutes and gigabytes)
+    before anything is said. Once a thousand are counted, a range whose intervals at that rate would be
+    more than twice the limit is refused at once; closer to the limit, counting goes on to the exact bound."""
+    count, cursor, span, first = 0, start, dt.timedelta(hours=1), None
+
+    def refuse(how_many: str) -> InvalidInput:
+        return InvalidInput(f"[{start.isoformat()}, {end.isoformat()}] holds {how_many} intervals (the limit is "
+                            f"{MAX_BACKFILL_RUNS:,} per backfill): split the range into several backfills",
+                            field="--end")
+
+    while cursor <= end:
+        window_end = end if span >= end - cursor else cursor + span
+        found = len(timetable.runs_between(cursor, window_end))
+        if found and first is None:
+            first = cursor
+        count += found
+        if count > MAX_BACKFILL_RUNS:
+            raise refuse(f"more than {MAX_BACKFILL_RUNS:,}")
+        if window_end >= end:
+            return
+        if count >= 1_000 and first is not None and window_end > first:
+            estimate = count * ((end - first) / (window_end - first))
+            if estimate > 2 * MAX_BACKFILL_RUNS:
+                raise refuse(f"about {estimate:,.0f}")
+        cursor = window_end + dt.timedelta(microseconds=1)
+        if found < 1_000:
+            span *= 4
+
+
 def plan_backfill(
     timetable: Timetable, existing: dict[dt.datetime, tuple[int, str]], *, start: dt.datetime, end: dt.datetime,
     reprocess: str, now: dt.datetime, dag_id: str = "",
 ) -> BackfillPlan:
     """Decide every interval whose logical date lies in [start, end]. `existing` maps logical dates
-    to (run id, state) of live runs."""
+    to (run id, state) of live runs. A range of more than MAX_BACKFILL_RUNS intervals is refused before
+    they are listed."""
+    _refuse_too_many_intervals(timetable, start, end)
     entries = []
     for info in timetable.runs_between(start, end):
         found = existing.get(info.logical_date)
@@ -128,13 +166,18 @@ def create_backfill(
         raise InvalidInput(f"the start {start.isoformat()} is after the end {end.isoformat()}", field="--start")
     if conf is not None and not isinstance(conf, dict):
         raise InvalidInput("must be a JSON object", field="--conf")
-    if max_active_runs is not None and max_active_runs < 1:
-        raise InvalidInput("must be at least 1", field="--max-active-runs")
+    if max_active_runs is not None and not 1 <= max_active_runs <= MAX_ACTIVE_LIMIT:
+        raise InvalidInput(f"must be 1 to {MAX_ACTIVE_LIMIT:,}, got {max_active_runs:,}", field="--max-active-runs")
+    if request_id is not None and not 1 <= len(request_id) <= MAX_ID_LENGTH:
+        raise InvalidInput(f"must be 1 to {MAX_ID_LENGTH} characters, got {len(request_id):,}", field="--request-id")
     cache = DagCache()
+    request = {"dag": dag_id, "--start": start, "--end": end, "--reprocess": reprocess,
+               "--max-active-runs": max_active_runs, "--run-backwards": run_backwards, "--conf": conf or {}}
     with db.begin() as conn:
         if request_id is not None:
             seen = find_backfill(conn, request_id)
             if seen is not None:
+                _refuse_other_arguments(conn, seen, request)
                 return BackfillResult(seen.id, _plan_of_existing(conn, seen), created=False)
         require_dag(conn, dag_id)
         row = lock_dag(conn, dag_id)
@@ -143,6 +186,7 @@ def create_backfill(
             # handling the same Backfill object) that held the lock first has committed by now.
             seen = find_backfill(conn, request_id)
             if seen is not None:
+                _refuse_other_arguments(conn, seen, request)
                 return BackfillResult(seen.id, _plan_of_existing(conn, seen), created=False)
         if row.is_paused:
             raise OperationFailed(f"DAG {dag_id!r} is paused: unpause it (`dagline dags unpause {dag_id}`) to backfill")
@@ -180,6 +224,28 @@ def create_backfill(
                               "detail": f"backfill {backfill_id}: {len(new_runs)} runs", "to_state": "running"}])
         refresh_next_dagrun(conn, dag_id, dag, now=now)
     return BackfillResult(backfill_id, plan, created=True)
+
+
+def _refuse_other_arguments(conn: Connection, backfill, request: dict) -> None:
+    """The same request id with other arguments is a conflict: the id names one request (repeating it
+    with the same arguments is idempotent)."""
+    first_conf = conn.execute(select(dag_run_t.c.conf).where(dag_run_t.c.backfill_id == backfill.id)
+                              .order_by(dag_run_t.c.id).limit(1)).scalar()
+    stored = {"dag": backfill.dag_id, "--start": to_utc(backfill.from_date), "--end": to_utc(backfill.to_date),
+              "--reprocess": backfill.reprocess, "--max-active-runs": backfill.max_active_runs,
+              "--run-backwards": backfill.run_backwards, "--conf": first_conf or {}}
+    if backfill.total == 0:
+        del stored["--conf"]  # no run keeps it
+    differences = [f"{name} {_say(request[name])}, not {_say(value)}"
+                   for name, value in stored.items() if request[name] != value]
+    if differences:
+        raise InvalidInput(f"request id {backfill.request_id!r} was used by backfill {backfill.id} with other "
+                           f"arguments ({'; '.join(differences)}): a request id names one request; use a new one",
+                           field="--request-id")
+
+
+def _say(value) -> str:
+    return value.isoformat() if isinstance(value, dt.datetime) else json.dumps(value)
 
 
 def _plan_of_existing(conn: Connection, backfill) -> BackfillPlan:

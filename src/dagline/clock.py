@@ -9,11 +9,15 @@ from dagline.times import UTC, to_utc
 
 
 class Clock(Protocol):
+    frozen: bool  # True: time never passes by itself (waiting for a retry time would wait forever)
+
     def now(self) -> dt.datetime: ...
 
 
 class SystemClock:
     """The wall clock, in UTC."""
+
+    frozen = False
 
     def now(self) -> dt.datetime:
         return dt.datetime.now(UTC)
@@ -21,6 +25,8 @@ class SystemClock:
 
 class FixedClock:
     """A frozen instant; `advance` moves it (tests only move time on purpose)."""
+
+    frozen = True
 
     def __init__(self, instant: dt.datetime):
         self.instant = to_utc(instant)
@@ -30,3 +36,16 @@ class FixedClock:
 
     def advance(self, delta: dt.timedelta) -> None:
         self.instant = self.instant + delta
+
+
+class ShiftedClock:
+    """The wall clock's pace from another starting instant: time passes, as for `SystemClock`, but from
+    `start` (tests that need a retry delay to elapse without depending on the date)."""
+
+    frozen = False
+
+    def __init__(self, start: dt.datetime):
+        self.offset = to_utc(start) - dt.datetime.now(UTC)
+
+    def now(self) -> dt.datetime:
+        return dt.datetime.now(UTC) + self.offset

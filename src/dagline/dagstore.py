@@ -23,6 +23,7 @@ from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, pool_t
 from dagline.db.transitions import fail_queued_runs, record_events
+from dagline.deps import pool_too_small
 from dagline.errors import OperationFailed
 from dagline.spec import Dag, LoadedDag
 from dagline.states import RunState
@@ -86,6 +87,7 @@ class ApplyResult:
     version: str
     previous_version: str | None = None
     warnings: list[str] = dataclasses.field(default_factory=list)
+    cleared_import_error: str | None = None  # the scheduler's import error this apply cleared
 
 
 def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: str = "cli",
@@ -99,17 +101,23 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
 
     results = []
     with db.begin() as conn:
-        pools = {row.name for row in conn.execute(select(pool_t.c.name))}
+        pools = dict(conn.execute(select(pool_t.c.name, pool_t.c.slots)).all())
         for item in loaded:
             dag = item.dag
             result = _apply_one(conn, dag, item.source_path, now=now, who=who, guard=guard)
-            missing = sorted({t.pool for t in dag.tasks.values()} - pools)
+            missing = sorted({t.pool for t in dag.tasks.values()} - pools.keys())
             if missing:
                 result.warnings.append(
                     f"pool(s) {', '.join(missing)} do not exist yet: their tasks wait until "
                     f"`dagline pools set NAME SLOTS` creates them"
                 )
-            if result.action != "unchanged":
+            for task in dag.tasks.values():
+                too_small = pool_too_small(task.pool, task.pool_slots, pools.get(task.pool))
+                if too_small:
+                    result.warnings.append(
+                        f"task {task.task_id}: {too_small}: it never runs until "
+                        f"`dagline pools set {task.pool} {task.pool_slots}` makes the pool large enough")
+            if result.action != "unchanged" or result.cleared_import_error is not None:
                 refresh_next_dagrun(conn, dag.dag_id, dag, now=now)
             results.append(result)
     return results
@@ -146,7 +154,12 @@ def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime
             select(dag_version_t.c.version, dag_version_t.c.spec).where(dag_version_t.c.id == row.current_version_id)
         ).first()
         if previous is not None and previous.version == dag.version and row.is_active:
-            return ApplyResult(dag.dag_id, "unchanged", dag.version, previous.version)
+            result = ApplyResult(dag.dag_id, "unchanged", dag.version, previous.version)
+            if row.import_error is not None:  # applied again: the scheduler tries it again
+                conn.execute(update(dag_t).where(dag_t.c.dag_id == dag.dag_id)
+                             .values(import_error=None, import_error_at=None, updated_at=now))
+                result.cleared_import_error = row.import_error
+            return result
         action = "updated" if row.is_active else "reactivated"
     if version_row is None:
         version_id = conn.execute(insert(dag_version_t).values(
@@ -156,15 +169,20 @@ def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime
     else:
         version_id = version_row.id
     values = dict(current_version_id=version_id, is_active=True, schedule=dag.spec.schedule,
-                  timezone=dag.timezone, source_path=source_path, updated_at=now)
-    if previous is not None and previous.spec.get("paused") != dag.spec.paused:
+                  timezone=dag.timezone, source_path=source_path, updated_at=now, import_error=None,
+                  import_error_at=None)
+    said_paused = "paused" in dag.spec.model_fields_set  # the default (paused) is for a DAG's first apply only
+    if previous is not None and said_paused and previous.spec.get("paused") != dag.spec.paused:
         values["is_paused"] = dag.spec.paused  # the spec's `paused` changed: it wins over the CLI's
     conn.execute(update(dag_t).where(dag_t.c.dag_id == dag.dag_id).values(**values))
     record_events(conn, [{
         "at": now, "who": who, "entity": "dag", "dag_id": dag.dag_id,
         "from_state": previous.version if previous else None, "to_state": dag.version, "detail": action,
     }])
-    return ApplyResult(dag.dag_id, action, dag.version, previous.version if previous else None)
+    result = ApplyResult(dag.dag_id, action, dag.version, previous.version if previous else None)
+    if row is not None and row.import_error is not None:
+        result.cleared_import_error = row.import_error
+    return result
 
 
 def local_folder(source_path: str) -> str | None:

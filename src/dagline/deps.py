@@ -21,6 +21,7 @@ import datetime as dt
 import enum
 from collections.abc import Iterable, Mapping
 
+from dagline.limits import MAX_RETRY_DELAY
 from dagline.states import RunState, TIState
 
 
@@ -174,7 +175,7 @@ def retry_delay(
     try_number: int,
     base: dt.timedelta,
     exponential: bool,
-    max_delay: dt.timedelta = dt.timedelta(days=1),
+    max_delay: dt.timedelta = MAX_RETRY_DELAY,
 ) -> dt.timedelta:
     """Delay before the next try after try `try_number` (1-based) failed.
 
@@ -189,6 +190,14 @@ def retry_delay(
         raise ValueError(f"retry delays must not be negative (base={base}, max_delay={max_delay})")
     delay_us = base_us * 2 ** (try_number - 1) if exponential else base_us  # exact int: no overflow
     return dt.timedelta(microseconds=min(delay_us, cap_us))
+
+
+def pool_too_small(pool: str, pool_slots: int, pool_size: int | None) -> str | None:
+    """Why a task instance needing `pool_slots` slots of `pool` (which has `pool_size`, None if it does not
+    exist) can never start however long it waits, or None. Said at `dags apply` and by the scheduler."""
+    if pool_size is None or pool_slots <= pool_size:
+        return None
+    return f"poolSlots {pool_slots} > pool {pool} size {pool_size}"
 
 
 def next_state_after_failure(try_number: int, max_tries: int) -> str:

@@ -13,6 +13,8 @@ from dagline.db.engine import Database
 from dagline.db.models import dag_run_t, dag_t, pool_t, ti_t
 from dagline.db.transitions import record_events
 from dagline.errors import InvalidInput, OperationFailed
+from dagline.limits import MAX_POOL_SLOTS
+from dagline.spec.fields import check_pool_name
 from dagline.states import TIState
 
 DEFAULT_POOL = "default"
@@ -22,10 +24,13 @@ def set_pool(db: Database, name: str, slots: int, *, now: dt.datetime, descripti
              who: str = "cli") -> str:
     """Create or resize a pool; returns 'created', 'updated' or 'unchanged'. Shrinking below the slots in
     use takes effect as running tasks end: nothing running is stopped."""
-    if not name or len(name) > 256:
-        raise InvalidInput("a pool name must be 1 to 256 characters", field="NAME")
-    if slots < 0:
-        raise InvalidInput(f"must be 0 or more, got {slots}", field="SLOTS")
+    try:
+        check_pool_name(name)
+    except ValueError as exc:
+        raise InvalidInput(str(exc), field="NAME") from None
+    if not 0 <= slots <= MAX_POOL_SLOTS:
+        raise InvalidInput(f"must be 0 to {MAX_POOL_SLOTS:,} (what the slots column holds), got {slots:,}",
+                           field="SLOTS")
     with db.begin() as conn:
         row = lock_pool(conn, name)
         if row is None:

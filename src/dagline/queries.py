@@ -32,6 +32,7 @@ def list_dags(conn: Connection) -> list[dict]:
         "version": r.version,
         "next_run_after": isoformat(r.next_dagrun_create_after or r.next_dagrun_data_interval_end),
         "last_run_state": last_state.get(r.dag_id),
+        "import_error": r.import_error,
     } for r in rows]
 
 
@@ -122,6 +123,44 @@ def list_tasks(conn: Connection, run_pk: int) -> list[dict]:
         "external_id": r.external_id, "message": latest.get(r.id), "duration_s": _seconds(r.start_date, r.end_date),
         "deadline": isoformat(r.deadline_at), "deadline_missed_at": isoformat(r.deadline_missed_at),
     } for r in rows]
+
+
+def pending_retries(conn: Connection, backfill_id: int | None = None, limit: int = 5) -> list:
+    """Task instances waiting for their retry time (`up_for_retry`) in running runs of unpaused DAGs,
+    soonest first: work that is pending although nothing is runnable yet. Rows: dag_id, run_id,
+    task_id, try_number, next_retry_at (None: due at once)."""
+    stmt = (
+        select(ti_t.c.dag_id, dag_run_t.c.run_id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.next_retry_at)
+        .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
+        .join(dag_t, dag_t.c.dag_id == ti_t.c.dag_id)
+        .where(ti_t.c.state == "up_for_retry", dag_run_t.c.state == RunState.RUNNING, dag_t.c.is_paused.is_(False))
+        .order_by(ti_t.c.next_retry_at.asc().nulls_first(), ti_t.c.id)
+        .limit(limit)
+    )
+    if backfill_id is not None:
+        stmt = stmt.where(dag_run_t.c.backfill_id == backfill_id)
+    return conn.execute(stmt).all()
+
+
+def run_failures(conn: Connection, *, backfill_id: int | None = None, run_pks: list[int] | None = None,
+                 limit: int = 5) -> list[str]:
+    """Why runs failed, one line per failed task instance: `run_id task_id (try n): message`, for the
+    failed runs of a backfill or the given runs."""
+    stmt = (select(dag_run_t.c.run_id, ti_t.c.id, ti_t.c.task_id, ti_t.c.try_number)
+            .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
+            .where(dag_run_t.c.state == RunState.FAILED, ti_t.c.state == "failed")
+            .order_by(dag_run_t.c.logical_date, ti_t.c.id).limit(limit))
+    if backfill_id is not None:
+        stmt = stmt.where(dag_run_t.c.backfill_id == backfill_id)
+    if run_pks is not None:
+        stmt = stmt.where(dag_run_t.c.id.in_(run_pks))
+    rows = conn.execute(stmt).all()
+    lines = []
+    for r in rows:
+        detail = conn.execute(select(event_t.c.detail).where(
+            event_t.c.ti_id == r.id, event_t.c.to_state == "failed").order_by(event_t.c.id.desc()).limit(1)).scalar()
+        lines.append(f"{r.run_id} {r.task_id} (try {r.try_number}): {detail or 'failed'}")
+    return lines
 
 
 def backfill_dict(conn: Connection, b, counts: dict[str, int] | None = None) -> dict:

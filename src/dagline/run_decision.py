@@ -9,6 +9,10 @@ A pure function of plain values, the decision behind loop step 3 and the mini-sc
   by its trigger rule over its upstream TIs' states: `scheduled`, `skipped`, `upstream_failed`, or wait;
 * decisions propagate within the walk, so a failure marks the whole downstream `upstream_failed` at once;
 * once every TI is finished, the run's outcome (`deps.run_outcome`; a run with no TIs succeeds).
+
+For every TI it leaves waiting it also says why, in the words `dagline tasks list` shows (`reason`):
+`waiting for upstream extract`, `depends on past (run 12: load is failed)`, `retry at 2026-...`. The
+command calls this very function, so the scheduler and the listing cannot disagree.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ class Change:
 class RunDecision:
     changes: tuple[Change, ...]  # in walk order
     outcome: str | None  # RunState.SUCCESS / FAILED once every TI is finished, else None
+    waiting: Mapping[int, str] = dataclasses.field(default_factory=dict)  # ti id -> why it stays (none, up_for_retry)
 
 
 def decide_run(
@@ -66,12 +71,14 @@ def decide_run(
     leaves: Sequence[str],
     previous_states: Mapping[str, str | None],
     now: dt.datetime,
+    previous_run: str | None = None,
 ) -> RunDecision:
     """Decide one run. `tis` maps task id -> its TI in this run (a task without one is left alone; a TI
     whose task is not in `tasks` still counts for the outcome); `previous_states` maps task id -> the state
-    of its TI in the run's previous run (absent or None: there is none)."""
+    of its TI in the run's previous run (absent or None: there is none), `previous_run` names that run."""
     states = {task_id: ti.state for task_id, ti in tis.items()}
     changes: list[Change] = []
+    waiting: dict[int, str] = {}
     for task in tasks:
         ti = tis.get(task.task_id)
         if ti is None:
@@ -81,17 +88,25 @@ def decide_run(
             if ti.next_retry_at is None or ti.next_retry_at <= now:
                 changes.append(Change(ti.ti_id, state, TIState.SCHEDULED))
                 states[task.task_id] = TIState.SCHEDULED
+            else:
+                waiting[ti.ti_id] = f"retry at {ti.next_retry_at.isoformat()}"
             continue
         if state != TIState.NONE:
             continue
         if task.depends_on_past and not depends_on_past_met(previous_states.get(task.task_id)):
+            run = f"run {previous_run}" if previous_run else "the previous run"
+            waiting[ti.ti_id] = (f"depends on past ({run} not done: its {task.task_id} is "
+                                 f"{previous_states.get(task.task_id)})")
             continue
         counts = UpstreamCounts.from_states(states[u] for u in task.upstream if u in states)
         decision = evaluate_trigger_rule(task.trigger_rule, counts)
         if decision == Decision.WAIT:
+            unfinished = [u for u in task.upstream if u in states and states[u] not in TIState.FINISHED]
+            waiting[ti.ti_id] = f"waiting for upstream {', '.join(unfinished)}" if unfinished else \
+                f"waiting for its trigger rule {TriggerRule(task.trigger_rule).value}"
             continue
         new_state = _DECISION_STATE[decision]
         changes.append(Change(ti.ti_id, state, new_state))
         states[task.task_id] = new_state
     outcome = run_outcome(states, [t for t in leaves if t in states]) if states else RunState.SUCCESS
-    return RunDecision(tuple(changes), outcome)
+    return RunDecision(tuple(changes), outcome, waiting)

@@ -16,6 +16,7 @@ from dagline.db.engine import Database
 from dagline.db.models import dag_run_t, ti_t
 from dagline.db.transitions import change_runs, change_tis
 from dagline.errors import InvalidInput, OperationFailed
+from dagline.limits import MAX_ROW_ID
 from dagline.states import RunState, TIState
 from dagline.timeline import NewRun, insert_runs, live_run_at, timetable_for
 
@@ -32,7 +33,8 @@ def trigger_run(
 
     With `run_id` the trigger is idempotent: if the DAG already has a run of that id, that run is
     returned and nothing is written (a Kubernetes DagRun object handled by two replicas, or again
-    after a restart, triggers once; the unique index on (dag_id, run_id) backs this up)."""
+    after a restart, triggers once; the unique index on (dag_id, run_id) backs this up). The same run
+    id with another logical date or conf is a conflict, refused: a run id names one request."""
     if conf is not None and not isinstance(conf, dict):
         raise InvalidInput("must be a JSON object, e.g. '{\"out\": \"/tmp/x\"}'", field="--conf")
     with db.begin() as conn:
@@ -43,6 +45,7 @@ def trigger_run(
             seen = conn.execute(select(dag_run_t).where(dag_run_t.c.dag_id == dag_id,
                                                         dag_run_t.c.run_id == run_id)).first()
             if seen is not None:
+                _refuse_other_arguments(seen, logical_date, conf)
                 return seen
         version_id = row.current_version_id
         dag = _versions.setdefault(db, DagCache()).get(conn, version_id)
@@ -56,6 +59,18 @@ def trigger_run(
         [run_pk] = insert_runs(conn, dag=dag, version_id=version_id, run_type="manual",
                                runs=[NewRun(when, interval, when, conf=conf, run_id=run_id)], now=now, who=who)
         return conn.execute(select(dag_run_t).where(dag_run_t.c.id == run_pk)).one()
+
+
+def _refuse_other_arguments(run, logical_date: dt.datetime | None, conf: dict | None) -> None:
+    differences = []
+    if logical_date is not None and run.logical_date != logical_date:
+        differences.append(f"logical date {logical_date.isoformat()}, not {run.logical_date.isoformat()}")
+    if (conf or {}) != (run.conf or {}):
+        differences.append(f"conf {conf or {}}, not {run.conf or {}}")
+    if differences:
+        raise InvalidInput(f"run {run.run_id!r} of DAG {run.dag_id!r} exists with other arguments "
+                           f"({'; '.join(differences)}): a run id names one trigger; choose another id",
+                           field="run_id")
 
 
 def create_test_run(
@@ -98,7 +113,7 @@ def end_test_run(db: Database, run_pk: int, *, now: dt.datetime, reason: str, wh
 def find_run(conn: Connection, run_ref: str):
     """A run by numeric id or by run id string (`scheduled__2026-...`)."""
     cond = dag_run_t.c.run_id == run_ref
-    if str(run_ref).isdigit():
+    if str(run_ref).isascii() and str(run_ref).isdigit() and int(run_ref) <= MAX_ROW_ID:
         cond = or_(dag_run_t.c.id == int(run_ref), cond)
     rows = conn.execute(select(dag_run_t).where(cond).order_by(dag_run_t.c.id)).all()
     if not rows:

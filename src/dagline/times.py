@@ -13,24 +13,31 @@ import re
 
 import pendulum
 
+from dagline.limits import MAX_YEAR, MIN_YEAR
+
 UTC = dt.timezone.utc
 
 _DURATION_RE = re.compile(
-    r"^P(?!$)(?:(?P<years>\d+)Y)?(?:(?P<months>\d+)M)?(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
-    r"(?:T(?=\d)(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?$"
+    r"P(?!$)(?:(?P<years>\d+)Y)?(?:(?P<months>\d+)M)?(?:(?P<weeks>\d+)W)?(?:(?P<days>\d+)D)?"
+    r"(?:T(?=\d)(?:(?P<hours>\d+)H)?(?:(?P<minutes>\d+)M)?(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?"
 )
+_MAX_DURATION_DIGITS = 9  # per part: a duration longer than about 30 years is refused by every field anyway
 
 
-def parse_duration(text: str) -> pendulum.Duration:
+def parse_duration(text: str, *, allow_zero: bool = False) -> pendulum.Duration:
     """Parse an ISO-8601 duration such as ``PT5M`` or ``P1DT6H``; raise ValueError otherwise.
 
-    A zero duration is refused: no schedule, delay or timeout means anything with it.
+    A zero duration is refused unless `allow_zero` (a retry delay of zero means "retry at once"): no
+    schedule or timeout means anything with it. A part with more than 9 digits is refused rather than
+    overflowing a `timedelta`.
     """
     if not isinstance(text, str):
         raise ValueError(f"expected an ISO-8601 duration string such as 'PT5M', got {text!r}")
-    match = _DURATION_RE.match(text.strip().upper())
+    match = _DURATION_RE.fullmatch(text.strip().upper())
     if not match:
         raise ValueError(f"{text!r} is not an ISO-8601 duration (examples: 'PT5M', 'PT6H', 'P1D')")
+    if any(len(v.split(".")[0]) > _MAX_DURATION_DIGITS for v in match.groupdict().values() if v):
+        raise ValueError(f"{text!r} is too long a duration (at most {_MAX_DURATION_DIGITS} digits per part)")
     parts = {k: (float(v) if k == "seconds" else int(v)) for k, v in match.groupdict().items() if v}
     seconds = parts.pop("seconds", 0.0)
     duration = pendulum.duration(
@@ -43,7 +50,7 @@ def parse_duration(text: str) -> pendulum.Duration:
         seconds=int(seconds),
         microseconds=int(round((seconds - int(seconds)) * 1_000_000)),
     )
-    if duration.years == 0 and duration.months == 0 and duration.total_seconds() == 0:
+    if not allow_zero and duration.years == 0 and duration.months == 0 and duration.total_seconds() == 0:
         raise ValueError(f"{text!r} is a zero duration")
     return duration
 
@@ -76,6 +83,7 @@ def parse_instant(text: str | dt.datetime | dt.date, timezone: str = "UTC") -> d
             raise ValueError(
                 f"{raw!r} is not an ISO-8601 date or date-time (examples: '2026-03-01', '2026-03-01T02:00:00+01:00')"
             ) from None
+    check_year(value)
     if value.tzinfo is None:
         local = pendulum.datetime(
             value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond,
@@ -83,6 +91,13 @@ def parse_instant(text: str | dt.datetime | dt.date, timezone: str = "UTC") -> d
         )
         return to_utc(local)
     return to_utc(value)
+
+
+def check_year(value: dt.date) -> None:
+    """Refuse an instant outside [MIN_YEAR, MAX_YEAR] (see `dagline.limits`): near years 1 and 9999 adding
+    an interval, a retry delay or a time zone offset would overflow `datetime`."""
+    if not MIN_YEAR <= value.year <= MAX_YEAR:
+        raise ValueError(f"{value.isoformat()} is outside the years dagline accepts ({MIN_YEAR} to {MAX_YEAR})")
 
 
 def to_utc(value: dt.datetime) -> dt.datetime:

@@ -26,6 +26,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {{name: d}}
 spec:
+  paused: false
+  catchup: true
   schedule: null
   maxActiveRuns: {runs}
   maxActiveTasks: {tasks}
@@ -375,6 +377,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: daily}
 spec:
+  paused: false
+  catchup: true
   schedule: "@daily"
   startDate: "2026-03-01"
   endDate: "2026-03-10"

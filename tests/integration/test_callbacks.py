@@ -34,6 +34,7 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: hooks}
 spec:
+  paused: false
   schedule: null
   callbacks:
     - events: [success, failure]
@@ -154,6 +155,7 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {{name: bad}}
 spec:
+  paused: false
   callbacks: [{callback}]
   tasks: [{{id: a, spark: {{mainApplicationFile: a.py}}}}]
 """
@@ -168,6 +170,7 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: ok}
 spec:
+  paused: false
   deadline: {within: PT1H}
   callbacks: [{events: [failure], webhook: {url: 'https://hooks.example.com/x?team=data'}}]
   tasks: [{id: a, spark: {mainApplicationFile: a.py}}]
@@ -180,6 +183,7 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: ok}
 spec:
+  paused: false
   tasks: [{id: a, spark: {mainApplicationFile: a.py}}]
 """)[0]
     stored = normalized_spec(plain.spec)
@@ -192,6 +196,7 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: killed}
 spec:
+  paused: false
   schedule: null
   callbacks: [{events: [success, failure], webhook: {urlFrom: {env: HOOK_URL}}}]
   defaults:

@@ -22,6 +22,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: sales}
 spec:
+  paused: false
+  catchup: true
   schedule: "@daily"
   startDate: "2026-03-01"
   tasks:
@@ -56,7 +58,8 @@ def applied(db, tmp_path):
 
 def test_apply_list_show_and_json_fields(db, applied):
     rows = json.loads(cli(db, "dags", "list", "--json").output)
-    assert list(rows[0]) == ["dag_id", "paused", "schedule", "timezone", "version", "next_run_after", "last_run_state"]
+    assert list(rows[0]) == ["dag_id", "paused", "schedule", "timezone", "version", "next_run_after", "last_run_state",
+                             "import_error"]
     assert rows[0]["next_run_after"] == "2026-03-02T00:00:00+00:00"
     shown = json.loads(cli(db, "dags", "show", "sales", "--json").output)
     assert shown["spec"]["tasks"][1]["upstream"] == ["extract"]
@@ -89,7 +92,7 @@ def test_trigger_schedule_list_runs_and_tasks(db, applied):
                                                           ("manual", "queued")]
     tasks = json.loads(cli(db, "tasks", "list", runs[0]["run_id"], "--json").output)
     assert list(tasks[0]) == ["task_id", "state", "try_number", "max_tries", "pool", "start_date", "end_date",
-                              "external_id", "message", "duration_s", "deadline", "deadline_missed_at"]
+                              "external_id", "message", "duration_s", "deadline", "deadline_missed_at", "reason"]
     assert [t["state"] for t in tasks] == ["success", "success"]
     failed_runs = json.loads(cli(db, "runs", "list", "--state", "failed", "--json").output)
     assert failed_runs == []

@@ -215,31 +215,33 @@ def test_dags_test_runs_beside_a_running_scheduler(db, dag_file):
     import os
     import subprocess
     import sys
-    import time
 
     from dagline.db.models import scheduler_job_t
+    from tests.polling import wait_for
 
     cli(db, "dags", "apply", str(dag_file))
     env = dict(os.environ, DAGLINE_SCHEDULER_POLL_INTERVAL_S="0.05")
     scheduler = subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", db.url, "scheduler", "--executor",
                                   "noop", "--now", "2026-03-03T02:00+01:00"], env=env, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 60
-        while True:  # the replica has registered (on SQLite: it holds the file lock by then)
+        def registered():  # on SQLite the replica holds the file lock by then
+            assert scheduler.poll() is None, scheduler.stderr.read()
             with db.begin() as conn:
-                if conn.execute(select(scheduler_job_t.c.id).where(scheduler_job_t.c.state == "running")).first():
-                    break
-            assert scheduler.poll() is None and time.monotonic() < deadline, scheduler.stderr.read()
-            time.sleep(0.05)
+                return conn.execute(select(scheduler_job_t.c.id).where(scheduler_job_t.c.state == "running")).first()
+
+        wait_for(registered, "the scheduler replica to register", timeout=60)
         out = cli(db, "dags", "test", "sales", "2026-03-02", "--executor", "noop").output
         assert "test run test__" in out and ": success" in out
-        deadline = time.monotonic() + 60
-        while len([r for r in runs(db) if r["state"] == "success"]) < 3:  # its 2 scheduled runs, and the test
-            assert scheduler.poll() is None and time.monotonic() < deadline, runs(db)
-            time.sleep(0.05)
+
+        def successes():  # its 2 scheduled runs, and the test
+            assert scheduler.poll() is None, runs(db)
+            return len([r for r in runs(db) if r["state"] == "success"])
+
+        wait_for(successes, "3 successful runs", timeout=60, until=lambda n: n >= 3)
     finally:
         scheduler.terminate()
-        scheduler.communicate(timeout=60)  # reaps it and closes its stderr pipe
+        scheduler.wait(60)
+        scheduler.stderr.close()
     assert scheduler.returncode == 0
     assert sorted((r["run_type"], r["is_test"]) for r in runs(db)) == [
         ("manual", True), ("scheduled", False), ("scheduled", False)]

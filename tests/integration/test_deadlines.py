@@ -28,6 +28,7 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: sales}
 spec:
+  paused: false
   schedule: "@daily"
   startDate: "2026-03-01T00:00:00"
   catchup: false

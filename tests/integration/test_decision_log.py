@@ -20,6 +20,7 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: logged}
 spec:
+  paused: false
   schedule: null
   callbacks: [{events: [success], log: {}}]
   tasks:

@@ -348,7 +348,7 @@ def test_a_new_executor_adopts_tries_of_a_previous_one(tmp_path):
     first.launch([running])
     pid_file = log_path(logs, running.key).with_suffix(".log.pid")
     wait_for(lambda: pid_file.exists() and "pid" in json.loads(pid_file.read_text()))  # the wrapper is up
-    del first  # the replica dies; its wrapper keeps the job going
+    # the replica dies here (`first` is not used again); its wrapper keeps the job going
 
     # A try that finished under the dead replica, as its wrapper recorded it.
     finished = launch_of(app, task="finished", ti_id=2)
@@ -375,6 +375,7 @@ def test_a_new_executor_adopts_tries_of_a_previous_one(tmp_path):
         assert "released" in log_path(logs, running.key).read_text()
     finally:
         second.end()
+        first.end()  # reaps the wrapper process it started (long finished when the test passes)
 
 
 # -- pure helpers -------------------------------------------------------------------------------

@@ -18,6 +18,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: limits}
 spec:
+  paused: false
+  catchup: true
   schedule: "@daily"
   startDate: "2026-03-01"
   maxActiveRuns: %(max_active_runs)s

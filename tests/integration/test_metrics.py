@@ -43,6 +43,7 @@ metadata: {name: broken}
 spec:
   schedule: "@daily"
   startDate: "2026-03-02T00:00:00"
+  catchup: true
   paused: true
   tasks:
     - id: fails
@@ -79,7 +80,7 @@ def _finished_tis(db) -> int:
 
 def _unpause(db, *dag_ids):
     for dag_id in dag_ids:
-        subprocess.run([sys.executable, "-m", "dagline.cli", "--db", db.url, "dags", "unpause", dag_id],
+        subprocess.run([sys.executable, "-m", "dagline.cli", "--db", db.url, "dags", "unpause", dag_id, "--now", NOW],
                        check=True, capture_output=True)
 
 

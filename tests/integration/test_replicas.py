@@ -150,9 +150,9 @@ def test_a_silent_replica_is_declared_dead_once_and_its_task_instances_are_adopt
         assert "no heartbeat since" in dead[0].detail
         assert _jobs(chain)[victim.job_id].state == "dead"
 
-        adopter = next(p for p in peers if tis(chain, run.id)["a"].queued_by_job_id == p.job_id)
         adoption = [e for e in events(chain, entity="scheduler") if e.detail and " adopts " in e.detail]
-        assert [e.who for e in adoption] == [adopter.who]
+        assert len(adoption) == 1  # one adopter (the other may queue the retry at once: they run side by side)
+        adopter = next(p for p in peers if p.who == adoption[0].who)
         for _ in range(10):
             for peer in peers:
                 peer.iterate()
@@ -244,6 +244,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: slow}
 spec:
+  paused: false
+  catchup: true
   schedule: null
   tasks:
     - {id: slow, retries: 1, retryDelay: PT1M, executionTimeout: PT10M, spark: {mainApplicationFile: s.py}}
@@ -385,7 +387,7 @@ def _replica_process(db, logs, **env):
     env = dict(os.environ, DAGLINE_SCHEDULER_POLL_INTERVAL_S="0.1", DAGLINE_SCHEDULER_HEARTBEAT_INTERVAL_S="0.5",
                DAGLINE_SCHEDULER_REPLICA_TIMEOUT_S="2", DAGLINE_SCHEDULER_HOUSEKEEPING_INTERVAL_S="0.5", **env)
     return subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", db.url, "scheduler", "--log-folder",
-                             str(logs), "--parallelism", "1"], env=env, stderr=subprocess.PIPE, text=True)
+                             str(logs), "--parallelism", "1"], env=env, stderr=subprocess.DEVNULL)
 
 
 @pytest.mark.spark

@@ -27,6 +27,7 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: daily}
 spec:
+  paused: false
   schedule: "0 2 * * *"
   timezone: Europe/Amsterdam
   startDate: "2026-03-01T00:00:00"
@@ -110,6 +111,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: failing}
 spec:
+  paused: false
+  catchup: true
   schedule: null
   defaults: {retries: 2, retryDelay: PT10M, retryExponentialBackoff: %(exponential)s}
   tasks:
@@ -244,6 +247,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: edited}
 spec:
+  paused: false
+  catchup: true
   schedule: null
   tasks:
     - id: extract
@@ -289,6 +294,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: pooled}
 spec:
+  paused: false
+  catchup: true
   schedule: null
   maxActiveTasks: 5
   defaults: {pool: narrow}

@@ -27,7 +27,8 @@ def test_a_day_of_the_example_pipeline_runs_through_the_scheduler(sqlite_db, tmp
         return result.output
 
     cli("pools", "set", "spark", "4")
-    cli("dags", "apply", example)
+    assert "created paused; `dagline dags unpause sales-daily` to start" in cli("dags", "apply", example)
+    cli("dags", "unpause", "sales-daily")  # a DAG applied for the first time is paused (as the demo does)
     # a run's conf overrides the DAG's params: the output goes to tmp_path
     cli("backfill", "run", "sales-daily", "--start", "2026-03-02", "--end", "2026-03-02", "--parallelism", "2",
         "--conf", json.dumps({"out": str(out)}),
@@ -55,6 +56,8 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: crashing}
 spec:
+  paused: false
+  catchup: true
   schedule: null
   tasks:
     - {id: crash, spark: {mainApplicationFile: crash.py}}
@@ -69,7 +72,9 @@ spec:
 
     cli("dags", "apply", str(tmp_path / "dag.yaml"))
     cli("dags", "trigger", "crashing", "--now", "2026-03-02T00:00:00Z")
-    cli("scheduler", "--until-idle", "--log-folder", str(tmp_path / "logs"), "--now", "2026-03-02T00:00:00Z")
+    failed = cli("scheduler", "--until-idle", "--log-folder", str(tmp_path / "logs"), "--now", "2026-03-02T00:00:00Z",
+                 code=1)  # --until-idle exits 1 when a run it finished failed, saying why
+    assert "1 run(s) failed" in failed and "crash (try 1): exit code 1" in failed
     [run] = runs(sqlite_db, "crashing")
     tasks = {t["task_id"]: t for t in json.loads(cli("tasks", "list", str(run["id"]), "--json"))}
     assert run["state"] == "failed"

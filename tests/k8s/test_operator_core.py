@@ -124,16 +124,19 @@ def test_two_replicas_applying_the_same_new_dag_at_once_store_one_version(pg_db)
 def test_a_trigger_and_a_backfill_with_one_request_id_are_made_once_by_two_replicas(pg_db):
     now = t("2026-03-10T01:00:00+00:00")
     apply_dags(pg_db, _loaded(catchup=False), now=now)
-    # Replica 1 holds the DAG lock with its trigger written but not committed; replica 2 waits for it.
+    # Replica 1 holds the DAG lock with its trigger written but not committed; replica 2 waits for it. Both
+    # handle the same objects, so they ask with the same arguments (other arguments would be a conflict).
     holder = pg_db.engine.connect()
     tx = holder.begin()
     lock_dag(holder, "daily")
     holder.execute(text(
         "INSERT INTO dag_run (dag_id, run_id, logical_date, data_interval_start, data_interval_end, run_after, "
         "run_type, state, dag_version_id, created_at) SELECT 'daily', 'manual__uid-1', :at, :at, :at, :at, "
-        "'manual', 'queued', current_version_id, :at FROM dag WHERE dag_id = 'daily'"), {"at": now})
-    holder.execute(insert(backfill_t).values(dag_id="daily", request_id="uid-2", from_date=now, to_date=now,
-                                             reprocess="none", state="running", created_at=now))
+        "'manual', 'queued', current_version_id, :now FROM dag WHERE dag_id = 'daily'"),
+        {"at": now - dt.timedelta(hours=1), "now": now})
+    holder.execute(insert(backfill_t).values(dag_id="daily", request_id="uid-2", from_date=t("2026-03-01"),
+                                             to_date=t("2026-03-02"), reprocess="none", state="running",
+                                             created_at=now))
     trigger, triggered = _in_thread(lambda: trigger_run(pg_db, "daily", now=now, logical_date=now - dt.timedelta(
         hours=1), run_id="manual__uid-1"))
     backfill, backfilled = _in_thread(lambda: create_backfill(pg_db, "daily", start=t("2026-03-01"),
@@ -144,7 +147,8 @@ def test_a_trigger_and_a_backfill_with_one_request_id_are_made_once_by_two_repli
     trigger.join(10)
     backfill.join(10)
     assert "error" not in triggered and "error" not in backfilled, (triggered, backfilled)
-    assert triggered["value"].run_id == "manual__uid-1" and triggered["value"].logical_date == now
+    assert triggered["value"].run_id == "manual__uid-1"
+    assert triggered["value"].logical_date == now - dt.timedelta(hours=1)
     assert backfilled["value"].created is False
     assert [r.run_id for r in run_rows(pg_db, "daily") if r.run_type != "scheduled"] == ["manual__uid-1"]
     with pg_db.begin() as conn:

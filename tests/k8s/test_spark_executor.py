@@ -478,6 +478,8 @@ FLAKY_DAG = """\
     kind: DAG
     metadata: {name: flaky}
     spec:
+      paused: false
+      catchup: true
       schedule: null
       defaults: {retries: 1, retryDelay: PT5M}
       tasks:
@@ -655,6 +657,8 @@ def test_a_real_pyspark_job_runs_as_a_spark_application(pg_db, kube, spark_opera
         kind: DAG
         metadata: {{name: words}}
         spec:
+          paused: false
+          catchup: true
           schedule: null
           tasks:
             - id: count

@@ -50,3 +50,13 @@ def test_the_import_contracts_name_every_module():
     layered = {name for layer in _contract("Layers")["layers"] for name in re.split(r"[|:]", layer)}
     assert top_level == {name.strip() for name in layered}
     assert set(_contract("Only dagline.k8s imports kopf")["source_modules"]) == top_level - {"dagline.k8s"}
+
+
+def test_the_limits_module_is_the_lowest_layer():
+    """`dagline.limits` is imported by every layer (the loaders, the CLI, the scheduler's render budget):
+    it is the bottom layer of the contracts and imports nothing of dagline, so it can never close a cycle."""
+    assert _contract("Layers")["layers"][-1] == "dagline.limits"
+    tree = ast.parse((SRC / "limits.py").read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert {name for name in imported if name.startswith("dagline")} == set()

@@ -115,7 +115,8 @@ def test_minimal_dag_gets_every_default():
     dag = Dag.from_document(document)
     spec = dag.spec
     assert (spec.schedule, spec.timezone, spec.start_date, spec.end_date) == (None, "UTC", None, None)
-    assert (spec.catchup, spec.paused, spec.max_active_runs, spec.max_active_tasks) == (True, False, 16, 16)
+    # safe defaults, as in Airflow: no catch-up storm, and a new DAG waits to be unpaused
+    assert (spec.catchup, spec.paused, spec.max_active_runs, spec.max_active_tasks) == (False, True, 16, 16)
     task = dag.tasks["t"]
     assert (task.retries, task.retry_delay, task.pool, task.pool_slots, task.priority_weight) == (
         0, pendulum.duration(minutes=5), "default", 1, 1)
@@ -238,7 +239,8 @@ BAD_INPUTS = [
      ["'5 minutes' is not an ISO-8601 duration"]),
     ("bad task retryDelay", _set("spec.tasks.1.retryDelay", "10m"), "spec.tasks[1].retryDelay",
      ["not an ISO-8601 duration"]),
-    ("zero retryDelay", _set("spec.defaults.retryDelay", "PT0S"), "spec.defaults.retryDelay", ["zero duration"]),
+    ("zero executionTimeout", _set("spec.defaults.executionTimeout", "PT0S"), "spec.defaults.executionTimeout",
+     ["zero duration"]),
     ("bad task executionTimeout", _set("spec.tasks.1.executionTimeout", "1h"), "spec.tasks[1].executionTimeout",
      ["'1h' is not an ISO-8601 duration"]),
     ("bad default executionTimeout", _set("spec.defaults.executionTimeout", "forever"),

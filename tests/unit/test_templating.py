@@ -158,3 +158,93 @@ def test_check_template_refuses_syntax_errors(template):
 def test_referenced_params():
     assert referenced_params("{{ params.out }}/{{ params['day'] }}/{{ ds }}") == {"out", "day"}
     assert referenced_params("{{ params.get('x', 1) }}{{ params.items() | list }}{{ conf.out }}") == set()
+
+
+# -- bounds: a template is the user's, so it may be hostile or careless ------------------------------
+
+HUGE = [
+    ("{{ 'x' * 10**10 }}", "times 10,000,000,000"),
+    ("{{ 'x' | center(10000000000) }}", "filter center called with 10,000,000,000"),
+    ("{{ '%1000000000s' % 'x' }}", "width of 1,000,000,000"),
+    ("{{ '{:>1000000000}'.format('x') }}", "width of 1,000,000,000"),
+    ("{{ 'x'.ljust(10000000000) }}", "ljust() called with 10,000,000,000"),
+    ("{{ [0] * 10000000000 }}", "times 10,000,000,000"),
+    ("{{ 7 ** 100000 }}", "too large a number"),
+    ("{% for i in range(99999) %}{{ 'x' * 50 }}{% endfor %}", "output over the budget of 1,048,576"),
+    ("{% set ns = namespace(x='ab') %}{% for i in range(30) %}{% set ns.x = ns.x ~ ns.x %}{% endfor %}{{ ns.x }}",
+     "'~' would make 2,097,152 characters"),
+]
+
+
+@pytest.mark.parametrize("template, message", HUGE)
+def test_a_template_that_would_produce_too_much_is_accepted_at_load_without_folding_and_fails_at_render(
+        template, message):
+    # Jinja folds constant expressions while compiling: before the bounded sandbox, check_template
+    # itself computed 'x' * 10**10 (10 GB) and the load ran out of memory.
+    check_template(template)
+    with pytest.raises(ValueError, match="exceeds a bound|ran out of memory") as caught:
+        render(template, context())
+    assert message in str(caught.value) or "ran out of memory" in str(caught.value)
+
+
+def test_ranges_stay_bounded_by_the_sandbox():
+    with pytest.raises(ValueError, match="Range too big"):
+        render("{% for i in range(10**10) %}x{% endfor %}", context())
+
+
+@pytest.mark.parametrize("template, name", [
+    ("{{ params.items }}", "items"),
+    ("{{ ds.upper }}", "upper"),
+    ("{{ logical_date.isoformat }}", "isoformat"),
+    ("{{ range }}", "safe_range"),
+])
+def test_a_function_or_method_is_not_a_value(template, name):
+    with pytest.raises(ValueError, match=f"outputs the function or method '{name}', not a value"):
+        render(template, context())
+
+
+def test_ordinary_arithmetic_and_filters_still_work():
+    assert render("{{ 3 * 4 }} {{ 2 ** 10 }} {{ 7 // 2 }} {{ 7 % 4 }} {{ 'ab' * 3 }} {{ [1] + [2] }}", context()) == \
+        "12 1024 3 3 ababab [1, 2]"
+    assert render("{{ 'x' | center(5) }}|{{ ds | replace('-', '') }}|{{ params.tables | join('+') }}", context()) == \
+        "  x  |20260301|a+b"
+    assert render("{{ '%05d' % try_number }} {{ '{:>4}'.format(task_id[:2]) }}", context()) == "00002   ex"
+
+
+# -- the renderer process: the time budget a thread cannot enforce -----------------------------------
+
+NEVER_ENDS = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
+
+
+def test_a_template_that_never_ends_fails_on_the_time_budget_naming_task_and_argument_and_the_next_renders():
+    from dagline.scheduler.renderer import Renderer, RenderFailed, RenderRequest
+
+    renderer = Renderer(time_budget_s=0.5)
+    try:
+        request = RenderRequest("extract", [("spark.arguments[0]", "{{ ds }}"), ("spark.arguments[1]", NEVER_ENDS)],
+                                context())
+        with pytest.raises(RenderFailed, match=r"task extract, spark.arguments\[1\]: template .* did not finish "
+                                               r"rendering within the time budget of 0.5s"):
+            renderer.render(request)
+        assert renderer.kills == 1
+        assert renderer.render(RenderRequest("load", [("spark.arguments[0]", "{{ ds }}")], context())) == {
+            "spark.arguments[0]": "2026-03-01"}  # a fresh process took over
+        assert renderer.spawns == 2
+        with pytest.raises(RenderFailed, match=r"task load, spark.conf\['x'\]: .*outputs the function or method"):
+            renderer.render(RenderRequest("load", [("spark.conf['x']", "{{ params.items }}")], context()))
+    finally:
+        renderer.close()
+
+
+def test_a_stopping_replica_abandons_a_render_at_once():
+    from dagline.scheduler.renderer import Renderer, RenderInterrupted, RenderRequest
+
+    stopping = []
+    renderer = Renderer(time_budget_s=600, should_stop=lambda: bool(stopping))
+    try:
+        renderer.render(RenderRequest("extract", [("a", "{{ ds }}")], context()))  # started
+        stopping.append(True)
+        with pytest.raises(RenderInterrupted):
+            renderer.render(RenderRequest("extract", [("a", NEVER_ENDS)], context()))
+    finally:
+        renderer.close()

@@ -18,9 +18,11 @@ from sqlalchemy import select
 
 from dagline.clock import FixedClock, SystemClock
 from dagline.db import engine as dbengine
-from dagline.db.faults import first_line, is_transient, run_again_on_conflict
+from dagline.db.faults import first_line, is_read_only, is_transient, run_again_on_conflict
 from dagline.db.models import dag_t
 from dagline.errors import DaglineError, InvalidInput, OperationFailed
+from dagline.limits import MAX_NESTING_DEPTH, MAX_ROW_ID, MAX_SPEC_FILE_BYTES
+from dagline.spec.bounds import check_json_value
 from dagline.times import parse_instant
 
 
@@ -143,6 +145,9 @@ class DaglineGroup(click.Group):
             click.echo(f"error: {exc}", err=True)
             ctx.exit(exc.exit_code)
         except Exception as exc:
+            if is_read_only(exc):  # a write outside Database.begin (the migrations)
+                click.echo(f"error: the database is read-only ({first_line(exc)}): nothing was written", err=True)
+                ctx.exit(1)
             if not is_transient(exc):
                 raise
             click.echo(f"error: the database failed ({first_line(exc)}); the command's transaction was rolled back "
@@ -184,12 +189,25 @@ def make_cli_executor(name, parallelism, log_folder, clock):
 
 
 def json_object(value: str | None, field: str) -> dict | None:
+    """A JSON option (`--conf`): valid JSON within the bounds of `dagline.limits` (no NaN or Infinity, which
+    are not JSON; nesting; string length)."""
     if value is None:
         return None
+    if len(value) > MAX_SPEC_FILE_BYTES:
+        raise InvalidInput(f"{len(value):,} characters of JSON (the limit is {MAX_SPEC_FILE_BYTES:,})", field=field)
+
+    def refuse_constant(name: str):
+        raise InvalidInput(f"{name} is not a JSON number (NaN and infinities are refused)", field=field)
+
     try:
-        return json.loads(value)
-    except json.JSONDecodeError as exc:
+        parsed = json.loads(value, parse_constant=refuse_constant)
+    except ValueError as exc:  # JSONDecodeError, or an integer of more than 4,300 digits
         raise InvalidInput(f"not valid JSON: {exc}", field=field) from None
+    except RecursionError:
+        raise InvalidInput(f"nested more than {MAX_NESTING_DEPTH} levels deep (the limit is {MAX_NESTING_DEPTH} "
+                           "levels)", field=field) from None
+    check_json_value(parsed, field)
+    return parsed
 
 
 def conf_options(f):
@@ -204,11 +222,12 @@ def read_conf(conf: str | None, conf_file: str | None) -> dict | None:
     if conf is not None and conf_file is not None:
         raise InvalidInput("give --conf or --conf-file, not both", field="--conf-file")
     if conf_file is not None:
+        from dagline.spec.loading import read_spec_file  # a regular file of at most 1 MiB, never a FIFO
+
         try:
-            with open(conf_file, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise InvalidInput(f"cannot read {conf_file}: {exc.strerror or exc}", field="--conf-file") from None
+            text = read_spec_file(conf_file)
+        except InvalidInput as exc:
+            raise InvalidInput(exc.reason, field="--conf-file", source=conf_file) from None
         field, value = "--conf-file", text
     elif conf is not None:
         field, value = "--conf", conf
@@ -221,7 +240,7 @@ def read_conf(conf: str | None, conf_file: str | None) -> dict | None:
     return parsed
 
 
-limit_option = click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N",
+limit_option = click.option("--limit", type=click.IntRange(min=1, max=MAX_ROW_ID), default=None, metavar="N",
                             help="Show at most N rows (the most recent N where rows are in time order).")
 
 

@@ -25,6 +25,7 @@ from dagline.cli.base import (
 from dagline.db import engine as dbengine
 from dagline.db.models import dag_version_t
 from dagline.errors import InvalidInput
+from dagline.limits import MAX_NEXT_RUNS_COUNT
 from dagline.times import isoformat
 
 
@@ -54,19 +55,28 @@ def dags():
 @now_option
 @click.pass_obj
 def dags_apply(obj: Context, paths, now):
-    """Load DAG spec files or folders; a new version only when a spec changed."""
+    """Load DAG spec files or folders; a new version only when a spec changed.
+
+    All or nothing: every file is validated before anything is written, so one invalid file (named,
+    with its field) applies nothing, exit 2. (Airflow's DAG processor loads the files it can; dagline
+    gets that isolation at scheduling time instead: a DAG it cannot schedule is an import error.)"""
     from dagline.dagstore import apply_dags
     from dagline.spec import load_dag_paths
 
-    loaded = load_dag_paths(list(paths))  # validates everything before anything is written
+    loaded = load_dag_paths(list(paths), warn=lambda message: click.echo(f"warning: {message}", err=True))
     results = apply_dags(obj.db(), loaded, now=make_clock(now).now())
+    paused_spec = {item.dag.dag_id: item.dag.spec.paused for item in loaded}  # a new DAG starts as its spec says
     for r in results:
         if r.action == "unchanged":
             click.echo(f"{r.dag_id}: unchanged (version {r.version})")
+        elif r.action == "created" and paused_spec.get(r.dag_id):
+            click.echo(f"{r.dag_id}: created paused (version {r.version}); `dagline dags unpause {r.dag_id}` to start")
         elif r.action == "created":
             click.echo(f"{r.dag_id}: created (version {r.version})")
         else:
             click.echo(f"{r.dag_id}: {r.action} (version {r.previous_version} -> {r.version})")
+        if r.cleared_import_error:
+            click.echo(f"{r.dag_id}: import error cleared; the scheduler tries it again")
         for warning in r.warnings:
             click.echo(f"{r.dag_id}: warning: {warning}", err=True)
 
@@ -81,8 +91,18 @@ def dags_list(obj: Context, limit, as_json):
 
     with obj.db().begin() as conn:
         rows = list_dags(conn)
-    show_rows(rows, ["dag_id", "paused", "schedule", "timezone", "version", "next_run_after", "last_run_state"],
-              as_json, limit=limit, timezones={r["dag_id"]: r["timezone"] for r in rows})
+    columns = ["dag_id", "paused", "schedule", "timezone", "version", "next_run_after", "last_run_state"]
+    if not as_json and any(r["import_error"] for r in rows):  # why the scheduler cannot handle a DAG
+        columns.append("import_error")
+        rows = [{**r, "import_error": _first_line(r["import_error"])} for r in rows]
+    show_rows(rows, columns, as_json, limit=limit, timezones={r["dag_id"]: r["timezone"] for r in rows})
+
+
+def _first_line(text: str | None, limit: int = 100) -> str | None:
+    if text is None:
+        return None
+    line = text.splitlines()[0] if text.strip() else text
+    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 @dags.command("show")
@@ -105,6 +125,7 @@ def dags_show(obj: Context, dag_id, as_json):
         "versions": [{"version": v.version, "created_at": isoformat(v.created_at), "current": v.id == current.id}
                      for v in versions],
         "spec": current.spec,
+        "import_error": row.import_error, "import_error_at": isoformat(row.import_error_at),
     }
     if as_json:
         emit_json(data)
@@ -117,6 +138,9 @@ def dags_show(obj: Context, dag_id, as_json):
     zone = row.timezone
     click.echo(f"next run: {local_time(data['next_dagrun'], zone)} "
                f"(created after {local_time(data['next_run_after'], zone)})")
+    if row.import_error:
+        click.echo(f"import error (since {data['import_error_at']}): the scheduler cannot schedule this DAG; "
+                   f"fix it and apply it again:\n  " + row.import_error.replace("\n", "\n  "))
     click.echo("versions:")
     for v in data["versions"]:
         click.echo(f"  {v['version']}  {local_time(v['created_at'], zone)}{'  (current)' if v['current'] else ''}")
@@ -127,8 +151,9 @@ def dags_show(obj: Context, dag_id, as_json):
 @dags.command("next-runs")
 @click.argument("dag_ref")
 @click.option("--after", default=None, metavar="ISO", help="Start from the first interval starting at or after this.")
-@click.option("--count", "--limit", "count", default=5, show_default=True, type=click.IntRange(min=1),
-              help="How many intervals.")
+@click.option("--count", "--limit", "count", default=5, show_default=True,
+              type=click.IntRange(min=1, max=MAX_NEXT_RUNS_COUNT),
+              help=f"How many intervals (at most {MAX_NEXT_RUNS_COUNT:,}).")
 @now_option
 @json_option
 @click.pass_obj
@@ -144,7 +169,7 @@ def dags_next_runs(obj: Context, dag_ref, after, count, now, as_json):
         return [{"logical_date": isoformat(info.logical_date),
                  "data_interval_start": isoformat(info.data_interval.start),
                  "data_interval_end": isoformat(info.data_interval.end), "run_after": isoformat(info.run_after)}
-                for info in itertools.islice(runs, count)]
+                for info in itertools.islice(_until_the_calendar_ends(runs), count)]
 
     instant = make_clock(now).now()
     if os.path.exists(dag_ref):
@@ -164,6 +189,18 @@ def dags_next_runs(obj: Context, dag_ref, after, count, now, as_json):
         rows = rows_of(timetable_for(dag).upcoming(None, earliest=read_instant(after, "--after", dag.timezone)))
     show_rows(rows, ["logical_date", "data_interval_start", "data_interval_end", "run_after"], as_json,
               timezones=dag.timezone)
+
+
+def _until_the_calendar_ends(runs):
+    """The intervals of `runs` up to where `datetime` ends (year 9999): there are no more to show."""
+    iterator = iter(runs)
+    while True:
+        try:
+            yield next(iterator)
+        except StopIteration:
+            return
+        except (OverflowError, ValueError):  # an interval past year 9999
+            return
 
 
 @dags.command("pause")

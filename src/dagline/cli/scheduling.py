@@ -30,6 +30,7 @@ from dagline.cli.base import (
 )
 from dagline.db.models import backfill_t
 from dagline.errors import OperationFailed
+from dagline.limits import MAX_ROW_ID
 from dagline.times import isoformat
 
 
@@ -92,6 +93,23 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, m
             signal.signal(sig, handler)
         if server is not None:
             server.shutdown()
+    if until_idle and sched.job_id is not None:
+        _report_failed_runs(obj.db(), sched.who)
+
+
+def _report_failed_runs(database, who: str) -> None:
+    """`--until-idle`: exit 1, saying why, when a run this replica finished ended failed."""
+    from dagline.db.models import event_t
+    from dagline.queries import run_failures
+
+    with database.begin() as conn:
+        failed = sorted(set(conn.execute(select(event_t.c.dag_run_id).where(
+            event_t.c.entity == "dag_run", event_t.c.to_state == "failed", event_t.c.who == who)).scalars()))
+        if failed:
+            reasons = run_failures(conn, run_pks=failed)
+    if failed:
+        raise OperationFailed(f"{len(failed)} run(s) failed:\n  " + "\n  ".join(reasons)
+                              + "\n(see `dagline tasks list RUN_ID` and `dagline tasks logs`)")
 
 
 @main.group()
@@ -176,8 +194,8 @@ def backfill_create(obj: Context, dag_id, start, end, reprocess, max_active_runs
 def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run, request_id,
                  conf, conf_file, as_json, now, executor, parallelism, log_folder):
     """Create a backfill, then run a scheduler for its runs until they finish, with a progress bar."""
-    from dagline.progress import ProgressBar
-    from dagline.queries import backfill_dict, backfill_task_counts
+    from dagline.progress import ProgressBar, retry_words
+    from dagline.queries import backfill_dict, backfill_task_counts, pending_retries, run_failures
     from dagline.scheduler.loop import Scheduler
 
     clock = make_clock(now)
@@ -191,7 +209,9 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
     def status():
         with database.begin() as conn:
             row = conn.execute(select(backfill_t).where(backfill_t.c.id == result.backfill_id)).one()
-            return backfill_dict(conn, row), backfill_task_counts(conn, row.id)
+            retries = pending_retries(conn, row.id, limit=1)
+            note = retry_words(retries[0], clock.now()) if retries else None
+            return backfill_dict(conn, row), backfill_task_counts(conn, row.id), note
 
     bar = ProgressBar(sys.stderr)
     sched = Scheduler(database, make_cli_executor(executor, parallelism, log_folder, clock), clock=clock,
@@ -200,20 +220,25 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
     state = {"last": None}
 
     def on_loop(_stats):
-        state["last"], tasks = status()
-        bar.update(state["last"], tasks)
+        state["last"], tasks, note = status()
+        bar.update(state["last"], tasks, note)
 
     sched.run(until_idle=True, should_stop=lambda: state["last"] is not None and state["last"]["state"] != "running",
               on_loop=on_loop)
-    final, tasks = status()
+    final, tasks, note = status()
     bar.finish(final, tasks)
     if final["failed"]:
-        raise OperationFailed(f"backfill {final['id']}: {final['failed']} of {final['total']} runs failed "
-                              f"(see `dagline runs list {dag_id} --state failed` and `dagline tasks logs`)")
+        with database.begin() as conn:
+            reasons = run_failures(conn, backfill_id=final["id"])
+        raise OperationFailed(f"backfill {final['id']}: {final['failed']} of {final['total']} runs failed:\n  "
+                              + "\n  ".join(reasons) + f"\n(see `dagline runs list {dag_id} --state failed` and "
+                              "`dagline tasks logs`)")
     if final["state"] == "running":
+        why = (f"{note} but the clock is frozen by --now" if note and clock.frozen else
+               "stopped before they finished" if sched.stop_requested else
+               "a limit, a pool or dependsOnPast holds them; `dagline tasks list RUN_ID` says why")
         raise OperationFailed(f"backfill {final['id']} stopped with runs still waiting "
-                              f"({final['queued']} queued, {final['running']} running): a limit, a pool or "
-                              "dependsOnPast holds them; `dagline runs grid` shows where")
+                              f"({final['queued']} queued, {final['running']} running): {why}")
 
 
 @backfill.command("list")
@@ -234,7 +259,7 @@ def backfill_list(obj: Context, dag_id, limit, as_json):
 
 
 @backfill.command("show")
-@click.argument("backfill_id", type=int)
+@click.argument("backfill_id", type=click.IntRange(min=0, max=MAX_ROW_ID))
 @json_option
 @click.pass_obj
 def backfill_show(obj: Context, backfill_id, as_json):
@@ -260,7 +285,7 @@ def backfill_show(obj: Context, backfill_id, as_json):
 
 
 @backfill.command("cancel")
-@click.argument("backfill_id", type=int)
+@click.argument("backfill_id", type=click.IntRange(min=0, max=MAX_ROW_ID))
 @now_option
 @click.pass_obj
 def backfill_cancel(obj: Context, backfill_id, now):

@@ -141,20 +141,25 @@ def tasks():
 @click.argument("run_ref", metavar="RUN_ID")
 @limit_option
 @json_option
+@now_option
 @click.pass_obj
-def tasks_list(obj: Context, run_ref, limit, as_json):
-    """The task instances of a run (times in the DAG's zone; JSON in UTC)."""
+def tasks_list(obj: Context, run_ref, limit, as_json, now):
+    """The task instances of a run, and why each one that is not running or finished waits (times in
+    the DAG's zone; JSON in UTC)."""
     from dagline.queries import list_tasks
     from dagline.runs import find_run
+    from dagline.waiting import task_reasons
 
     with obj.db().begin() as conn:
         run = find_run(conn, run_ref)
         rows = list_tasks(conn, run.id)
         zone = dag_timezone_of(conn, run.dag_id)
+        reasons = task_reasons(conn, run, now=make_clock(now).now())  # the scheduler's own words
+    rows = [{**row, "reason": reasons.get(row["task_id"])} for row in rows]
     if not as_json:
         rows = [{**r, "deadline": _deadline_text(r, zone)} for r in rows]
     show_rows(rows, ["task_id", "state", "try_number", "max_tries", "pool", "start_date", "end_date", "duration",
-                     "deadline", "message"], as_json, limit=limit, timezones=zone)
+                     "reason", "deadline", "message"], as_json, limit=limit, timezones=zone)
 
 
 @tasks.command("clear")

@@ -16,7 +16,7 @@ from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 
-from dagline.db.faults import first_line
+from dagline.db.faults import first_line, is_read_only
 from dagline.errors import DatabaseUnreachable, InvalidInput, OperationFailed
 
 DEFAULT_URL = "sqlite:///dagline.db"
@@ -76,6 +76,8 @@ class Database:
                 raise DatabaseUnreachable(
                     f"cannot reach the database at {redact(self.url)}: {first_line(exc.orig)}"
                 ) from exc
+            if is_read_only(exc):
+                raise read_only_error(self, exc) from exc
             raise
 
     def check_reachable(self) -> None:
@@ -84,6 +86,14 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def read_only_error(db: Database, exc: BaseException) -> OperationFailed:
+    """A write refused because the database is read-only, said as a person can act on it."""
+    hint = ("make the file and its folder writable by this user (SQLite writes -wal and -shm files beside it)"
+            if db.is_sqlite else "connect to the primary server, not a standby")
+    return OperationFailed(f"the database at {redact(db.url)} is read-only ({first_line(exc)}): nothing was "
+                           f"written; {hint}")
 
 
 def _is_connection_error(exc: OperationalError) -> bool:

@@ -74,6 +74,15 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
+def is_read_only(exc: BaseException) -> bool:
+    """The database refused a write because it is read-only: a SQLite file (or its folder) without write
+    permission, or a PostgreSQL standby / read-only transaction (SQLSTATE 25006)."""
+    if sqlstate(exc) == "25006":
+        return True
+    return any("readonly database" in str(link).lower() or "read-only database" in str(link).lower()
+               for link in _chain(exc))
+
+
 def first_line(exc: BaseException | None) -> str:
     """The first line of an error's message (the driver's, for a database error), for one log line."""
     text = str(getattr(exc, "orig", None) or exc).strip()

@@ -113,6 +113,9 @@ class Dag(Base):
     next_dagrun_data_interval_start: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     next_dagrun_data_interval_end: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     next_dagrun_create_after: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    # Why the scheduler could not load or schedule the current version (None: it can); cleared by an apply.
+    import_error: Mapped[str | None] = mapped_column(Text)
+    import_error_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
 

@@ -38,7 +38,7 @@ from dagline.spec import DagRunSpec, format_path
 from dagline.times import isoformat, parse_instant
 
 UNKNOWN_DAG = "UnknownDag"   # a reason the status sync tries again
-_OBJECT_RUN_ID = re.compile(r"^manual__[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_OBJECT_RUN_ID = re.compile(r"manual__[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # fullmatch
 def object_run_id(uid: str) -> str:
     """The run id of the manual run a user's DagRun object triggers."""
     return f"manual__{uid}"
@@ -46,7 +46,7 @@ def object_run_id(uid: str) -> str:
 
 def is_object_run(run_id: str) -> bool:
     """Whether a run was triggered by a user's DagRun object (which then mirrors it itself)."""
-    return bool(_OBJECT_RUN_ID.match(run_id))
+    return bool(_OBJECT_RUN_ID.fullmatch(run_id))
 
 
 def is_managed(body: Mapping[str, Any]) -> bool:

@@ -58,9 +58,10 @@ RETENTIONS = ("delete-succeeded", "delete", "keep")
 DEFAULT_SPARK_VERSION = "3.5.3"
 DEFAULT_PENDING_TIMEOUT_S = 600.0
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_NO_SPACE = re.compile(r"^\S+$")
+# Used with fullmatch: `$` would also match before a trailing newline.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_NO_SPACE = re.compile(r"\S+")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +89,7 @@ class SparkK8sSettings:
             return value.strip() if value is not None and value.strip() else None
 
         def check(name: str, value: str, pattern: re.Pattern, what: str) -> str:
-            if not pattern.match(value):
+            if not pattern.fullmatch(value):
                 raise InvalidInput(f"{value!r} is not {what}", field=name)
             return value
 
@@ -98,7 +99,7 @@ class SparkK8sSettings:
         else:
             check("DAGLINE_SPARK_NAMESPACE", namespace, _DNS_LABEL, "a namespace name (a lowercase DNS-1123 label)")
         version = get("DAGLINE_SPARK_SPARK_VERSION") or DEFAULT_SPARK_VERSION
-        check("DAGLINE_SPARK_SPARK_VERSION", version, re.compile(r"^\d+\.\d+(\.\d+)?\S*$"),
+        check("DAGLINE_SPARK_SPARK_VERSION", version, re.compile(r"\d+\.\d+(\.\d+)?\S*"),
               "a Spark version such as 3.5.3")
         image = get("DAGLINE_SPARK_IMAGE")
         if image is not None:

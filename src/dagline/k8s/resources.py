@@ -14,7 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from dagline.spec import BackfillSpec, DagRunSpec, DagSpec, PoolSpec
+from dagline.spec.models import DagSpec
+from dagline.spec.resources import BackfillSpec, DagRunSpec, PoolSpec
 
 GROUP = "dagline.io"
 VERSION = "v1alpha1"

@@ -26,9 +26,10 @@ import re
 from collections.abc import Mapping
 
 from dagline.errors import InvalidInput
+from dagline.limits import MAX_SETTING_SECONDS
 
 EXECUTORS = ("spark-k8s", "noop", "local")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # used with fullmatch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +46,7 @@ class OperatorSettings:
     log_format: str = "text"
 
     def __post_init__(self):
-        if self.namespace is not None and not _DNS_LABEL.match(self.namespace):
+        if self.namespace is not None and not _DNS_LABEL.fullmatch(self.namespace):
             raise InvalidInput(f"{self.namespace!r} is not a namespace name", field="DAGLINE_NAMESPACE")
         for name, env in (("health_port", "DAGLINE_HEALTH_PORT"), ("metrics_port", "DAGLINE_METRICS_PORT")):
             if not 0 <= getattr(self, name) <= 65535:
@@ -53,10 +54,12 @@ class OperatorSettings:
         if self.dagrun_history_limit < 0:
             raise InvalidInput(f"must be 0 or more, got {self.dagrun_history_limit}",
                                field="DAGLINE_DAGRUN_HISTORY_LIMIT")
-        if not self.status_interval_s > 0:
-            raise InvalidInput(f"must be positive, got {self.status_interval_s}", field="DAGLINE_STATUS_INTERVAL")
-        if not self.liveness_timeout_s > 0:
-            raise InvalidInput(f"must be positive, got {self.liveness_timeout_s}", field="DAGLINE_LIVENESS_TIMEOUT")
+        if not 0 < self.status_interval_s <= MAX_SETTING_SECONDS:  # NaN and infinities too
+            raise InvalidInput(f"must be positive, at most {MAX_SETTING_SECONDS:,.0f} s, got {self.status_interval_s}",
+                               field="DAGLINE_STATUS_INTERVAL")
+        if not 0 < self.liveness_timeout_s <= MAX_SETTING_SECONDS:
+            raise InvalidInput(f"must be positive, at most {MAX_SETTING_SECONDS:,.0f} s, got "
+                               f"{self.liveness_timeout_s}", field="DAGLINE_LIVENESS_TIMEOUT")
         if self.executor not in EXECUTORS:
             raise InvalidInput(f"unknown executor {self.executor!r} (choose {', '.join(EXECUTORS)})",
                                field="DAGLINE_EXECUTOR")

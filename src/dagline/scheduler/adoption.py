@@ -24,24 +24,22 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import functools
 import logging
 from collections.abc import Sequence
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.engine import Connection
 
-from dagline import metrics
 from dagline.dagstore import DagCache
 from dagline.db.claims import claim_orphaned_tis, claim_stale_replicas
 from dagline.db.models import dag_run_t, scheduler_job_t, ti_t
-from dagline.db.observe import at_commit
 from dagline.db.replicas import HOSTNAME, database_now, mark_all_others_dead
 from dagline.db.transitions import fail_running_tries, record_events
 from dagline.executors.base import Executor, TaskKey, TaskLaunch
 from dagline.scheduler.critical_section import QueuedTI
 from dagline.scheduler.executor_events import fail_unlaunchable
-from dagline.scheduler.launches import build_launches
+from dagline.scheduler.launches import gather_launches, render_launches
+from dagline.scheduler.renderer import Renderer
 from dagline.scheduler.resilience import Transactions
 from dagline.scheduler.tries import InFlight
 from dagline.states import TIState
@@ -99,8 +97,9 @@ class Adopter:
     """Claims orphans and settles them for one replica (its id, executor, host, clock)."""
 
     def __init__(self, tx: Transactions, executor: Executor, *, dags: DagCache, job_id: int, who: str,
-                 batch: int, sqlite: bool):
+                 batch: int, sqlite: bool, renderer: Renderer):
         self.tx = tx
+        self.renderer = renderer
         self.executor = executor
         self.dags = dags
         self.job_id = job_id
@@ -116,9 +115,10 @@ class Adopter:
         """Claim and settle orphaned tries, batch by batch, until none is left that this replica can take."""
         result = Settled()
         while True:
-            rows, launches = self.tx.run(lambda conn: self._claim(conn, now), what="claim orphaned task instances")
+            rows, pending = self.tx.run(lambda conn: self._claim(conn, now), what="claim orphaned task instances")
             if not rows:
                 break
+            launches = self._render(pending, now)
             result += self._settle(rows, launches, now, why="the scheduler that ran it ended")
             if len(rows) < self.batch:
                 break
@@ -148,7 +148,8 @@ class Adopter:
             return Settled(), cancel
         log.warning("%d task instances of this scheduler were not followed by its executor (a launch or a "
                     "report was interrupted): adopting them", len(unknown))
-        launches = self.tx.run(lambda conn: self._launches(conn, unknown, now), what="reconcile own task instances")
+        pending = self.tx.run(lambda conn: self._pending(conn, unknown), what="reconcile own task instances")
+        launches = self._render(pending, now)
         return self._settle(unknown, launches, now, why="this scheduler lost track of it"), cancel
 
     # -- internals ------------------------------------------------------------------------------
@@ -167,16 +168,19 @@ class Adopter:
                       f"{'scheduler ' + str(owner) if owner is not None else 'no recorded scheduler'}: ids "
                       + ", ".join(str(r.id) for r in owned[:50]) + (" ..." if len(owned) > 50 else "")}
             for owner, owned in by_owner.items()])
-        return rows, self._launches(conn, rows, now)
+        return rows, self._pending(conn, rows)
 
-    def _launches(self, conn: Connection, rows: Sequence, now: dt.datetime) -> list[TaskLaunch]:
+    def _pending(self, conn: Connection, rows: Sequence):
         tis = [QueuedTI(r.id, r.dag_run_id, r.dag_id, r.task_id, r.try_number, r.dag_version_id) for r in rows]
-        launches, broken = build_launches(conn, tis, dags=self.dags)
-        if broken:
-            failures = metrics.EXECUTOR_LAUNCH_FAILURES.labels(executor=self.executor.name)
-            at_commit(conn, functools.partial(failures.inc, len(broken)))
-        fail_unlaunchable(conn, broken, at=now, dags=self.dags, who=self.who)  # templates that no longer render
-        return launches
+        return gather_launches(conn, tis, dags=self.dags)
+
+    def _render(self, pending, now: dt.datetime) -> list[TaskLaunch]:
+        """Render outside any transaction; tries whose templates no longer render fail (in a transaction)."""
+        rendered = render_launches(pending, self.renderer)
+        if rendered.broken:
+            self.tx.run(lambda conn: fail_unlaunchable(conn, rendered.broken, at=now, dags=self.dags, who=self.who),
+                        what="fail tries whose templates do not render")
+        return rendered.launches
 
     def _settle(self, rows: Sequence, launches: list[TaskLaunch], now: dt.datetime, *, why: str) -> Settled:
         by_id = {r.id: r for r in rows}

@@ -1,4 +1,6 @@
-"""Loop step 1: create scheduled runs for due DAGs and advance their `next_dagrun`."""
+"""Loop step 1: create scheduled runs for due DAGs and advance their `next_dagrun`. Each DAG in its own
+savepoint: one whose version cannot be read or whose timetable raises is recorded as an import error
+(`isolation`) and the others' runs are created all the same."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from sqlalchemy.engine import Connection
 
 from dagline.dagstore import DagCache
 from dagline.db.claims import lock_due_dags
+from dagline.scheduler.isolation import DagFailed, isolated
 from dagline.timeline import (
     NewRun,
     active_scheduled_runs,
@@ -26,19 +29,27 @@ def create_scheduled_runs(
     """Create the due runs of up to `limit` claimed DAGs, each within its `maxActiveRuns`; returns how many."""
     created = 0
     for row in lock_due_dags(conn, now, limit, dag_ids):
-        version_id, dag = row.current_version_id, dags.get(conn, row.current_version_id)
-        table = timetable_for(dag)
-        room = min(per_dag, dag.spec.max_active_runs - active_scheduled_runs(conn, row.dag_id))
-        after = latest_schedule_end(conn, row.dag_id)
-        new_runs: list[NewRun] = []
-        # The same walk as `upcoming_scheduled_runs`, with the held-date query only for due runs.
-        for info in table.upcoming(after, catchup=dag.spec.catchup, now=now):
-            if info.run_after > now or len(new_runs) >= room:
-                break
-            if live_run_at(conn, row.dag_id, info.logical_date) is None:  # a manual run may hold the date
-                new_runs.append(NewRun(info.logical_date, info.data_interval, info.run_after))
-        if new_runs:
-            insert_runs(conn, dag=dag, version_id=version_id, run_type="scheduled", runs=new_runs, now=now, who=who)
-            created += len(new_runs)
-        refresh_next_dagrun(conn, row.dag_id, dag, now=now)
+        try:
+            with isolated(conn, row.dag_id, "creating runs", at=now, who=who):
+                created += _create_runs_of(conn, row, now=now, dags=dags, who=who, per_dag=per_dag)
+        except DagFailed:
+            continue  # recorded; the other DAGs go on
     return created
+
+
+def _create_runs_of(conn: Connection, row, *, now: dt.datetime, dags: DagCache, who: str, per_dag: int) -> int:
+    version_id, dag = row.current_version_id, dags.get(conn, row.current_version_id)
+    table = timetable_for(dag)
+    room = min(per_dag, dag.spec.max_active_runs - active_scheduled_runs(conn, row.dag_id))
+    after = latest_schedule_end(conn, row.dag_id)
+    new_runs: list[NewRun] = []
+    # The same walk as `upcoming_scheduled_runs`, with the held-date query only for due runs.
+    for info in table.upcoming(after, catchup=dag.spec.catchup, now=now):
+        if info.run_after > now or len(new_runs) >= room:
+            break
+        if live_run_at(conn, row.dag_id, info.logical_date) is None:  # a manual run may hold the date
+            new_runs.append(NewRun(info.logical_date, info.data_interval, info.run_after))
+    if new_runs:
+        insert_runs(conn, dag=dag, version_id=version_id, run_type="scheduled", runs=new_runs, now=now, who=who)
+    refresh_next_dagrun(conn, row.dag_id, dag, now=now)
+    return len(new_runs)

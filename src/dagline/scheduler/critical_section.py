@@ -11,22 +11,22 @@ after this transaction commits.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import datetime as dt
 import logging
 
-from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from dagline import metrics
-from dagline.admission import Candidate, Limits, Load, admit
+from dagline.admission import Candidate, Limits, admit
 from dagline.dagstore import DagCache
 from dagline.db.claims import lock_pools_nowait, lock_schedulable_tis
 from dagline.db.models import ti_t
 from dagline.db.observe import at_commit
 from dagline.db.transitions import change_tis
+from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
 from dagline.states import TIState
+from dagline.waiting import admission_load
 
 log = logging.getLogger(__name__)
 
@@ -54,24 +54,33 @@ def queue_task_instances(
     candidates = lock_schedulable_tis(conn, limit, backfill_id, test_run_id)
     if not candidates:
         return []
-    pool_used: collections.Counter = collections.Counter()
-    dag_active: collections.Counter = collections.Counter()
-    task_active: collections.Counter = collections.Counter()
-    for pool, dag_id, task_id, count, slots in conn.execute(  # what queued and running TIs hold, in one read
-        select(ti_t.c.pool, ti_t.c.dag_id, ti_t.c.task_id, func.count(), func.sum(ti_t.c.pool_slots))
-        .where(ti_t.c.state.in_(TIState.ACTIVE)).group_by(ti_t.c.pool, ti_t.c.dag_id, ti_t.c.task_id)
-    ):
-        pool_used[pool] += slots or 0
-        dag_active[dag_id] += count
-        task_active[(dag_id, task_id)] += count
-    current = {c.dag_id: c.current_version_id or c.dag_version_id for c in candidates}  # maxActiveTasks: current spec
-    versions = dags.get_many(conn, {c.dag_version_id for c in candidates} | set(current.values()))
-    max_active_tasks = {dag_id: versions[version].spec.max_active_tasks for dag_id, version in current.items()}
+    dag_ids = sorted({c.dag_id for c in candidates})
+    load = admission_load(conn, dag_ids)  # the same reading `dagline tasks list` explains waits with
+    max_active_tasks, broken = {}, set()
+    for dag_id in dag_ids:  # a DAG whose current version cannot be read queues nothing (see `isolation`)
+        try:
+            max_active_tasks[dag_id] = dags.current(conn, dag_id)[1].spec.max_active_tasks
+        except Exception as exc:
+            if not is_dags_fault(exc):
+                raise
+            record_import_error(conn, dag_id, describe(exc, "queueing task instances"), at=now, who=who)
+            broken.add(dag_id)
+    tis_per_dag = {}
+    for c in candidates:
+        if c.dag_id in broken:
+            continue
+        try:
+            tis_per_dag[c.id] = dags.get(conn, c.dag_version_id).tasks[c.task_id].max_active_tis_per_dag
+        except Exception as exc:
+            if not is_dags_fault(exc):
+                raise
+            record_import_error(conn, c.dag_id, describe(exc, "queueing task instances"), at=now, who=who)
+            broken.add(c.dag_id)
 
     decision = admit(
-        [Candidate(c.id, c.dag_id, c.task_id, c.pool, c.pool_slots,
-                   versions[c.dag_version_id].tasks[c.task_id].max_active_tis_per_dag) for c in candidates],
-        Load(pool_used=pool_used, dag_active=dag_active, task_active=task_active),
+        [Candidate(c.id, c.dag_id, c.task_id, c.pool, c.pool_slots, tis_per_dag[c.id])
+         for c in candidates if c.dag_id not in broken],
+        load,
         Limits(pool_slots=pools, max_active_tasks=max_active_tasks, executor_slots=executor_slots),
     )
     for pool in sorted(decision.missing_pools - _warned_pools):

@@ -21,8 +21,10 @@ from dagline.dagstore import DagCache
 from dagline.db.models import dag_run_t, dag_t, ti_t
 from dagline.db.transitions import change_runs, change_tis
 from dagline.run_decision import TaskFacts, TIFacts, decide_run
+from dagline.scheduler.isolation import DagFailed, describe, is_dags_fault, isolated, record_import_error
 from dagline.states import RunState, TIState
 from dagline.timeline import refresh_next_dagrun
+from dagline.waiting import previous_states
 
 
 @dataclasses.dataclass
@@ -44,25 +46,33 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
     ):
         tis_by_run[ti.dag_run_id][ti.task_id] = ti
 
-    versions = dags.get_many(conn, {run.dag_version_id for run in runs})
-    dag_by_run = {run.id: versions[run.dag_version_id] for run in runs}
-    previous_states = _previous_states(conn, runs, dag_by_run)
+    dag_by_run = {}
+    for run in runs:  # a run whose version cannot be read is skipped (and its DAG's import error recorded)
+        dag = _guarded(conn, run.dag_id, "examining runs", lambda run=run: dags.get(conn, run.dag_version_id),
+                       now=now, who=who)
+        if dag is not None:
+            dag_by_run[run.id] = dag
+    previous_states = _previous_states(conn, [run for run in runs if run.id in dag_by_run], dag_by_run)
 
     changes: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
     outcomes: dict[str, list[int]] = collections.defaultdict(list)
     task_facts: dict[int, list[TaskFacts]] = {}  # per DAG version
     for run in runs:
-        dag = dag_by_run[run.id]
+        dag = dag_by_run.get(run.id)
+        if dag is None:
+            continue
         if run.dag_version_id not in task_facts:
             task_facts[run.dag_version_id] = [TaskFacts(task_id, task.upstream, task.trigger_rule, task.depends_on_past)
                                               for task_id, task in dag.tasks.items()]
-        decision = decide_run(
+        decision = _guarded(conn, run.dag_id, "examining runs", lambda run=run, dag=dag: decide_run(
             task_facts[run.dag_version_id],
             {task_id: TIFacts(ti.id, ti.state, ti.next_retry_at) for task_id, ti in tis_by_run.get(run.id, {}).items()},
             leaves=dag.leaves,
             previous_states=previous_states.get(run.previous_run_id, {}),
             now=now,
-        )
+        ), now=now, who=who)
+        if decision is None:
+            continue
         for change in decision.changes:
             changes[(change.from_state, change.to_state)].append(change.ti_id)
         if decision.outcome is not None:
@@ -79,38 +89,37 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
                                 values={"end_date": now})
     result.runs_finished = len(finished)
     conn.execute(update(dag_run_t).where(dag_run_t.c.id.in_(run_ids)).values(last_scheduling_decision=now))
-    _after_runs_finished(conn, finished, dags, now)
+    _after_runs_finished(conn, finished, dags, now=now, who=who)
     return result
+
+
+def _guarded(conn: Connection, dag_id: str, doing: str, fn, *, now: dt.datetime, who: str):
+    """`fn()` (reads and pure decisions only), or None after recording the DAG's import error."""
+    try:
+        return fn()
+    except Exception as exc:
+        if not is_dags_fault(exc):
+            raise
+        record_import_error(conn, dag_id, describe(exc, doing), at=now, who=who)
+        return None
 
 
 def _previous_states(conn: Connection, runs: Sequence, dag_by_run: dict) -> dict[int, dict[str, str]]:
     """previous run id -> {task id: state}, for runs that have `dependsOnPast` tasks."""
-    wanted = {
+    return previous_states(conn, [
         run.previous_run_id for run in runs
         if run.previous_run_id is not None and any(t.depends_on_past for t in dag_by_run[run.id].tasks.values())
-    }
-    if not wanted:
-        return {}
-    rows = conn.execute(select(ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state).where(ti_t.c.dag_run_id.in_(wanted)))
-    found: dict[int, dict[str, str]] = collections.defaultdict(dict)
-    for row in rows:
-        found[row.dag_run_id][row.task_id] = row.state
-    return found
+    ])
 
 
-def _after_runs_finished(conn: Connection, finished: Sequence, dags: DagCache, now: dt.datetime) -> None:
-    """A finished scheduled or manual run frees a `maxActiveRuns` place: let the DAG create runs again.
-    A DAG without a schedule whose row has no next run has nothing to refresh (manual runs only)."""
-    dag_ids = sorted({r.dag_id for r in finished if r.run_type != "backfill"})
-    if not dag_ids:
-        return
-    rows = conn.execute(select(dag_t.c.dag_id, dag_t.c.current_version_id, dag_t.c.next_dagrun,
-                               dag_t.c.next_dagrun_create_after).where(dag_t.c.dag_id.in_(dag_ids))).all()
-    versions = dags.get_many(conn, [r.current_version_id for r in rows if r.current_version_id is not None])
-    for row in sorted(rows, key=lambda r: r.dag_id):
-        if row.current_version_id is None:
-            continue
-        dag = versions[row.current_version_id]
-        if dag.spec.schedule is None and row.next_dagrun is None and row.next_dagrun_create_after is None:
-            continue
-        refresh_next_dagrun(conn, row.dag_id, dag, now=now)
+def _after_runs_finished(conn: Connection, finished: Sequence, dags: DagCache, *, now: dt.datetime,
+                         who: str) -> None:
+    """A finished scheduled or manual run frees a `maxActiveRuns` place: let the DAG create runs again."""
+    for dag_id in sorted({r.dag_id for r in finished if r.run_type != "backfill"}):
+        version_id = conn.execute(select(dag_t.c.current_version_id).where(dag_t.c.dag_id == dag_id)).scalar()
+        if version_id is not None:
+            try:
+                with isolated(conn, dag_id, "planning the next run", at=now, who=who):
+                    refresh_next_dagrun(conn, dag_id, dags.get(conn, version_id), now=now)
+            except DagFailed:
+                continue

@@ -20,6 +20,7 @@ from dagline.db.replicas import HOSTNAME
 from dagline.db.transitions import change_tis, change_tries_each, count_transitions, record_events, ti_events
 from dagline.deps import next_state_after_failure, retry_delay
 from dagline.executors.base import TaskReport
+from dagline.scheduler.isolation import is_dags_fault
 from dagline.states import TIState
 
 
@@ -89,12 +90,17 @@ def apply_reports(
 
 
 def _fail_try(conn: Connection, row, report: TaskReport, *, dags: DagCache, who: str) -> set[int]:
-    task = dags.get(conn, row.dag_version_id).tasks[row.task_id]
     max_tries = row.max_tries
     to = next_state_after_failure(report.try_number, max_tries)
     values = {"end_date": report.at}
     if to == TIState.UP_FOR_RETRY:
-        delay = retry_delay(report.try_number, task.retry_delay.as_timedelta(), task.retry_exponential_backoff)
+        try:
+            task = dags.get(conn, row.dag_version_id).tasks[row.task_id]
+            delay = retry_delay(report.try_number, task.retry_delay.as_timedelta(), task.retry_exponential_backoff)
+        except Exception as exc:  # its version cannot be read (see `isolation`): retry at once
+            if not is_dags_fault(exc):
+                raise
+            delay = dt.timedelta(0)
         values["next_retry_at"] = report.at + delay
     detail = report.message or "failed"
     if to == TIState.UP_FOR_RETRY:

@@ -16,6 +16,7 @@ from dagline.dagstore import DagCache
 from dagline.db.models import backfill_t, dag_run_t, ti_t
 from dagline.db.transitions import fail_running_tries, record_events
 from dagline.executors.base import TaskKey
+from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
 from dagline.states import RunState, TIState
 
 
@@ -33,7 +34,13 @@ def time_out_tasks(conn: Connection, *, now: dt.datetime, dags: DagCache, who: s
     ).all()
     overdue = {}
     for row in rows:
-        timeout = dags.get(conn, row.dag_version_id).tasks[row.task_id].execution_timeout
+        try:
+            timeout = dags.get(conn, row.dag_version_id).tasks[row.task_id].execution_timeout
+        except Exception as exc:  # its DAG's fault: the others' timeouts still hold (see `isolation`)
+            if not is_dags_fault(exc):
+                raise
+            record_import_error(conn, row.dag_id, describe(exc, "timing out tasks"), at=now, who=who)
+            continue
         if timeout is not None and row.start_date + timeout.as_timedelta() <= now:
             overdue[row.id] = row
     changed = fail_running_tries(conn, list(overdue.values()), at=now, who=who,

@@ -1,8 +1,16 @@
 """Turning queued task instances into executor launches: render the task's templates for its run
-and resolve where its files live. A template that fails to render fails the try, with the reason."""
+and resolve where its files live. A template that fails to render (an error, a bound, the time
+budget) fails the try, with a reason naming the task and the template.
+
+In three steps, so that no transaction waits on a template: `gather_launches` reads what rendering
+needs (in the caller's transaction), `render_launches` renders in the replica's renderer process (no
+transaction open), and the caller records the failures in a transaction of its own
+(`executor_events.fail_unlaunchable`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 
@@ -13,61 +21,107 @@ from dagline.dagstore import DagCache
 from dagline.db.models import dag_run_t, dag_version_t
 from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
 from dagline.scheduler.critical_section import QueuedTI
+from dagline.scheduler.isolation import describe, is_dags_fault
+from dagline.scheduler.renderer import Renderer, RenderFailed, RenderInterrupted, RenderRequest
 from dagline.spec import Task
-from dagline.templating import build_context, has_template, render_spark
+from dagline.templating import build_context, spark_templates
 from dagline.times import duration_seconds
 
 
-def build_launches(
-    conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCache
-) -> tuple[list[TaskLaunch], list[tuple[QueuedTI, str]]]:
-    """Launches for these TIs, and the TIs whose templates could not be rendered (with the error)."""
+@dataclasses.dataclass(frozen=True)
+class PendingLaunch:
+    """A queued try with everything needed to render and launch it."""
+
+    queued: QueuedTI
+    run_id: str
+    task: Task
+    request: RenderRequest
+    working_dir: str | None
+    timeout_s: float | None
+
+
+@dataclasses.dataclass
+class Rendered:
+    launches: list[TaskLaunch] = dataclasses.field(default_factory=list)
+    broken: list[tuple[QueuedTI, str]] = dataclasses.field(default_factory=list)  # (try, why)
+    left: list[QueuedTI] = dataclasses.field(default_factory=list)  # not rendered: the replica is stopping
+
+
+@dataclasses.dataclass
+class Gathered:
+    pending: list[PendingLaunch]
+    broken: list[tuple[QueuedTI, str]]  # tries that cannot even be rendered (their DAG cannot be read)
+
+
+def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCache) -> Gathered:
+    """What rendering these tries needs: their run, task, context and working folder (database reads only)."""
     if not queued:
-        return [], []
+        return Gathered([], [])
     runs = {
         row.id: row for row in conn.execute(
             select(dag_run_t.c.id, dag_run_t.c.run_id, dag_run_t.c.logical_date, dag_run_t.c.data_interval_start,
-                   dag_run_t.c.data_interval_end, dag_run_t.c.conf, dag_version_t.c.source_dir)
-            .join(dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
+                   dag_run_t.c.data_interval_end, dag_run_t.c.conf)
             .where(dag_run_t.c.id.in_({q.dag_run_id for q in queued})))
     }
-    versions = dags.get_many(conn, {q.dag_version_id for q in queued})
-    launches, broken = [], []
+    source_dirs = dict(conn.execute(
+        select(dag_version_t.c.id, dag_version_t.c.source_dir)
+        .where(dag_version_t.c.id.in_({q.dag_version_id for q in queued}))).all())
+    pending, broken = [], []
     for q in queued:
-        dag = versions[q.dag_version_id]
         run = runs[q.dag_run_id]
-        task = dag.tasks[q.task_id]
         try:
-            job = render_job(task, dag, run_id=run.run_id, logical_date=run.logical_date,
-                             data_interval=(run.data_interval_start, run.data_interval_end),
-                             try_number=q.try_number, conf=run.conf or {})
-        except ValueError as exc:
-            broken.append((q, f"template error: {exc}"))
+            dag = dags.get(conn, q.dag_version_id)
+            task = dag.tasks[q.task_id]
+            conf = run.conf or {}
+            context = build_context(
+                dag_id=dag.dag_id, task_id=task.task_id, run_id=run.run_id, logical_date=run.logical_date,
+                data_interval_start=run.data_interval_start, data_interval_end=run.data_interval_end,
+                try_number=q.try_number, params={**dag.spec.params, **conf}, conf=conf,  # conf overrides params
+                timezone=dag.timezone,
+            )
+        except Exception as exc:  # this try cannot be launched; the others can (see `isolation`)
+            if not is_dags_fault(exc):
+                raise
+            broken.append((q, f"cannot launch: {describe(exc, f'task {q.task_id}')}"))
             continue
         timeout = duration_seconds(task.execution_timeout) if task.execution_timeout is not None else None
-        launches.append(TaskLaunch(
-            ti_id=q.ti_id, key=TaskKey(q.dag_id, run.run_id, q.task_id, q.try_number), job=job,
-            working_dir=run.source_dir, timeout_s=timeout,
+        pending.append(PendingLaunch(q, run.run_id, task, RenderRequest(task.task_id, spark_templates(task.spark),
+                                                                        context),
+                                     source_dirs.get(q.dag_version_id), timeout))
+    return Gathered(pending, broken)
+
+
+def render_launches(gathered: Gathered, renderer: Renderer) -> Rendered:
+    """Render every try's templates (outside any transaction); stops early if the replica is stopping."""
+    result = Rendered(broken=list(gathered.broken))
+    pending = gathered.pending
+    for index, p in enumerate(pending):
+        try:
+            values = renderer.render(p.request)
+        except RenderFailed as exc:
+            result.broken.append((p.queued, f"template error: {exc}"))
+            continue
+        except RenderInterrupted:
+            result.left = [q.queued for q in pending[index:]]
+            break
+        q = p.queued
+        result.launches.append(TaskLaunch(
+            ti_id=q.ti_id, key=TaskKey(q.dag_id, p.run_id, q.task_id, q.try_number), job=spark_job(p.task, values),
+            working_dir=p.working_dir, timeout_s=p.timeout_s,
         ))
-    return launches, broken
+    return result
 
 
-def render_job(task: Task, dag, *, run_id: str, logical_date: dt.datetime,
-               data_interval: tuple[dt.datetime, dt.datetime], try_number: int, conf: dict) -> SparkJob:
+def spark_job(task: Task, rendered: dict[str, str]) -> SparkJob:
+    """The task's Spark job with its templates replaced by their rendered text (keyed as `spark_templates`)."""
     spark = task.spark
-    context = {}  # plain text renders as itself: build the variables (dates in the DAG's zone) only when used
-    if any(has_template(text) for text in (*spark.arguments, *spark.conf.values())):
-        context = build_context(
-            dag_id=dag.dag_id, task_id=task.task_id, run_id=run_id, logical_date=logical_date,
-            data_interval_start=data_interval[0], data_interval_end=data_interval[1], try_number=try_number,
-            params={**dag.spec.params, **conf}, conf=conf, timezone=dag.timezone,  # a run's conf overrides params
-        )
-    arguments, conf_values = render_spark(spark, context)
+    arguments = tuple(rendered[f"spark.arguments[{i}]"] for i in range(len(spark.arguments)))
+    conf = {key: rendered[f"spark.conf[{key!r}]"] for key in spark.conf}
     driver, executor = spark.driver, spark.executor
     return SparkJob(
         main_application_file=spark.main_application_file,
-        arguments=tuple(arguments),
-        conf=tuple(sorted(conf_values.items())),
+        arguments=arguments,
+        conf=tuple(sorted(conf.items())),
         image=spark.image,
         driver_cores=getattr(driver, "cores", None),
         driver_memory=getattr(driver, "memory", None),
@@ -75,3 +129,21 @@ def render_job(task: Task, dag, *, run_id: str, logical_date: dt.datetime,
         executor_cores=getattr(executor, "cores", None),
         executor_memory=getattr(executor, "memory", None),
     )
+
+
+def render_job(task: Task, dag, *, run_id: str, logical_date: dt.datetime,
+               data_interval: tuple[dt.datetime, dt.datetime], try_number: int, conf: dict) -> SparkJob:
+    """One try's Spark job rendered now (`dagline tasks render` / `tasks test`), in a renderer process of
+    its own with the scheduler's budgets. Raises `RenderFailed` (a ValueError) naming the task and the
+    template."""
+    context = build_context(
+        dag_id=dag.dag_id, task_id=task.task_id, run_id=run_id, logical_date=logical_date,
+        data_interval_start=data_interval[0], data_interval_end=data_interval[1], try_number=try_number,
+        params={**dag.spec.params, **conf}, conf=conf, timezone=dag.timezone,  # a run's conf overrides params
+    )
+    renderer = Renderer()
+    try:
+        values = renderer.render(RenderRequest(task.task_id, spark_templates(task.spark), context))
+    finally:
+        renderer.close()
+    return spark_job(task, values)

@@ -46,6 +46,7 @@ from dagline.db.faults import first_line, is_transient
 from dagline.db.observe import at_commit
 from dagline.db.replicas import database_now
 from dagline.executors.base import Executor, TaskLaunch
+from dagline.queries import pending_retries
 from dagline.scheduler import housekeeping
 from dagline.scheduler.adoption import Adopter, Settled, declare_others_dead, declare_stale_replicas_dead
 from dagline.scheduler.create_runs import create_scheduled_runs
@@ -56,8 +57,9 @@ from dagline.scheduler.deliveries import CallbackSettings, Deliveries
 from dagline.scheduler.examine import examine_runs
 from dagline.scheduler.executor_events import apply_reports, fail_unlaunchable
 from dagline.scheduler.guard import SchedulerLock
-from dagline.scheduler.launches import build_launches
+from dagline.scheduler.launches import gather_launches, render_launches
 from dagline.scheduler.liveness import Liveness, ReplicaFenced
+from dagline.scheduler.renderer import Renderer
 from dagline.scheduler.resilience import Backoff, Transactions
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.scheduler.start_runs import start_queued_runs
@@ -117,6 +119,7 @@ class Scheduler:
         self.wakeup = Wakeup(db)
         self.backoff = Backoff(max_s=s.backoff_max_s)
         self.in_flight = InFlight()
+        self.renderer = Renderer(time_budget_s=s.template_time_budget_s, should_stop=lambda: self._stop_requested)
         self.adopter: Adopter | None = None
         self.callback_settings = callback_settings or CallbackSettings()
         secrets = secret_reader or SecretReader()
@@ -135,6 +138,7 @@ class Scheduler:
         self._launched = metrics.EXECUTOR_LAUNCHES.labels(executor=executor.name)
         self._in_flight_gauge = metrics.EXECUTOR_IN_FLIGHT.labels(executor=executor.name)
         self._open_slots_gauge = metrics.EXECUTOR_OPEN_SLOTS.labels(executor=executor.name)
+        self.waiting_retry = None  # with `until_idle`: the soonest retry it waits for (dag_id, run_id, task_id...)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -150,7 +154,7 @@ class Scheduler:
         self.who = f"scheduler:{self.job_id}"
         self.wakeup.ignore(self.who)
         self.adopter = Adopter(self.tx, self.executor, dags=self.dags, job_id=self.job_id, who=self.who,
-                               batch=self.settings.tis_per_loop, sqlite=self.db.is_sqlite)
+                               batch=self.settings.tis_per_loop, sqlite=self.db.is_sqlite, renderer=self.renderer)
         self.deliveries = Deliveries(self.tx, self.callback_channels, job_id=self.job_id, clock=self.clock,
                                      settings=self.callback_settings, on_done=self.wakeup.interrupt)
         self.executor.start()
@@ -195,6 +199,7 @@ class Scheduler:
         finally:
             if self.deliveries is not None:
                 self.deliveries.close()
+            self.renderer.close()
             self.wakeup.close()
             self._lock.release()
 
@@ -224,10 +229,36 @@ class Scheduler:
                 if stats.work == 0 and not self._stop_requested:
                     if (until_idle and not self.executor.has_work() and not self._pending_reports
                             and not self._callbacks_pending()):
-                        break
+                        wait_s = self._retry_wait()
+                        if wait_s is None:
+                            break
+                        self.wakeup.wait(wait_s)  # a NOTIFY or SIGTERM ends it early
+                        continue
                     self.wakeup.wait(self.settings.poll_interval_s)
         finally:
             self.stop()
+
+    def _retry_wait(self) -> float | None:
+        """With nothing runnable and nothing running: seconds until the earliest retry time of a task
+        instance waiting to be retried (pending work, so `until_idle` waits for it), or None when there
+        is none, or when the clock is frozen (`--now`: its time never comes by waiting)."""
+        self._step = "looking for retries"
+        waiting = self.tx.run(lambda conn: pending_retries(conn, self.backfill_id, limit=1), what=self._step)
+        self.waiting_retry = waiting[0] if waiting else None
+        if self.waiting_retry is None:
+            return None
+        now = self.clock.now()
+        at = self.waiting_retry.next_retry_at or now
+        if getattr(self.clock, "frozen", False):
+            if at <= now:
+                return None  # due, yet nothing was runnable (a limit holds it): nothing more happens
+            log.info("%s.%s waits for its retry at %s; the clock is frozen at %s, so it stays waiting",
+                     self.waiting_retry.dag_id, self.waiting_retry.task_id, at.isoformat(), now.isoformat())
+            return None
+        wait_s = min(max((at - now).total_seconds(), 0.0) + 0.01, self.settings.retry_wait_max_s)
+        log.info("%s.%s (run %s) retries at %s: waiting %.1fs", self.waiting_retry.dag_id,
+                 self.waiting_retry.task_id, self.waiting_retry.run_id, at.isoformat(), wait_s)
+        return wait_s
 
     def iterate_safely(self) -> LoopStats | None:
         """One iteration; after a transient database error, a warning and a backoff, and None."""
@@ -337,29 +368,38 @@ class Scheduler:
     def _queue_and_launch(self, stats: LoopStats, now) -> int:
         """The critical section and the launches; returns how many TIs it queued."""
         def queue(conn):
-            mini = LoopStats()
             queued = queue_task_instances(
                 conn, now=now, dags=self.dags, who=self.who, job_id=self.job_id,
                 executor_slots=self.executor.free_slots(), limit=self.settings.tis_per_loop,
                 backfill_id=self.backfill_id, test_run_id=self.test_run_id)
-            launches, broken = build_launches(conn, queued, dags=self.dags)
-            if broken:
-                at_commit(conn, functools.partial(self._launch_failures.inc, len(broken)))
-                affected = fail_unlaunchable(conn, broken, at=now, dags=self.dags, who=self.who)
-                self._mini_schedule(conn, affected, mini, now)
-            return queued, launches, mini
+            return queued, gather_launches(conn, queued, dags=self.dags)
 
         try:
             with self._phase("critical_section", "queueing task instances"):
-                queued, launches, mini = self.tx.run(queue, what=self._step)
+                queued, pending = self.tx.run(queue, what=self._step)
         except PoolsBusy:
             metrics.CRITICAL_SECTION_BUSY.inc()
             log.debug("another replica is in the critical section; queueing nothing this round")
             return 0
         stats.tis_queued += len(queued)
-        stats.tis_decided += mini.tis_decided
-        stats.runs_finished += mini.runs_finished
-        self._launch(launches)  # only now: the queueing transaction has committed
+        self._step = "rendering templates"  # outside any transaction: a template may take its whole budget
+        rendered = render_launches(pending, self.renderer)
+        if rendered.broken:
+            self._step = "failing tries whose templates do not render"
+
+            def fail(conn):
+                mini = LoopStats()
+                affected = fail_unlaunchable(conn, rendered.broken, at=now, dags=self.dags, who=self.who)
+                self._mini_schedule(conn, affected, mini, now)
+                at_commit(conn, functools.partial(self._launch_failures.inc, len(rendered.broken)))
+                return mini
+
+            mini = self.tx.run(fail, what=self._step)
+            stats.tis_decided += mini.tis_decided
+            stats.runs_finished += mini.runs_finished
+        if rendered.left:
+            log.info("stopping: %d queued tries left unrendered for the next replica to launch", len(rendered.left))
+        self._launch(rendered.launches)  # only now: the queueing transaction has committed
         return len(queued)
 
     def _launch(self, launches: list[TaskLaunch]) -> None:

@@ -10,6 +10,7 @@ import dataclasses
 import os
 
 from dagline.errors import InvalidInput
+from dagline.limits import MAX_SETTING_COUNT, MAX_SETTING_SECONDS, TEMPLATE_TIME_BUDGET_S
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,11 +25,17 @@ class SchedulerSettings:
     follow_up_s: float = 1.0           # longest an iteration keeps queueing what its own reports made runnable
     replica_timeout_s: float = 30.0    # a replica silent this long (database clock) is declared dead by a peer
     backoff_max_s: float = 5.0         # longest wait after a database error (the wait doubles from 0.1 s)
+    retry_wait_max_s: float = 60.0     # `--until-idle` waiting for a retry time looks again at least this often
+    template_time_budget_s: float = TEMPLATE_TIME_BUDGET_S  # a template rendering longer fails its try
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
-            if getattr(self, field.name) <= 0:
-                raise InvalidInput(f"must be positive, got {getattr(self, field.name)!r}", field=_env_name(field.name))
+            value = getattr(self, field.name)
+            limit = MAX_SETTING_SECONDS if isinstance(field.default, float) else MAX_SETTING_COUNT
+            # `not 0 < value` also refuses NaN, which compares false with everything (a busy loop)
+            if not 0 < value <= limit:
+                raise InvalidInput(f"must be a positive number no larger than {limit:,.0f}, got {value!r}",
+                                   field=_env_name(field.name))
         if self.heartbeat_interval_s * 2 > self.replica_timeout_s:
             raise InvalidInput(
                 f"must be at least twice heartbeat_interval_s ({self.heartbeat_interval_s:g}), got "

@@ -4,15 +4,15 @@ dependencies met), so the critical section can measure how long runnable tasks w
 
 A plain nullable ADD COLUMN on both databases (TIs scheduled before it have none and are not measured).
 
-Revision ID: 0004_ti_scheduled_at
-Revises: 0003
+Revision ID: 0005_ti_scheduled_at
+Revises: 0004
 Create Date: 2026-11-24
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0004_ti_scheduled_at'
-down_revision = '0003'
+revision = '0005_ti_scheduled_at'
+down_revision = '0004'
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,170 @@
+"""`Dag` / `Task`: the resolved, ready-to-schedule view of a DAG spec.
+
+Task defaults applied, times in UTC, tasks in topological order, and the spec's `version` (a hash of its
+normalized JSON, which the database keeps).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pendulum
+from pydantic import ValidationError
+
+from dagline.callbacks import CallbackSpec
+from dagline.deadlines import DeadlineSpec
+from dagline.errors import InvalidInput
+from dagline.spec.checks import check_dag_spec, topological_order
+from dagline.spec.fields import check_dag_id
+from dagline.spec.models import DagDocument, DagSpec, SparkSpec, TaskDefaults, TaskSpec
+from dagline.spec.problems import invalid_input
+from dagline.times import parse_duration, parse_instant
+
+
+# Fields added after specs were first stored: left out of the normalized form while unset, so a DAG
+# that does not use them keeps the version (hash) it always had.
+_OMITTED_WHEN_UNSET = {"deadline": None, "callbacks": None}
+
+
+def _omit_unset(mapping: dict[str, Any]) -> None:
+    for key, unset in _OMITTED_WHEN_UNSET.items():
+        if key in mapping and mapping[key] in (unset, []):
+            del mapping[key]
+
+
+def normalized_spec(spec: DagSpec) -> dict[str, Any]:
+    """The spec as JSON with every field present and defaults filled (but for `deadline` and
+    `callbacks`, which appear only when set): what the database stores."""
+    data = spec.model_dump(mode="json", by_alias=True)
+    _omit_unset(data)
+    _omit_unset(data["defaults"])
+    for task in data["tasks"]:
+        _omit_unset(task)
+    return data
+
+
+def version_of(spec_json: Mapping[str, Any]) -> str:
+    canonical = json.dumps(spec_json, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def spec_version(spec: DagSpec) -> str:
+    """16 hex characters identifying the spec's content (not its formatting or key order)."""
+    return version_of(normalized_spec(spec))
+
+
+# --- the resolved view ------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """A task with the DAG's defaults applied; times are aware UTC."""
+
+    task_id: str
+    upstream: tuple[str, ...]
+    trigger_rule: str
+    retries: int
+    retry_delay: pendulum.Duration
+    retry_exponential_backoff: bool
+    depends_on_past: bool
+    pool: str
+    pool_slots: int
+    priority_weight: int
+    max_active_tis_per_dag: int | None
+    start_date: dt.datetime | None  # None: from the DAG's start
+    execution_timeout: pendulum.Duration | None
+    spark: SparkSpec
+    deadline: DeadlineSpec | None = None
+    callbacks: tuple[CallbackSpec, ...] = ()
+
+
+def _resolve_task(task: TaskSpec, defaults: TaskDefaults, timezone: str) -> Task:
+    def setting(name: str) -> Any:
+        value = getattr(task, name)
+        return getattr(defaults, name) if value is None else value
+
+    timeout = setting("execution_timeout")
+    return Task(
+        task_id=task.id,
+        upstream=tuple(dict.fromkeys(task.upstream)),
+        trigger_rule=task.trigger_rule.value,
+        retries=setting("retries"),
+        retry_delay=parse_duration(setting("retry_delay"), allow_zero=True),
+        retry_exponential_backoff=setting("retry_exponential_backoff"),
+        depends_on_past=setting("depends_on_past"),
+        pool=setting("pool"),
+        pool_slots=setting("pool_slots"),
+        priority_weight=setting("priority_weight"),
+        max_active_tis_per_dag=setting("max_active_tis_per_dag"),
+        start_date=parse_instant(task.start_date, timezone) if task.start_date else None,
+        execution_timeout=parse_duration(timeout) if timeout else None,
+        spark=task.spark,
+        deadline=task.deadline,
+        callbacks=tuple(setting("callbacks")),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Dag:
+    """A validated DAG, ready to schedule: tasks in topological order, times in UTC, its version."""
+
+    dag_id: str
+    spec: DagSpec
+    timezone: str
+    start_date: dt.datetime | None
+    end_date: dt.datetime | None
+    tasks: dict[str, Task]  # topological order; ties keep the spec's order
+    downstream: dict[str, tuple[str, ...]]
+    leaves: tuple[str, ...]  # tasks without downstream
+    version: str
+    spec_json: dict[str, Any]
+    roots: tuple[str, ...]  # tasks without upstream
+
+    @classmethod
+    def from_document(cls, document: DagDocument) -> Dag:
+        """The resolved DAG of a parsed document (checked again across fields, which is cheap)."""
+        return cls._build(document.metadata.name, document.spec, source=document.metadata.name)
+
+    @classmethod
+    def from_spec_json(cls, dag_id: str, spec_json: Mapping[str, Any]) -> Dag:
+        """Rebuild a stored DAG from its normalized spec (gives the same version)."""
+        try:
+            check_dag_id(dag_id)
+        except ValueError as exc:
+            raise InvalidInput(str(exc), field="metadata.name", source=dag_id) from None
+        try:
+            spec = DagSpec.model_validate(spec_json)
+        except ValidationError as exc:
+            raise invalid_input(exc, DagSpec, dag_id, prefix=("spec",)) from None
+        return cls._build(dag_id, spec, source=dag_id)
+
+    @classmethod
+    def _build(cls, dag_id: str, spec: DagSpec, *, source: str | None) -> Dag:
+        check_dag_spec(spec, source)
+        upstream = {task.id: task.upstream for task in spec.tasks}
+        order, _ = topological_order([task.id for task in spec.tasks], upstream)
+        by_id = {task.id: task for task in spec.tasks}
+        tasks = {task_id: _resolve_task(by_id[task_id], spec.defaults, spec.timezone) for task_id in order}
+        downstream: dict[str, list[str]] = {task_id: [] for task_id in order}
+        for task in tasks.values():
+            for up in task.upstream:
+                downstream[up].append(task.task_id)
+        spec_json = normalized_spec(spec)
+        return cls(
+            dag_id=dag_id,
+            spec=spec,
+            timezone=spec.timezone,
+            start_date=parse_instant(spec.start_date, spec.timezone) if spec.start_date else None,
+            end_date=parse_instant(spec.end_date, spec.timezone) if spec.end_date else None,
+            tasks=tasks,
+            downstream={task_id: tuple(down) for task_id, down in downstream.items()},
+            leaves=tuple(task_id for task_id in order if not downstream[task_id]),
+            version=version_of(spec_json),
+            spec_json=spec_json,
+            roots=tuple(task_id for task_id, task in tasks.items() if not task.upstream),
+        )

@@ -1,0 +1,190 @@
+"""Pydantic models of a DAG document: `DagDocument`, `DagSpec`, `TaskSpec`, `SparkSpec` and their parts.
+
+They mirror the YAML exactly: camelCase keys, unknown keys refused. They are plain and structural because
+the Kubernetes CRD schemas are generated from them (`model_json_schema(by_alias=True)`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import to_jsonable_python
+
+from dagline.callbacks import CallbackSpec
+from dagline.deadlines import DeadlineSpec
+from dagline.deps import TriggerRule
+from dagline.limits import (
+    MAX_ACTIVE_LIMIT,
+    MAX_POOL_SLOTS,
+    MAX_PRIORITY_WEIGHT,
+    MAX_RETRIES,
+    MAX_SPARK_CORES,
+    MAX_SPARK_INSTANCES,
+    MIN_PRIORITY_WEIGHT,
+)
+from dagline.spec.bounds import json_value_problem
+from dagline.spec.fields import (
+    DagId,
+    ExecutionTimeout,
+    PoolName,
+    RetryDelay,
+    SparkMemory,
+    SpecModel,
+    TaskId,
+    TemplatedStr,
+    check_schedule_interval,
+)
+from dagline.times import check_year, validate_timezone
+
+API_VERSION = "dagline.io/v1alpha1"  # for the Kubernetes code; `DagDocument.api_version` spells it out
+
+
+class DriverSpec(SpecModel):
+    """Resources of the Spark driver (unset: Spark's defaults)."""
+
+    cores: int | None = Field(None, ge=1, le=MAX_SPARK_CORES)
+    memory: SparkMemory | None = Field(None, description="Spark memory size, e.g. 512m or 1g")
+
+
+class ExecutorSpec(DriverSpec):
+    """Resources of the Spark executors."""
+
+    instances: int | None = Field(None, ge=1, le=MAX_SPARK_INSTANCES)
+
+
+class SparkSpec(SpecModel):
+    """The Spark job a task runs. Arguments and conf values are Jinja templates."""
+
+    main_application_file: str = Field(
+        min_length=1,
+        description="path relative to the DAG file (local), or a URI such as local:///... or s3a://... (k8s)",
+    )
+    arguments: list[TemplatedStr] = []
+    conf: dict[str, TemplatedStr] = {}
+    image: str | None = Field(None, description="container image (Kubernetes only)")
+    driver: DriverSpec = Field(default_factory=DriverSpec)
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+
+
+class TaskDefaults(SpecModel):
+    """Task settings that apply to every task of the DAG unless the task sets its own."""
+
+    retries: int = Field(0, ge=0, le=MAX_RETRIES)
+    retry_delay: RetryDelay = Field("PT5M", description="ISO-8601 duration; PT0S retries at once")
+    retry_exponential_backoff: bool = False
+    depends_on_past: bool = False
+    pool: PoolName = "default"
+    pool_slots: int = Field(1, ge=1, le=MAX_POOL_SLOTS)
+    priority_weight: int = Field(1, ge=MIN_PRIORITY_WEIGHT, le=MAX_PRIORITY_WEIGHT)
+    max_active_tis_per_dag: int | None = Field(None, ge=1, le=MAX_ACTIVE_LIMIT)
+    execution_timeout: ExecutionTimeout | None = Field(None, description="ISO-8601 duration")
+    callbacks: list[CallbackSpec] = Field(
+        default_factory=list, description="callbacks of every task that sets none of its own")
+
+
+class TaskSpec(SpecModel):
+    """One task: a Spark job, its upstream tasks, and optional overrides of the DAG's task defaults."""
+
+    id: TaskId
+    upstream: list[str] = []
+    trigger_rule: TriggerRule = TriggerRule.ALL_SUCCESS
+    start_date: dt.datetime | None = Field(None, description="naive = in the DAG's time zone")
+    retries: int | None = Field(None, ge=0, le=MAX_RETRIES)
+    retry_delay: RetryDelay | None = None
+    retry_exponential_backoff: bool | None = None
+    depends_on_past: bool | None = None
+    pool: PoolName | None = None
+    pool_slots: int | None = Field(None, ge=1, le=MAX_POOL_SLOTS)
+    priority_weight: int | None = Field(None, ge=MIN_PRIORITY_WEIGHT, le=MAX_PRIORITY_WEIGHT)
+    max_active_tis_per_dag: int | None = Field(None, ge=1, le=MAX_ACTIVE_LIMIT)
+    execution_timeout: ExecutionTimeout | None = None
+    deadline: DeadlineSpec | None = Field(None, description="the task must be done within `within` of the run's `of`")
+    callbacks: list[CallbackSpec] | None = Field(None, description="on success, failure, retry, deadline_miss")
+    spark: SparkSpec
+
+    @field_validator("start_date")
+    @classmethod
+    def _year_in_range(cls, value: dt.datetime | None) -> dt.datetime | None:
+        if value is not None:
+            check_year(value)
+        return value
+
+
+class DagSpec(SpecModel):
+    """A DAG: its schedule, limits, task defaults and tasks (the `spec` of a DAG document)."""
+
+    schedule: str | None = Field(
+        None, description="cron, a preset (@daily...), an ISO-8601 duration, or null (triggered runs only)"
+    )
+    timezone: str = Field("UTC", description="IANA time zone; cron fields and naive dates are read in it")
+    start_date: dt.datetime | None = Field(None, description="required with a schedule; naive = in `timezone`")
+    end_date: dt.datetime | None = None
+    catchup: bool = Field(False, description="true: one run per missed interval; false (the default, as in "
+                                             "Airflow): when behind, only the latest complete interval")
+    paused: bool = Field(True, description="a DAG applied for the first time is paused unless this says false "
+                                           "(as Airflow's dags_are_paused_at_creation); a change of this field "
+                                           "pauses or unpauses")
+    max_active_runs: int = Field(16, ge=1, le=MAX_ACTIVE_LIMIT)
+    max_active_tasks: int = Field(16, ge=1, le=MAX_ACTIVE_LIMIT)
+    params: dict[str, Any] = {}
+    defaults: TaskDefaults = Field(default_factory=TaskDefaults)
+    deadline: DeadlineSpec | None = Field(None, description="each run must be done within `within` of its `of`")
+    callbacks: list[CallbackSpec] = Field(default_factory=list, description="on a run's success, failure, deadline_miss")
+    tasks: list[TaskSpec] = Field(min_length=1)
+
+    @field_validator("schedule")
+    @classmethod
+    def _valid_schedule(cls, value: str | None) -> str | None:
+        from dagline.timetable import (
+            validate_schedule,  # local: timetable may come to use this module's types
+        )
+
+        validate_schedule(value)
+        if value is not None and value.strip()[:1] in ("P", "p"):
+            check_schedule_interval(value.strip())
+        return value
+
+    @field_validator("start_date", "end_date")
+    @classmethod
+    def _year_in_range(cls, value: dt.datetime | None) -> dt.datetime | None:
+        if value is not None:
+            check_year(value)
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _valid_timezone(cls, value: str) -> str:
+        return validate_timezone(value)
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _bounded_params(cls, value: Any) -> Any:
+        problem = json_value_problem(value)  # before pydantic or JSON walks it: iterative, safe on any depth
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("params")
+    @classmethod
+    def _json_params(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # Stored as JSON: keep the same values a DAG rebuilt from the database would see.
+        return to_jsonable_python(value)
+
+
+class DagMetadata(BaseModel):
+    """Kubernetes object metadata: dagline reads `name` (the dag_id) and ignores the rest."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: DagId
+
+
+class DagDocument(SpecModel):
+    """A whole DAG document: the file `dagline dags apply` reads, and the DAG custom resource."""
+
+    api_version: Literal["dagline.io/v1alpha1"]
+    kind: Literal["DAG"]
+    metadata: DagMetadata
+    spec: DagSpec
