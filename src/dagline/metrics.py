@@ -148,7 +148,7 @@ REPLICAS_DECLARED_DEAD = Counter(
 
 SIGNAL_ACTION_LATENCY = Histogram(
     "dagline_signal_action_latency_seconds",
-    "Signal sent_at to the action it caused being stored (start, restart, stop), by action.",
+    "Signal sent_at to the action it caused being stored (trigger, start, restart, stop), by action.",
     ["action"], buckets=_DELAY_BUCKETS, registry=REGISTRY)
 DEADLINE_MISSES = Counter(
     "dagline_deadline_misses_total", "Deadlines found missed, each counted once, by what missed it (run, task).",
