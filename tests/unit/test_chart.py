@@ -499,7 +499,9 @@ def test_the_service_monitor_and_the_dashboard_are_off_by_default():
 def test_the_service_monitor_scrapes_every_replica_through_the_metrics_service():
     manifests = render_chart({"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}})
     monitor = one(manifests, "ServiceMonitor")
-    service = one(manifests, "Service")
+    service = one(manifests, "Service", "dagline-metrics")
+    api = one(manifests, "Service", "dagline-api")
+    assert not monitor["spec"]["selector"]["matchLabels"].items() <= api["metadata"]["labels"].items()
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["metadata"]["namespace"] == NAMESPACE
     assert monitor["metadata"]["labels"]["release"] == "prom"  # what a Prometheus selects monitors by
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
