@@ -1,0 +1,18 @@
+"""Mounting the UI on the API's FastAPI app (`api.create_app` calls `mount`): the pages, the actions,
+the static files (`/ui/static`, package data) and the live feed of this app."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from dagline.web import actions, pages
+from dagline.web.live import LiveFeed
+
+
+def mount(app: FastAPI) -> None:
+    """Add the UI's pages, actions, static files and live events to `app` (made by `api.create_app`)."""
+    app.state.dagline_live = LiveFeed(app.state.dagline.database)
+    app.mount("/ui/static", StaticFiles(packages=[("dagline.web", "static")]), name="ui-static")
+    app.include_router(pages.router)
+    app.include_router(actions.router)
