@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse
@@ -40,14 +41,24 @@ from dagline.web.respond import Page, html, redirect_with_notice, serve_page, st
 
 router = APIRouter(include_in_schema=False)
 MAX_JSON_CHARS = 1024 * 1024
+MAX_FORM_BYTES = 2 * 1024 * 1024
 
 
 async def _form(request: Request) -> dict[str, Any]:
-    form = await request.form()
+    """The fields of a urlencoded form (the only kind the pages send; no multipart parser needed).
+    A field given several times (checkboxes) becomes a list."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        raise InvalidInput(f"a form is sent as application/x-www-form-urlencoded, not {kind or 'nothing'}",
+                           field="content-type")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise InvalidInput(f"a form of more than {MAX_FORM_BYTES:,} bytes", field="body")
     fields: dict[str, Any] = {}
-    for key, value in form.multi_items():
-        if not isinstance(value, str):
-            continue  # no file uploads here
+    for key, value in parse_qsl(body.decode("utf-8", errors="replace"), keep_blank_values=True,
+                                max_num_fields=1000):
         if key in fields:
             fields[key] = (fields[key] if isinstance(fields[key], list) else [fields[key]]) + [value]
         else:
@@ -94,10 +105,10 @@ def _confirm(request: Request, viewer, *, title: str, question: str, action: str
 
 async def _act(request: Request, handler):
     """Check the CSRF field, then run `handler(viewer, fields)` (after the viewer is known)."""
-    fields = await _form(request)
     try:
+        fields = await _form(request)
         access.check_csrf(request, fields)
-    except access.CsrfRefused as exc:
+    except (access.CsrfRefused, InvalidInput, ValueError) as exc:
         return html(request, Page("problem.html", {"title": "Refused", "message": str(exc), "field": None}, 403),
                     None)
     return await serve_page(request, lambda viewer: handler(viewer, fields), action=True)
@@ -315,10 +326,10 @@ def _send(request: Request, viewer, fields) -> Page:
 
 @router.post("/login")
 async def login(request: Request):
-    fields = await _form(request)
     try:
+        fields = await _form(request)
         access.check_csrf(request, fields)
-    except access.CsrfRefused as exc:
+    except (access.CsrfRefused, InvalidInput, ValueError) as exc:
         return html(request, Page("problem.html", {"title": "Refused", "message": str(exc), "field": None}, 403), None)
     token = _one(fields, "token")
     target = access.safe_next(_one(fields, "next"))
@@ -341,10 +352,10 @@ async def login(request: Request):
 
 @router.post("/logout")
 async def logout(request: Request):
-    fields = await _form(request)
     try:
+        fields = await _form(request)
         access.check_csrf(request, fields)
-    except access.CsrfRefused as exc:
+    except (access.CsrfRefused, InvalidInput, ValueError) as exc:
         return html(request, Page("problem.html", {"title": "Refused", "message": str(exc), "field": None}, 403), None)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(access.TOKEN_COOKIE, path="/")
