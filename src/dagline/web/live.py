@@ -9,8 +9,10 @@ scheduler, or the command line) reaches the pages every replica serves:
 - SQLite (no NOTIFY): it polls the newest event id and signal seq once a second.
 Each stream (`GET /ui/events`) gets `event: change` with a counter after every change (bursts are
 coalesced: the browser refetches at most a few times a second), a comment every 15 s to keep proxies
-from closing it, and ends when the server stops. A browser that reconnects (perhaps to another
-replica) refreshes once, for what it may have missed.
+from closing it, and ends when the server stops. A page carries the counter it was rendered at, and
+its stream's first event (`hello`) the counter then: if they differ (a change committed between
+rendering and listening), the page refreshes once; so does a browser that reconnects (perhaps to
+another replica), for what it may have missed.
 """
 
 from __future__ import annotations

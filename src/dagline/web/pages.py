@@ -81,19 +81,19 @@ async def graph_page(request: Request, dag_id: str):
 
     def work(conn, viewer):
         dag_row = _dag(conn, dag_id)
-        runs = q._brief_runs(conn, dag_id, overridden=False, limit=50)
+        runs = q.recent_runs(conn, dag_id, limit=50)
         run = None
         if chosen:
             run = _run(conn, chosen)
             if run.dag_id != dag_id:
                 raise NotFound(f"run {chosen!r} is not a run of {dag_id!r}")
         elif runs:
-            run = _run(conn, str(runs[-1]["id"]))
+            run = _run(conn, str(runs[0]["id"]))
         dag = q.version(conn, run.dag_version_id) if run is not None else q.current_dag(conn, dag_id)
         states = cli_queries.task_states(conn, [run.id]).get(run.id, {}) if run is not None else {}
         upstream = {t.task_id: tuple(t.upstream) for t in dag.tasks.values()} if dag is not None else {}
         return Page("graph.html", {"dag": dag_row, "graph": charts.layout_graph(upstream, states), "run": run,
-                                   "runs": list(reversed(runs)), "title": f"{dag_id}: graph", "tab": "graph",
+                                   "runs": runs, "title": f"{dag_id}: graph", "tab": "graph",
                                    "live": True})
 
     return await serve_page(request, work)

@@ -89,6 +89,13 @@ def _brief_runs(conn: Connection, dag_id: str, *, overridden: bool, limit: int |
              "_ld": r.logical_date} for r in reversed(rows)]
 
 
+def recent_runs(conn: Connection, dag_id: str, limit: int) -> list[dict]:
+    """The latest live runs, newest first, and the overridden ones among them (for choosing a run)."""
+    live = _brief_runs(conn, dag_id, overridden=False, limit=limit)
+    replaced = _brief_runs(conn, dag_id, overridden=True, since=live[0]["_ld"]) if live else []
+    return sorted(live + replaced, key=lambda r: (r["_ld"], r["state"] != "overridden", r["id"]), reverse=True)
+
+
 def grid(conn: Connection, dag_id: str, dag, limit: int) -> Grid:
     """The latest `limit` live runs as columns and the DAG's tasks as rows; overridden runs of the same
     range apart from them."""

@@ -56,9 +56,13 @@ def html(request: Request, page: Page, viewer: access.Viewer | None) -> Response
         response = page.response
     else:
         notice = request.cookies.get(NOTICE_COOKIE)
+        feed = request.app.state.dagline_live
+        if page.context.get("live"):
+            feed.ensure_started()  # from now on it counts changes: the page's stream compares (see web.live)
         context = {"viewer": viewer, "csrf": access.csrf_value(request), "path": request.url.path,
                    "url": str(request.url.path) + (f"?{request.url.query}" if request.url.query else ""),
                    "notice": _read_notice(notice), "anonymous_read": state(request).settings.anonymous_read,
+                   "live_version": feed.version,
                    **page.context}
         response = HTMLResponse(render(page.template, **context), status_code=page.status)
         if notice:

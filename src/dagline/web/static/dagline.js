@@ -43,10 +43,13 @@
     var url = document.body.dataset.liveEvents;
     if (!url || !window.EventSource) { return; }
     var dot = document.getElementById("live-dot");
-    var source = new EventSource(url), lost = false;
-    source.addEventListener("hello", function () {
+    var source = new EventSource(url), lost = false, rendered = document.body.dataset.liveVersion;
+    source.addEventListener("hello", function (event) {
       if (dot) { dot.classList.add("on"); }
-      if (lost) { lost = false; refresh(); } // reconnected (maybe to another replica): catch up
+      // a change between this page's rendering and its stream's start, or a reconnection (maybe to
+      // another replica, whose counter differs): catch up once
+      if (lost || event.data !== rendered) { lost = false; refresh(); }
+      rendered = null;
     });
     source.addEventListener("change", refresh);
     source.onerror = function () { lost = true; if (dot) { dot.classList.remove("on"); } };
