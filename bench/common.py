@@ -85,13 +85,16 @@ def apply_dag_texts(db: Database, texts: dict[str, str]) -> None:
         apply_dags(db, load_dag_paths([folder]), now=SystemClock().now())
 
 
-def start_noop_replicas(db: Database, count: int, *, poll_interval_s: float, parallelism: int | None = None):
-    """`count` processes of `dagline scheduler --executor noop` against `db`; waits until all registered."""
+def start_noop_replicas(db: Database, count: int, *, poll_interval_s: float, parallelism: int | None = None,
+                        metrics_ports: list[int] | None = None):
+    """`count` processes of `dagline scheduler --executor noop` against `db`; waits until all registered.
+    With `metrics_ports`, replica i serves its metrics on `metrics_ports[i]`."""
     env = dict(os.environ, DAGLINE_SCHEDULER_POLL_INTERVAL_S=str(poll_interval_s))
     args = [sys.executable, "-m", "dagline.cli", "--db", db.url, "scheduler", "--executor", "noop"]
     if parallelism is not None:
         args += ["--parallelism", str(parallelism)]
-    procs = [subprocess.Popen(args, env=env, stderr=subprocess.DEVNULL) for _ in range(count)]
+    procs = [subprocess.Popen(args + (["--metrics-port", str(metrics_ports[i])] if metrics_ports else []),
+                              env=env, stderr=subprocess.DEVNULL) for i in range(count)]
     try:
         wait_until(lambda: running_replicas(db) >= count, "the replicas to register", procs)
     except BaseException:
@@ -125,3 +128,43 @@ def wait_until(condition, what: str, procs=(), timeout_s: float = 300, poll_s: f
         if time.monotonic() > deadline:
             raise RuntimeError(f"timed out after {timeout_s:g} s waiting for {what}")
         time.sleep(poll_s)
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free now (for the replicas' metrics servers)."""
+    import socket
+
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def loop_phases(ports: list[int]) -> dict:
+    """The replicas' loop phase histograms, summed over replicas: {phase: {"s": seconds, "n": count}},
+    plus the critical sections skipped because another replica held the pools, and CPU seconds."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    phases: dict[str, dict] = {}
+    extra = {"critical_section_busy": 0.0, "cpu_s": 0.0}
+    for port in ports:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            page = response.read().decode()
+        for family in text_string_to_metric_families(page):
+            for sample in family.samples:
+                if sample.name == "dagline_scheduler_loop_phase_duration_seconds_sum":
+                    phases.setdefault(sample.labels["phase"], {"s": 0.0, "n": 0})["s"] += sample.value
+                elif sample.name == "dagline_scheduler_loop_phase_duration_seconds_count":
+                    phases.setdefault(sample.labels["phase"], {"s": 0.0, "n": 0})["n"] += int(sample.value)
+                elif sample.name == "dagline_scheduler_critical_section_busy_total":
+                    extra["critical_section_busy"] += sample.value
+                elif sample.name == "process_cpu_seconds_total":
+                    extra["cpu_s"] += sample.value
+    result = {phase: {"s": round(v["s"], 3), "n": v["n"]} for phase, v in phases.items() if v["n"]}
+    return {"phases": result, **{k: round(v, 2) for k, v in extra.items()}}

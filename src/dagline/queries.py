@@ -6,8 +6,10 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, event_t, ti_t
-from dagline.states import RunState
+from dagline.db.engine import Database
+from dagline.db.models import RUN_STATES, TI_STATES, backfill_t, dag_run_t, dag_t, dag_version_t, event_t, pool_t, ti_t
+from dagline.metrics import DatabaseCollector, DatabaseFigures
+from dagline.states import RunState, TIState
 from dagline.timeline import on_timeline
 from dagline.times import isoformat
 
@@ -281,3 +283,35 @@ def runs_by_run_id(conn: Connection, keys: list[tuple[str, str]]) -> dict[tuple[
             if (row.dag_id, row.run_id) in wanted:
                 found[(row.dag_id, row.run_id)] = row
     return found
+
+
+def metric_figures(conn: Connection) -> DatabaseFigures:
+    """The database gauges of `dagline.metrics`: one grouped count per table (indexed on state)."""
+    grouped = select(ti_t.c.state, ti_t.c.pool, func.count(), func.sum(ti_t.c.pool_slots)).group_by(
+        ti_t.c.state, ti_t.c.pool)
+    tis: dict[str, int] = {}
+    used: dict[str, int] = {}
+    for state, pool, count, slots in conn.execute(grouped):
+        tis[state] = tis.get(state, 0) + count
+        if state in TIState.ACTIVE:
+            used[pool] = used.get(pool, 0) + (slots or 0)
+    runs = dict(conn.execute(select(dag_run_t.c.state, func.count()).group_by(dag_run_t.c.state)).all())
+    backfills = dict(conn.execute(select(backfill_t.c.state, func.count()).group_by(backfill_t.c.state)).all())
+    backfill_runs = dict(conn.execute(
+        select(dag_run_t.c.state, func.count())
+        .join(backfill_t, backfill_t.c.id == dag_run_t.c.backfill_id)
+        .where(backfill_t.c.state == "running").group_by(dag_run_t.c.state)).all())
+    pools = {name: (slots, used.get(name, 0)) for name, slots in conn.execute(select(pool_t.c.name, pool_t.c.slots))}
+    return DatabaseFigures(runs=runs, task_instances=tis, pools=pools, backfills=backfills,
+                           backfill_runs=backfill_runs)
+
+
+def database_collector(db: Database) -> DatabaseCollector:
+    """A collector that reads `metric_figures` from `db` at every scrape (register with `metrics.watch_database`)."""
+
+    def read() -> DatabaseFigures:
+        with db.engine.connect() as conn:
+            return metric_figures(conn)
+
+    return DatabaseCollector(read, run_states=RUN_STATES, ti_states=TI_STATES,
+                             backfill_states=("running", "completed", "cancelled"))

@@ -5,6 +5,7 @@ that have not started (a cancelled backfill, a deleted DAG)."""
 from __future__ import annotations
 
 import datetime as dt
+import weakref
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.engine import Connection
@@ -20,6 +21,10 @@ from dagline.states import RunState, TIState
 from dagline.timeline import NewRun, insert_runs, live_run_at, timetable_for
 
 
+# DAG versions never change: one cache per database for every trigger this process makes
+_versions: weakref.WeakKeyDictionary[Database, DagCache] = weakref.WeakKeyDictionary()
+
+
 def trigger_run(
     db: Database, dag_id: str, *, now: dt.datetime, logical_date: dt.datetime | None = None,
     conf: dict | None = None, who: str = "cli", run_id: str | None = None,
@@ -32,17 +37,18 @@ def trigger_run(
     id with another logical date or conf is a conflict, refused: a run id names one request."""
     if conf is not None and not isinstance(conf, dict):
         raise InvalidInput("must be a JSON object, e.g. '{\"out\": \"/tmp/x\"}'", field="--conf")
-    cache = DagCache()
     with db.begin() as conn:
-        require_dag(conn, dag_id)
-        lock_dag(conn, dag_id)
+        row = lock_dag(conn, dag_id)
+        if row is None or not row.is_active:
+            require_dag(conn, dag_id)  # the error that says why
         if run_id is not None:
             seen = conn.execute(select(dag_run_t).where(dag_run_t.c.dag_id == dag_id,
                                                         dag_run_t.c.run_id == run_id)).first()
             if seen is not None:
                 _refuse_other_arguments(seen, logical_date, conf)
                 return seen
-        version_id, dag = cache.current(conn, dag_id)
+        version_id = row.current_version_id
+        dag = _versions.setdefault(db, DagCache()).get(conn, version_id)
         when = logical_date or now
         existing = live_run_at(conn, dag_id, when)
         if existing is not None:

@@ -267,6 +267,11 @@ def build_context(
     }
 
 
+def has_template(text: str) -> bool:
+    """Whether `text` holds any Jinja markup (an expression, a statement or a comment)."""
+    return "{{" in text or "{%" in text or "{#" in text
+
+
 def render(text: str, context: Mapping[str, Any]) -> str:
     """Render one template within the output budget; any failure (undefined name, sandbox violation,
     a budget, ...) is a ValueError. The time budget is the caller's (see the module docstring)."""

@@ -25,7 +25,9 @@ from collections.abc import Iterator, Sequence
 from sqlalchemy import BigInteger, bindparam, cast, column, func, insert, select, update, values
 from sqlalchemy.engine import Connection
 
+from dagline import metrics
 from dagline.db.models import dag_run_t, dag_t, ti_t
+from dagline.db.observe import at_commit
 from dagline.db.transitions import change_runs, record_events
 from dagline.spec import Dag
 from dagline.states import RunState, TIState
@@ -128,7 +130,15 @@ def insert_runs(
     ])
     if not is_test:
         relink(conn, dag.dag_id, min(r.logical_date for r in runs))
+    delays = [(now - r.run_after).total_seconds() for r in runs] if run_type == "scheduled" else []
+    at_commit(conn, lambda: _count_created(run_type, len(ids), delays))
     return ids
+
+
+def _count_created(run_type: str, count: int, delays: list[float]) -> None:
+    metrics.RUNS_CREATED.labels(run_type=run_type).inc(count)
+    for delay in delays:
+        metrics.RUN_SCHEDULE_DELAY.observe(max(delay, 0.0))
 
 
 def relink(conn: Connection, dag_id: str, from_date: dt.datetime) -> int:

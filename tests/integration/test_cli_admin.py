@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 
 from dagline.cli import main
 from dagline.clock import FixedClock
+from dagline.db.engine import head_revision
 from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, event_t, ti_t
 from dagline.executors.noop import NoopExecutor
 from dagline.scheduler.loop import Scheduler
@@ -132,8 +133,6 @@ def test_runs_show_gives_tasks_durations_and_timeline_neighbours(db, two_dags):
 
 
 def test_db_check_says_whether_the_database_is_usable(db, tmp_path):
-    from dagline.db.engine import head_revision
-
     ok = cli(db, "db", "check")
     assert "connection: ok" in ok.output and f"schema: current (revision {head_revision(db)})" in ok.output
     down = CliRunner().invoke(main, ["--db", "postgresql://probe:s3cret@127.0.0.1:1/none", "db", "check"])
@@ -147,7 +146,7 @@ def test_db_check_says_whether_the_database_is_usable(db, tmp_path):
 def test_db_check_reports_an_older_schema(sqlite_db):
     from alembic import command
 
-    from dagline.db.engine import head_revision, migrations_config
+    from dagline.db.engine import migrations_config
 
     cfg = migrations_config(sqlite_db)
     with sqlite_db.engine.begin() as conn:
@@ -187,6 +186,7 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: slow}
 spec:
+  paused: false
   schedule: null
   tasks:
     - id: talk
@@ -236,6 +236,8 @@ def test_tasks_logs_follow_prints_until_the_try_ends(db, tmp_path):
         for process in (follow, scheduler):
             if process is not None and process.poll() is None:
                 process.kill()
+                process.wait(30)
+        scheduler.stderr.close()
     assert follow.returncode == 0, err
     assert out.index("first line") < out.index("second line")
     assert "try 1 of talk ended: success" in err
@@ -246,6 +248,7 @@ apiVersion: dagline.io/v1alpha1
 kind: DAG
 metadata: {name: dst}
 spec:
+  paused: false
   schedule: "0 2 * * *"
   timezone: Europe/Amsterdam
   startDate: "2026-03-27"

@@ -15,7 +15,7 @@ from dagline.cli import main
 from dagline.errors import InvalidInput
 from dagline.runs import trigger_run
 from dagline.times import parse_instant
-from tests.integration.test_cli import GOOD, cli, snapshot
+from tests.integration.test_cli import GOOD, applied, cli, snapshot  # noqa: F401 (applied: a fixture)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -34,14 +34,6 @@ def refused(db, *args, code: int = 2, words=(), env=None):
         assert word in result.output, (word, result.output)
     assert snapshot(db) == before
     return result
-
-
-@pytest.fixture
-def applied(db, tmp_path):
-    path = tmp_path / "sales.yaml"
-    path.write_text(GOOD)
-    cli(db, "dags", "apply", str(path))
-    return path
 
 
 # --- numbers and dates given to commands ----------------------------------------------------------------

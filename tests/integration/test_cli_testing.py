@@ -21,6 +21,7 @@ kind: DAG
 metadata: {name: sales}
 spec:
   schedule: "0 2 * * *"
+  catchup: true
   timezone: Europe/Amsterdam
   startDate: "2026-03-01"
   params: {out: /tmp/out}
@@ -68,7 +69,7 @@ def test_dags_test_runs_a_paused_dag_once_and_stays_off_the_timeline(db, applied
 
     # The scheduler, unpaused, still creates the scheduled run of that very date, and the timeline
     # skips the test run: nothing points at it, and `dags list` does not report it as the last run.
-    cli(db, "dags", "unpause", "sales")
+    cli(db, "dags", "unpause", "sales", "--now", "2026-03-03T02:00+01:00")
     cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", "2026-03-03T02:00+01:00")
     scheduled = [r for r in runs(db) if not r["is_test"]]
     assert [r["logical_date"] for r in scheduled] == ["2026-03-01T01:00:00+00:00", "2026-03-02T01:00:00+00:00"]
@@ -106,7 +107,7 @@ def test_scheduler_replicas_leave_a_test_run_alone(db, applied):
     from dagline.runs import create_test_run
     from dagline.times import parse_instant
 
-    cli(db, "dags", "unpause", "sales")
+    cli(db, "dags", "unpause", "sales", "--now", "2026-03-03T02:00+01:00")
     run = create_test_run(db, "sales", now=parse_instant("2026-03-10"), logical_date=parse_instant("2026-03-05"))
     cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", "2026-03-02T02:00+01:00")
     with db.begin() as conn:
@@ -189,7 +190,7 @@ def test_tasks_and_dags_test_with_the_local_executor(db, applied, tmp_path):
 
 
 def test_tasks_clear_asks_before_clearing_more_than_one(db, applied):
-    cli(db, "dags", "unpause", "sales")
+    cli(db, "dags", "unpause", "sales", "--now", "2026-03-03T02:00+01:00")
     cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", "2026-03-02T02:00+01:00")
     before = snapshot(db)
     with db.begin() as conn:
@@ -220,6 +221,7 @@ def test_dags_test_runs_beside_a_running_scheduler(db, dag_file):
     from tests.polling import wait_for
 
     cli(db, "dags", "apply", str(dag_file))
+    cli(db, "dags", "unpause", "sales", "--now", "2026-03-03T02:00+01:00")
     env = dict(os.environ, DAGLINE_SCHEDULER_POLL_INTERVAL_S="0.05")
     scheduler = subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", db.url, "scheduler", "--executor",
                                   "noop", "--now", "2026-03-03T02:00+01:00"], env=env, stderr=subprocess.PIPE)

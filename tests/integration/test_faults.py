@@ -153,7 +153,8 @@ def test_tries_a_replica_queued_but_lost_track_of_are_launched_once_by_its_own_r
     connection broke as the server acknowledged it): its task instances are queued and its own, yet its
     executor never heard of them. Housekeeping finds them and launches each as the same try."""
     clock = FixedClock(t(NOW))
-    settings = SchedulerSettings(housekeeping_interval_s=1e-6)  # housekeeping at every iteration
+    # housekeeping at every iteration; one hop per iteration (no follow-up), so tasks are left to queue
+    settings = SchedulerSettings(housekeeping_interval_s=1e-6, follow_up_s=1e-9)
     sched = Scheduler(chains, NoopExecutor(parallelism=8, clock=clock), clock=clock, settings=settings)
     sched.start()
     try:

@@ -112,8 +112,10 @@ spec:
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait(30)
     assert ti_states(pg_db, run.id) == {"spin": "queued"}  # left for the next replica, which renders it again
     with pg_db.begin() as conn:
         [job] = conn.execute(select(scheduler_job_t)).all()
     assert job.state == "stopped"
-    assert "left unrendered" in proc.stderr.read()
+    with proc.stderr:
+        assert "left unrendered" in proc.stderr.read()

@@ -55,7 +55,7 @@ def test_a_task_instance_always_belongs_to_a_run(db):
 
 
 def test_upgrading_a_sqlite_database_with_runs_keeps_them_and_allows_signal_runs(tmp_path):
-    """0005 widens dag_run's run-type check in place on SQLite (no table rebuild under the task
+    """0006 widens dag_run's run-type check in place on SQLite (no table rebuild under the task
     instances that refer to it)."""
     from alembic import command
     from alembic.script import ScriptDirectory
@@ -64,7 +64,7 @@ def test_upgrading_a_sqlite_database_with_runs_keeps_them_and_allows_signal_runs
 
     db = Database(f"sqlite:///{tmp_path}/old.db")
     cfg = migrations_config(db)
-    before = ScriptDirectory.from_config(cfg).get_revision("0005_signals").down_revision
+    before = ScriptDirectory.from_config(cfg).get_revision("0006_signals").down_revision
     with db.engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, before)

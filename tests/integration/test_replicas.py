@@ -430,7 +430,9 @@ def test_a_job_outlives_its_replica_and_a_peer_on_the_host_follows_it_to_the_end
 def test_a_backfill_whose_runs_a_dead_replica_finished_is_completed_by_a_peers_housekeeping(pg_db, tmp_path):
     """A replica killed between finishing a backfill's last run and marking the backfill completed (two
     transactions) leaves it `running`; any replica's housekeeping completes it."""
-    apply(pg_db, write(tmp_path, dag("daily", *CHAIN["spec"]["tasks"], schedule="@daily", startDate="2026-02-01")))
+    # endDate: the schedule creates no runs of its own after the backfill's (which a peer would run and finish)
+    apply(pg_db, write(tmp_path, dag("daily", *CHAIN["spec"]["tasks"], schedule="@daily", startDate="2026-02-01",
+                                     endDate="2026-02-02")))
     create_backfill(pg_db, "daily", start=t("2026-02-01T00:00:00Z"), end=t("2026-02-02T00:00:00Z"),
                     now=t(NOW))
     with pg_db.begin() as conn:  # what the killed replica committed: every run finished

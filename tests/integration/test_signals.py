@@ -9,6 +9,7 @@ import datetime as dt
 import pytest
 from sqlalchemy import select
 
+from dagline import metrics
 from dagline.clock import FixedClock
 from dagline.dagstore import DagCache
 from dagline.db.models import signal_action_t, signal_t
@@ -71,6 +72,11 @@ def replica(db):
     r.close()
 
 
+def latencies_observed(action: str) -> float:
+    """How many actions of this kind `dagline_signal_action_latency_seconds` has observed in this process."""
+    return metrics.REGISTRY.get_sample_value("dagline_signal_action_latency_seconds_count", {"action": action}) or 0
+
+
 def actions(db, seq):
     with db.begin() as conn:
         return show_signal(conn, seq)["actions"]
@@ -93,10 +99,12 @@ spec:
 
 def test_a_trigger_creates_one_run_per_signal_queued_within_max_active_runs(db, tmp_path, replica):
     apply(db, write_dag(tmp_path, TRIGGERED))
+    observed = latencies_observed("trigger")
     seqs = [replica.send("features.ready", {"day": f"2026-05-0{d}"}) for d in (1, 2, 3)]
     again = replica.send("features.ready", {"day": "2026-05-01"}, sender_id="x")
     assert replica.send("features.ready", {"day": "2026-05-01"}, sender_id="x") == again  # a retried send
     replica.sched.iterate()  # one loop: four runs exist, one started (maxActiveRuns 1), three wait queued
+    assert latencies_observed("trigger") == observed + 4
     rows = runs(db, "features")
     assert len(rows) == 4 and all(r["run_type"] == "signal" for r in rows)
     assert [r["state"] for r in rows].count("queued") == 3
@@ -149,8 +157,10 @@ def test_a_start_rule_waits_for_its_signal_and_each_signal_starts_one_try_in_ord
     assert {k: v.state for k, v in tis(db, run.id).items()} == {"train": "running", "evaluate": "none",
                                                                 "serve": "running"}
     assert runs(db, "ml")[0]["state"] == "running"
+    observed = latencies_observed("start")
     seqs = [replica.send("model.published", {"path": f"/m/{i}"}) for i in (1, 2, 3)]
     replica.settle()
+    assert latencies_observed("start") == observed + 3  # one sent -> action latency per action row
     assert replica.executor.args("evaluate") == [(i, (f"/m/{i}", str(seq))) for i, seq in zip((1, 2, 3), seqs)]
     for i, seq in enumerate(seqs, 1):
         [action] = actions(db, seq)

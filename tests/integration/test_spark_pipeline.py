@@ -27,7 +27,8 @@ def test_a_day_of_the_example_pipeline_runs_through_the_scheduler(sqlite_db, tmp
         return result.output
 
     cli("pools", "set", "spark", "4")
-    assert "created paused; `dagline dags unpause sales-daily` to start" in cli("dags", "apply", example)
+    applied = cli("dags", "apply", example)
+    assert "created paused" in applied and "`dagline dags unpause sales-daily` to start" in applied
     cli("dags", "unpause", "sales-daily")  # a DAG applied for the first time is paused (as the demo does)
     # a run's conf overrides the DAG's params: the output goes to tmp_path
     cli("backfill", "run", "sales-daily", "--start", "2026-03-02", "--end", "2026-03-02", "--parallelism", "2",

@@ -13,6 +13,7 @@ from dagline.k8s.client import load_api_client
 from dagline.k8s.runtime import Runtime
 from dagline.k8s.settings import OperatorSettings
 from dagline.scheduler.guard import SchedulerLock
+from tests import prometheus
 from tests.k8s.operator_harness import FAST_LOOP, http_get, settings
 
 
@@ -73,7 +74,8 @@ def test_readiness_and_metrics_say_when_the_database_is_unreachable(kube):
         code, text = http_get(runtime.servers.health_port, "/readyz")
         assert code == 503 and text.startswith("not ready: the database does not answer: cannot reach the database")
         code, page = http_get(runtime.servers.metrics_port, "/metrics")
-        assert code == 200 and "dagline_database_up 0" in page and "dagline_dag_runs" not in page
+        assert code == 200 and prometheus.value(page, "dagline_database_up") == 0
+        assert prometheus.value(page, "dagline_dag_runs", state="success") is None
         assert http_get(runtime.servers.health_port, "/healthz")[0] == 200  # an outage is not a reason to restart
         assert http_get(runtime.servers.health_port, "/nowhere")[0] == 404
     finally:

@@ -16,6 +16,7 @@ from sqlalchemy import select
 from dagline.api_tokens import create_token
 from dagline.client import send_signal
 from dagline.db.models import scheduler_job_t
+from tests import prometheus
 from tests.k8s.operator_harness import NS, dag_manifest, dagrun_manifest, http_get, is_ready
 
 
@@ -84,9 +85,11 @@ def test_the_operator_process_serves_probes_and_metrics_and_stops_on_sigterm(kub
                       until=lambda r: (r.get("status") or {}).get("state") == "success")
         code, page = http_get(metrics, "/metrics")
         assert code == 200
-        assert 'dagline_dag_runs{state="success"} 1' in page and 'dagline_task_instances{state="success"} 2' in page
-        loops = int(re.search(r"^dagline_scheduler_loops_total (\d+)$", page, re.M)[1])
-        assert loops > 0 and "dagline_database_up 1" in page
+        assert prometheus.value(page, "dagline_dag_runs", state="success") == 1
+        assert prometheus.value(page, "dagline_task_instances", state="success") == 2
+        assert prometheus.value(page, "dagline_scheduler_loops_total") > 0
+        assert prometheus.value(page, "dagline_database_up") == 1
+        assert prometheus.value(page, "dagline_dag_runs_created_total", run_type="manual") == 1
         assert process.stop_with_sigterm() == 0, process.text()
     finally:
         process.kill_if_running()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import pathlib
 import re
@@ -505,3 +506,74 @@ def test_notes_say_what_to_apply_next():
     assert "secret generic dagline-db" in notes
     assert notes.index("pool.yaml") < notes.index("dag.yaml") < notes.index("get dags")
     assert "{{" not in notes
+
+
+# --- metrics: the ServiceMonitor and the Grafana dashboard (both off by default) -------------------
+
+
+def test_the_service_monitor_and_the_dashboard_are_off_by_default():
+    manifests = render_chart()
+    assert not [m for m in manifests if m["kind"] in ("ServiceMonitor", "ConfigMap")]
+
+
+def test_the_service_monitor_scrapes_every_replica_through_the_metrics_service():
+    manifests = render_chart({"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}})
+    monitor = one(manifests, "ServiceMonitor")
+    service = one(manifests, "Service", "dagline-metrics")
+    api = one(manifests, "Service", "dagline-api")
+    assert not monitor["spec"]["selector"]["matchLabels"].items() <= api["metadata"]["labels"].items()
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["metadata"]["namespace"] == NAMESPACE
+    assert monitor["metadata"]["labels"]["release"] == "prom"  # what a Prometheus selects monitors by
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s",
+                                             "scrapeTimeout": "10s"}]
+    assert [p["name"] for p in service["spec"]["ports"]] == ["metrics"]
+
+
+def test_the_dashboard_configmap_carries_the_chart_dashboard_for_grafanas_sidecar():
+    manifests = render_chart({"metrics": {"grafanaDashboard": {"enabled": True}}})
+    config_map = one(manifests, "ConfigMap", "dagline-dashboard")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(config_map["data"]["dagline.json"])
+    assert dashboard == json.loads((CHART / "dashboards" / "dagline.json").read_text())
+    assert dashboard["uid"] == "dagline-scheduler" and len(dashboard["panels"]) > 10
+    kubernetes_validate.validate(config_map, KUBERNETES_VERSION, strict=True)
+
+
+def _exported_metric_names() -> set[str]:
+    """Every series name dagline's replicas expose: `dagline.metrics` (with the database gauges) and
+    the operator's own figures."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from dagline import metrics
+    from dagline.k8s.metrics import render as render_operator_page
+
+    class Runtime:  # the operator's page needs only these figures of a replica
+        class health:
+            scheduler_beat = None
+
+        scheduler = None
+
+        class sync:
+            class stats:
+                syncs = failed_syncs = status_patches = dagruns_created = dagruns_deleted = 0
+
+    figures = metrics.DatabaseFigures(runs={}, task_instances={}, pools={"default": (128, 0)}, backfills={},
+                                      backfill_runs={})
+    database = metrics.DatabaseCollector(lambda: figures, run_states=("success",), ti_states=("success",),
+                                         backfill_states=("running",))
+    page = render_operator_page(Runtime()) + "".join(f"# TYPE {family.name} gauge\n" for family in database.collect())
+    names = set()
+    suffixes = {"counter": ["_total"], "gauge": [""], "histogram": ["_bucket", "_sum", "_count"]}
+    for family in text_string_to_metric_families(page):
+        names.update(family.name + suffix for suffix in suffixes.get(family.type, [""]))
+    return names
+
+
+def test_the_dashboard_queries_only_metrics_dagline_exports():
+    dashboard = json.loads((CHART / "dashboards" / "dagline.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    used = {name for expr in exprs for name in re.findall(r"\b((?:dagline|process)_[a-z_]+)\b", expr)}
+    assert used and not used - _exported_metric_names(), used - _exported_metric_names()
+    assert all('namespace=~"$namespace"' in expr for expr in exprs)

@@ -3,10 +3,11 @@
 POST takes one object `{"key": ..., "value": ..., "id": ...}` or a list of them (`value` defaults to
 null, `id` is the sender's idempotency key). The whole request is checked first (size, JSON, every
 field of every signal); then, in one transaction, the token is checked and every signal stored
-(`signal_batches.send_signals`: the rules of `signal_store.send_signal`, in a few statements); the answer is sent only after the commit, so a signal answered is
-a signal stored. A batch is all or nothing: one conflicting or invalid signal stores none. The
-answer: 201 if any signal was new, 200 if all were already stored (a sender's retry with the same
-ids), each signal with its `seq`, `created`, and a `warning` when no DAG listens to its key.
+(`signal_batches.send_signals`: the rules of `signal_store.send_signal`, in a few statements); the
+answer is sent only after the commit, so a signal answered is a signal stored. A batch is all or
+nothing: one conflicting or invalid signal stores none. The answer: 201 if any signal was new, 200
+if all were already stored (a sender's retry with the same ids), each signal with its `seq`,
+`created`, and a `warning` when no DAG listens to its key.
 
 GET answers `{"signals": [...]}`, the signals after `since` (of `key`), the newest `limit` (100 by
 default, at most 10,000), each with the actions it caused, as `dagline signals list --json` does.
@@ -24,8 +25,8 @@ from starlette.concurrency import run_in_threadpool
 from dagline.api.errors import ApiError, bad_request, conflict, too_large, unprocessable
 from dagline.api_tokens import READ, SEND
 from dagline.errors import InvalidInput, OperationFailed
-from dagline.signal_keys import MAX_VALUE_BYTES, validate_key, validate_sender_id
 from dagline.signal_batches import send_signals
+from dagline.signal_keys import MAX_VALUE_BYTES, validate_key, validate_sender_id
 from dagline.signal_store import MAX_LIST, SignalConflict, list_signals, listeners, show_signal
 
 router = APIRouter()
@@ -70,7 +71,8 @@ def parse_signals(body: bytes, *, max_batch: int) -> tuple[list[dict], bool]:
                                 field=f"[{i}]" if batch else "body")
         unknown = sorted(set(item) - set(FIELDS))
         if unknown:
-            raise unprocessable(f"unknown field {unknown[0]!r}: a signal has key, value and id", field=where + unknown[0])
+            raise unprocessable(f"unknown field {unknown[0]!r}: a signal has key, value and id",
+                                field=where + unknown[0])
         if "key" not in item:
             raise unprocessable("missing: every signal needs a key", field=where + "key")
         value = item.get("value")

@@ -5,6 +5,7 @@ Loaded lazily by the root group (`base.DaglineGroup.lazy_commands`): only this c
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 
@@ -53,4 +54,5 @@ def operator_cmd(obj: Context, executor, parallelism, namespace, all_namespaces,
                                all_namespaces=all_namespaces, executor=executor, parallelism=parallelism,
                                health_port=health_port, metrics_port=metrics_port, api_port=api_port,
                                namespace=namespace or None)
+    gc.freeze()  # start-up objects (modules, kopf, SQLAlchemy) leave the collector's scans: collections stay cheap
     raise SystemExit(run(runtime))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -38,10 +39,12 @@ from dagline.times import isoformat
 @executor_option
 @parallelism_option
 @click.option("--until-idle", is_flag=True, help="Return once nothing is runnable or running.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics on this port at /metrics (0: any free port; default: none).")
 @log_folder_option
 @now_option
 @click.pass_obj
-def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_folder, now):
+def scheduler_cmd(obj: Context, executor, parallelism, until_idle, metrics_port, log_folder, now):
     """Run one scheduler replica.
 
     SIGTERM or Ctrl-C stops it gracefully: it finishes the step it is in, queues nothing more, records
@@ -53,8 +56,21 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_folder, n
 
     clock = make_clock(now)
     settings = SchedulerSettings.from_env()
-    sched = Scheduler(obj.db(), make_cli_executor(executor, parallelism, log_folder, clock), clock=clock,
+    database = obj.db()
+    sched = Scheduler(database, make_cli_executor(executor, parallelism, log_folder, clock), clock=clock,
                       settings=settings, api_url=os.environ.get("DAGLINE_API_URL"))  # handed on to every try
+    server = None
+    if metrics_port is not None:
+        from dagline import metrics
+        from dagline.queries import database_collector
+
+        metrics.watch_database(database_collector(database))
+        try:
+            server = metrics.serve(metrics_port)
+        except OSError as exc:
+            raise OperationFailed(f"--metrics-port {metrics_port}: cannot serve metrics there: "
+                                  f"{exc.strerror or exc}") from exc
+        click.echo(f"metrics on http://0.0.0.0:{server.server_port}/metrics", err=True)
 
     def graceful(signum, _frame):
         if signum == signal.SIGINT and sched.stop_requested:
@@ -62,6 +78,7 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_folder, n
         sched.request_stop()
 
     previous = {sig: signal.signal(sig, graceful) for sig in (signal.SIGTERM, signal.SIGINT)}
+    gc.freeze()  # start-up objects (modules, SQLAlchemy) leave the collector's scans: full collections stay cheap
     try:
         sched.run(until_idle=until_idle)
     except KeyboardInterrupt:
@@ -69,6 +86,8 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_folder, n
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if server is not None:
+            server.shutdown()
     if until_idle and sched.job_id is not None:
         _report_failed_runs(obj.db(), sched.who)
 

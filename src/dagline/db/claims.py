@@ -76,13 +76,18 @@ def lock_dags_with_startable_runs(
     return [row.dag_id for row in conn.execute(stmt)]
 
 
+# What deciding a run's task instances reads of the run (`scheduler.examine`): not its conf or times.
+RUN_FOR_DECISION = (dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.dag_version_id, dag_run_t.c.previous_run_id,
+                    dag_run_t.c.run_type, dag_run_t.c.backfill_id)
+
+
 def lock_running_runs(conn: Connection, limit: int, backfill_id: int | None = None,
                       test_run_id: int | None = None) -> list[Any]:
     """Claim running runs of unpaused DAGs, least recently examined first; test runs are left out.
     With `test_run_id`, only that test run, paused DAG or not (`dagline dags test` runs it alone).
     Protects: one replica at a time decides a run's task instances and finishes the run."""
     stmt = (
-        select(dag_run_t)
+        select(*RUN_FOR_DECISION)
         .join(dag_t, dag_t.c.dag_id == dag_run_t.c.dag_id)
         .where(dag_run_t.c.state == "running", *_in_scope(backfill_id, test_run_id))
         .order_by(dag_run_t.c.last_scheduling_decision.asc().nulls_first(), dag_run_t.c.id)
@@ -110,7 +115,7 @@ def lock_runs_by_id(conn: Connection, run_ids: Sequence[int]) -> list[Any]:
     if not run_ids:
         return []
     stmt = (
-        select(dag_run_t)
+        select(*RUN_FOR_DECISION)
         .where(dag_run_t.c.id.in_(list(run_ids)), dag_run_t.c.state == "running")
         .order_by(dag_run_t.c.id)
         .with_for_update(skip_locked=True)
@@ -153,6 +158,7 @@ def lock_schedulable_tis(conn: Connection, limit: int, backfill_id: int | None =
         select(
             ti_t.c.id, ti_t.c.dag_id, ti_t.c.task_id, ti_t.c.pool, ti_t.c.pool_slots, ti_t.c.priority_weight,
             ti_t.c.try_number, ti_t.c.dag_run_id, dag_run_t.c.dag_version_id, dag_run_t.c.logical_date,
+            dag_t.c.current_version_id, ti_t.c.scheduled_at,
         )
         .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
         .join(dag_t, dag_t.c.dag_id == ti_t.c.dag_id)

@@ -225,6 +225,7 @@ class TaskInstance(Base):
     pool: Mapped[str] = mapped_column(String(256), nullable=False, default="default")
     pool_slots: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
     priority_weight: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+    scheduled_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)  # when it last became runnable
     queued_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     start_date: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     end_date: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)

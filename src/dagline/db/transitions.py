@@ -12,14 +12,18 @@ transaction on PostgreSQL, delivered at commit), so idle replicas wake at once.
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import case, insert, literal, select, tuple_, update
+from sqlalchemy import bindparam, case, insert, literal, select, text, tuple_, update
 from sqlalchemy.engine import Connection
 
+from dagline import metrics
 from dagline.db.models import dag_run_t, event_t, ti_t
 from dagline.db.notify import announce
+from dagline.db.observe import at_commit
 from dagline.db.signal_log import record_task_state_signals
 from dagline.deps import next_state_after_failure
 from dagline.states import RunState, TIState
@@ -58,12 +62,8 @@ def change_tis(
         conn, ti_t, list(ids), match, expected, to, values,
         (ti_t.c.id, ti_t.c.dag_id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.pool,
          ti_t.c.pool_slots))
-    record_events(conn, [
-        {"at": at, "who": who, "entity": "task_instance", "dag_id": r.dag_id, "dag_run_id": r.dag_run_id,
-         "ti_id": r.id, "task_id": r.task_id, "try_number": r.try_number, "from_state": expected,
-         "to_state": to, "detail": detail}
-        for r in changed
-    ])
+    record_events(conn, ti_events(changed, expected=expected, to=to, at=at, who=who, detail=detail))
+    count_transitions(conn, to, len(changed))
     record_task_state_signals(conn, changed, to=to, at=at)
     return changed
 
@@ -88,6 +88,8 @@ def change_runs(
          "from_state": expected, "to_state": to, "detail": detail}
         for r in changed
     ])
+    if changed and to in RunState.FINISHED:
+        at_commit(conn, functools.partial(metrics.RUNS_FINISHED.labels(state=to).inc, len(changed)))
     return changed
 
 
@@ -102,6 +104,81 @@ def _compare_and_set(conn, table, ids: list[int], match, expected: str, to: str,
         changed.extend(conn.execute(stmt).all())
     position = {pk: i for i, pk in enumerate(ids)}
     return sorted(changed, key=lambda row: position[row.id])
+
+
+def change_tries_each(
+    conn: Connection,
+    tries: Mapping[int, int],
+    row_values: Mapping[int, Mapping[str, Any]],
+    *,
+    expected: str,
+    to: str,
+    values: Mapping[str, Any] | None = None,
+) -> list[Any]:
+    """`change_tis` for many tries at once, each with values of its own (executor reports: each try its
+    start, end and job id), as ONE statement whose text depends only on the column names, so it is
+    compiled once: PostgreSQL joins `unnest` of one array per column, SQLite `json_each` of one JSON
+    document. `tries` is ti id -> try number (a row changes only while on that try and in `expected`);
+    `row_values[ti id]` the per-row columns (the same names for every row); `values` plain constants.
+    Returns the changed rows as `change_tis` does, in the order of `tries`; records no events (the
+    caller does, as one try may pass through two states in this one statement)."""
+    ids = list(tries)
+    if not ids:
+        return []
+    names = sorted(row_values[ids[0]])
+    columns = [ti_t.c[name] for name in names]
+    dialect = conn.dialect
+    constants = dict(values or {})
+    assignments = ["state = :to", *(f"{name} = v.{name}" for name in names),
+                   *(f"{name} = :const_{name}" for name in constants)]
+    returning = "RETURNING task_instance.id, task_instance.dag_id, task_instance.dag_run_id, " \
+                "task_instance.task_id, task_instance.try_number, task_instance.pool, task_instance.pool_slots"
+    params: dict[str, Any] = {"to": to, "expected": expected}
+    if dialect.name == "postgresql":
+        arrays = ["CAST(:ids AS BIGINT[])", "CAST(:tries AS INTEGER[])",
+                  *(f"CAST(:col_{name} AS {column.type.compile(dialect=dialect)}[])"
+                    for name, column in zip(names, columns, strict=True))]
+        source = f"unnest({', '.join(arrays)}) AS v(id, try_number, {', '.join(names)})"
+        params.update(ids=ids, tries=[tries[i] for i in ids])
+        for name, column in zip(names, columns, strict=True):
+            bind = column.type.process_bind_param if hasattr(column.type, "process_bind_param") else None
+            params[f"col_{name}"] = [bind(row_values[i][name], dialect) if bind else row_values[i][name] for i in ids]
+    else:  # SQLite: each value as the column type stores it, read back with json_extract
+        processors = [column.type._cached_bind_processor(dialect) for column in columns]
+        document = []
+        for i in ids:
+            row = [i, tries[i]]
+            for name, process in zip(names, processors, strict=True):
+                value = row_values[i][name]
+                row.append(process(value) if process is not None and value is not None else value)
+            document.append(row)
+        picks = ", ".join(f"json_extract(value, '$[{n}]') AS {name}"
+                          for n, name in enumerate(["id", "try_number", *names]))
+        source = f"(SELECT {picks} FROM json_each(:document)) AS v"
+        params["document"] = json.dumps(document)
+    statement = text(
+        f"UPDATE task_instance SET {', '.join(assignments)} FROM {source} "
+        f"WHERE task_instance.id = v.id AND task_instance.try_number = v.try_number "
+        f"AND task_instance.state = :expected {returning}")
+    for name, value in constants.items():
+        statement = statement.bindparams(bindparam(f"const_{name}", value, type_=ti_t.c[name].type))
+    changed = conn.execute(statement, params).all()
+    position = {pk: n for n, pk in enumerate(ids)}
+    return sorted(changed, key=lambda row: position[row.id])
+
+
+def ti_events(changed: Sequence[Any], *, expected: str, to: str, at: dt.datetime, who: str,
+              detail: str | None = None) -> list[dict]:
+    """The event rows of task instances that moved from `expected` to `to` (rows as `change_tis` returns)."""
+    return [{"at": at, "who": who, "entity": "task_instance", "dag_id": r.dag_id, "dag_run_id": r.dag_run_id,
+             "ti_id": r.id, "task_id": r.task_id, "try_number": r.try_number, "from_state": expected,
+             "to_state": to, "detail": detail} for r in changed]
+
+
+def count_transitions(conn: Connection, to: str, count: int) -> None:
+    """Count `count` task instances entering `to` once the transaction commits."""
+    if count:
+        at_commit(conn, functools.partial(metrics.TI_TRANSITIONS.labels(state=to).inc, count))
 
 
 def per_id(column_type, values: Mapping[int, Any], id_column=ti_t.c.id):

@@ -3,7 +3,7 @@
 - `/healthz` (liveness): 200 while kopf's event loop turns and the scheduler loop and status sync make
   progress; 503 with the reasons otherwise, so Kubernetes restarts a wedged replica.
 - `/readyz` (readiness): 200 while the database answers `SELECT 1`; 503 with the error otherwise.
-- `/metrics`: Prometheus text (`dagline.k8s.metrics`).
+- `/metrics`: Prometheus text (`dagline.k8s.metrics`: every `dagline.metrics` figure plus the operator's own).
 Each server runs in a thread of its own (`ThreadingHTTPServer`); when both ports are the same, one
 server answers all three paths.
 """

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from dagline import metrics
 from dagline.clock import Clock, SystemClock
 from dagline.db.engine import Database, open_database
 from dagline.errors import InvalidInput
@@ -30,6 +31,7 @@ from dagline.k8s.cache import ObjectCache
 from dagline.k8s.mirror import StatusSync, SyncStopped
 from dagline.k8s.objects import DaglineObjects
 from dagline.k8s.settings import OperatorSettings, build_executor
+from dagline.queries import database_collector
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
 
@@ -147,6 +149,7 @@ class Runtime:
     def start(self) -> None:
         from dagline.k8s.probes import ProbeServers
 
+        metrics.watch_database(database_collector(self.db))  # the database gauges on /metrics
         self.servers = ProbeServers(self).start()
         if self.settings.api_port >= 0:
             from dagline.api import ApiSettings, create_app

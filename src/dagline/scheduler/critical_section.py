@@ -17,10 +17,12 @@ import logging
 
 from sqlalchemy.engine import Connection
 
+from dagline import metrics
 from dagline.admission import Candidate, Limits, admit
 from dagline.dagstore import DagCache
 from dagline.db.claims import lock_pools_nowait, lock_schedulable_tis
 from dagline.db.models import ti_t
+from dagline.db.observe import at_commit
 from dagline.db.transitions import change_tis
 from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
 from dagline.states import TIState
@@ -93,4 +95,7 @@ def queue_task_instances(
         values={"try_number": ti_t.c.try_number + 1, "queued_at": now, "queued_by_job_id": job_id,
                 "stop_requested_at": None},
     )
+    ready_at = {c.id: c.scheduled_at for c in candidates}
+    delays = [(now - ready_at[r.id]).total_seconds() for r in changed if ready_at[r.id] is not None]
+    at_commit(conn, lambda: [metrics.TI_QUEUE_DELAY.observe(max(delay, 0.0)) for delay in delays])
     return [QueuedTI(r.id, r.dag_run_id, r.dag_id, r.task_id, r.try_number, version_of[r.id]) for r in changed]

@@ -95,7 +95,7 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
     for (expected, to), ids in changes.items():
         values = {"end_date": now, "start_date": now} if to in TIState.FINISHED else {}
         if to == TIState.SCHEDULED:
-            values = {"next_retry_at": None}
+            values = {"next_retry_at": None, "scheduled_at": now}
         changed = change_tis(conn, ids, expected=expected, to=to, at=now, who=who, values=values)
         result.tis_changed += len(changed)
         started = [r for r in changed if r.id in by_signal]

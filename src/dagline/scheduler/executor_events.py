@@ -20,9 +20,10 @@ from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from dagline.dagstore import DagCache
-from dagline.db.models import UTCDateTime, dag_run_t, ti_t
+from dagline.db.models import dag_run_t, ti_t
 from dagline.db.replicas import HOSTNAME
-from dagline.db.transitions import change_tis, per_id
+from dagline.db.signal_log import record_task_state_signals
+from dagline.db.transitions import change_tis, change_tries_each, count_transitions, record_events, ti_events
 from dagline.deps import next_state_after_failure, retry_delay
 from dagline.executors.base import TaskReport
 from dagline.scheduler.isolation import is_dags_fault
@@ -32,12 +33,15 @@ from dagline.states import TIState
 def apply_reports(
     conn: Connection, reports: Sequence[TaskReport], *, dags: DagCache, who: str
 ) -> set[int]:
-    """Apply reports; returns the ids of runs in which a TI finished or failed (for the mini-scheduler)."""
+    """Apply reports; returns the ids of runs in which a TI finished or failed (for the mini-scheduler).
+
+    A few statements for any number of reports: a final report about a try still `queued` (a quick job
+    that ended between two syncs) moves it to its end in one compare-and-set, with both events."""
     if not reports:
         return set()
     rows = {
         row.id: row for row in conn.execute(
-            select(ti_t.c.id, ti_t.c.try_number, ti_t.c.max_tries, ti_t.c.dag_run_id, ti_t.c.task_id,
+            select(ti_t.c.id, ti_t.c.state, ti_t.c.try_number, ti_t.c.max_tries, ti_t.c.dag_run_id, ti_t.c.task_id,
                    ti_t.c.stop_requested_at, dag_run_t.c.dag_version_id)
             .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
             .where(ti_t.c.id.in_({r.ti_id for r in reports})))
@@ -57,26 +61,45 @@ def apply_reports(
             finished[ti_id] = dataclasses.replace(report, state="failed", message="stopped on request")
     affected: set[int] = set()
 
-    # queued -> running, for every try that started (a final report implies it ran)
+    # queued -> success at once, for quick tries that succeeded (the events still show they ran)
+    quick = {i: r for i, r in finished.items() if r.state == "success" and rows[i].state == TIState.QUEUED}
+    if quick:
+        done = change_tries_each(
+            conn, {i: r.try_number for i, r in quick.items()},
+            {i: {"start_date": r.started_at or r.at, "end_date": r.at, "external_id": r.external_id}
+             for i, r in quick.items()},
+            expected=TIState.QUEUED, to=TIState.SUCCESS, values={"hostname": HOSTNAME})
+        record_events(conn, ti_events(done, expected=TIState.QUEUED, to=TIState.RUNNING,
+                                      at=min(r.at for r in quick.values()), who=who)
+                      + ti_events(done, expected=TIState.RUNNING, to=TIState.SUCCESS,
+                                  at=max(r.at for r in quick.values()), who=who))
+        count_transitions(conn, TIState.RUNNING, len(done))
+        count_transitions(conn, TIState.SUCCESS, len(done))
+        record_task_state_signals(conn, done, to=TIState.RUNNING, at=min(r.at for r in quick.values()))
+        record_task_state_signals(conn, done, to=TIState.SUCCESS, at=max(r.at for r in quick.values()))
+        affected.update(row.dag_run_id for row in done)
+        finished = {i: r for i, r in finished.items() if i not in quick}
+
+    # queued -> running, for every other try that started (a final report implies it ran)
     starting = {**finished, **started}
     if starting:
-        tries = {i: r.try_number for i, r in starting.items()}
-        change_tis(
-            conn, list(starting), expected=TIState.QUEUED, to=TIState.RUNNING, at=min(r.at for r in starting.values()),
-            who=who, tries=tries,
-            values={
-                "start_date": per_id(UTCDateTime(), {i: r.started_at or r.at for i, r in starting.items()}),
-                "external_id": per_id(ti_t.c.external_id.type, {i: r.external_id for i, r in starting.items()}),
-                "hostname": HOSTNAME,
-            },
-        )
+        moved = change_tries_each(
+            conn, {i: r.try_number for i, r in starting.items()},
+            {i: {"start_date": r.started_at or r.at, "external_id": r.external_id} for i, r in starting.items()},
+            expected=TIState.QUEUED, to=TIState.RUNNING, values={"hostname": HOSTNAME})
+        record_events(conn, ti_events(moved, expected=TIState.QUEUED, to=TIState.RUNNING,
+                                      at=min(r.at for r in starting.values()), who=who))
+        count_transitions(conn, TIState.RUNNING, len(moved))
+        record_task_state_signals(conn, moved, to=TIState.RUNNING, at=min(r.at for r in starting.values()))
     succeeded = {i: r for i, r in finished.items() if r.state == "success"}
     if succeeded:
-        done = change_tis(
-            conn, list(succeeded), expected=TIState.RUNNING, to=TIState.SUCCESS,
-            at=max(r.at for r in succeeded.values()), who=who, tries={i: r.try_number for i, r in succeeded.items()},
-            values={"end_date": per_id(UTCDateTime(), {i: r.at for i, r in succeeded.items()})},
-        )
+        done = change_tries_each(
+            conn, {i: r.try_number for i, r in succeeded.items()}, {i: {"end_date": r.at} for i, r in succeeded.items()},
+            expected=TIState.RUNNING, to=TIState.SUCCESS)
+        record_events(conn, ti_events(done, expected=TIState.RUNNING, to=TIState.SUCCESS,
+                                      at=max(r.at for r in succeeded.values()), who=who))
+        count_transitions(conn, TIState.SUCCESS, len(done))
+        record_task_state_signals(conn, done, to=TIState.SUCCESS, at=max(r.at for r in succeeded.values()))
         affected.update(row.dag_run_id for row in done)
     for ti_id, report in finished.items():
         if report.state != "failed":

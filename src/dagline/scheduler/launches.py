@@ -35,7 +35,7 @@ from dagline.scheduler.critical_section import QueuedTI
 from dagline.scheduler.isolation import describe, is_dags_fault
 from dagline.scheduler.renderer import Renderer, RenderFailed, RenderInterrupted, RenderRequest
 from dagline.spec import Task
-from dagline.templating import build_context, render, spark_templates
+from dagline.templating import build_context, spark_templates
 from dagline.times import duration_seconds
 
 
@@ -168,13 +168,21 @@ def spark_job(task: Task, rendered: dict[str, str]) -> SparkJob:
     )
 
 
-def render_job(task: Task, dag, *, run_id: str, logical_date, data_interval, try_number: int, conf: dict,
+def render_job(task: Task, dag, *, run_id: str, logical_date: dt.datetime,
+               data_interval: tuple[dt.datetime, dt.datetime], try_number: int, conf: dict,
                signal: dict | None = None) -> SparkJob:
-    """One try's Spark job rendered in this process (`dagline tasks render` and `tasks test`, which a
-    person runs on purpose: no renderer process); a template that fails raises ValueError."""
+    """One try's Spark job rendered now (`dagline tasks render` / `tasks test`), in a renderer process of
+    its own with the scheduler's budgets. Raises `RenderFailed` (a ValueError) naming the task and the
+    template."""
     context = build_context(
         dag_id=dag.dag_id, task_id=task.task_id, run_id=run_id, logical_date=logical_date,
         data_interval_start=data_interval[0], data_interval_end=data_interval[1], try_number=try_number,
-        params={**dag.spec.params, **conf}, conf=conf, timezone=dag.timezone, signal=signal,
+        params={**dag.spec.params, **conf}, conf=conf, timezone=dag.timezone,  # a run's conf overrides params
+        signal=signal,
     )
-    return spark_job(task, {name: render(text, context) for name, text in spark_templates(task.spark)})
+    renderer = Renderer()
+    try:
+        values = renderer.render(RenderRequest(task.task_id, spark_templates(task.spark), context))
+    finally:
+        renderer.close()
+    return spark_job(task, values)

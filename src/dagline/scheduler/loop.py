@@ -2,8 +2,9 @@
 
     heartbeat when due -> react to signals -> create runs -> start queued runs -> examine running runs
     -> critical section -> launch -> executor reports (+ mini-scheduler) -> stop the tries asked to stop
-    -> housekeeping on intervals (timeouts; declare
-    silent peers dead; adopt orphaned tries; reconcile this replica's own tries)
+    -> follow-up (queue, launch, store reports again while reports made tasks runnable) -> housekeeping
+    on intervals (timeouts; declare silent peers dead; adopt orphaned tries; reconcile this replica's
+    own tries)
 
 A replica also adopts orphaned tries once at start, before it launches anything.
 
@@ -28,18 +29,22 @@ liveness alone uses the database's clock).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import time
 from collections.abc import Callable
 
+from dagline import metrics
 from dagline.api_tokens import delete_ended_try_tokens
 from dagline.clock import Clock, SystemClock
 from dagline.dagstore import DagCache
 from dagline.db.claims import PoolsBusy, lock_running_runs, lock_runs_by_id
 from dagline.db.engine import Database
 from dagline.db.faults import first_line, is_transient
+from dagline.db.observe import at_commit
 from dagline.db.replicas import database_now
 from dagline.executors.base import Executor, TaskLaunch
 from dagline.queries import pending_retries
@@ -117,9 +122,14 @@ class Scheduler:
         self.failed_loops = 0  # iterations ended by a transient database error
         self._lock = SchedulerLock(db)
         self._pending_reports: list = []  # read from the executor, not yet stored
+        self._skipped_runs: set[int] = set()  # runs the mini-scheduler could not lock (a peer held them)
         self._stop_requested = False
         self._last_housekeeping = float("-inf")
         self._step = "start"
+        self._launch_failures = metrics.EXECUTOR_LAUNCH_FAILURES.labels(executor=executor.name)
+        self._launched = metrics.EXECUTOR_LAUNCHES.labels(executor=executor.name)
+        self._in_flight_gauge = metrics.EXECUTOR_IN_FLIGHT.labels(executor=executor.name)
+        self._open_slots_gauge = metrics.EXECUTOR_OPEN_SLOTS.labels(executor=executor.name)
         self.waiting_retry = None  # with `until_idle`: the soonest retry it waits for (dag_id, run_id, task_id...)
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -248,6 +258,7 @@ class Scheduler:
             if not is_transient(exc):
                 raise
             self.failed_loops += 1
+            metrics.FAILED_LOOPS.inc()
             delay = self.backoff.next()
             log.warning("database error while %s: %s; carrying on in %.1fs", self._step, first_line(exc), delay)
             self.wakeup.wait(delay, listen=False)
@@ -258,51 +269,96 @@ class Scheduler:
     # -- one loop ----------------------------------------------------------------------------------
 
     def iterate(self) -> LoopStats:
+        began = time.perf_counter()
+        stats = self._iterate()
+        metrics.LOOP_SECONDS.observe(time.perf_counter() - began)
+        metrics.LOOPS.inc()
+        self._in_flight_gauge.set(len(self.in_flight))
+        self._open_slots_gauge.set(self.executor.free_slots())
+        return stats
+
+    @contextlib.contextmanager
+    def _phase(self, phase: str, step: str):
+        """Name the step (for error messages) and time it into the phase histogram."""
+        self._step = step
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            metrics.LOOP_PHASE_SECONDS.labels(phase=phase).observe(time.perf_counter() - began)
+
+    def _iterate(self) -> LoopStats:
         stats = LoopStats()
         now = self.clock.now()
         s = self.settings
         # first: a replica declared dead learns it before taking work (a test run's process is no replica)
         if self.job_id is not None and self.liveness.heartbeat_due():
-            self._step = "heartbeating"
-            self.liveness.beat()
+            with self._phase("heartbeat", "heartbeating"):
+                self.liveness.beat()
         testing = self.test_run_id is not None  # a test run is created running: nothing to create or start
         if self.backfill_id is None and not testing:
-            self._step = "reacting to signals"
-            reacted = self.tx.run(lambda conn: react_to_signals(
-                conn, now=now, dags=self.dags, who=self.who, limit=s.signals_per_loop), what=self._step)
+            with self._phase("signals", "reacting to signals"):
+                reacted = self.tx.run(lambda conn: react_to_signals(
+                    conn, now=now, dags=self.dags, who=self.who, limit=s.signals_per_loop), what=self._step)
             stats.signals_handled = reacted.signals
             stats.runs_created += reacted.runs_created
             stats.tis_decided += reacted.tis_changed
             stats.runs_finished += reacted.runs_finished
-            self._step = "creating runs"
-            stats.runs_created += self.tx.run(lambda conn: create_scheduled_runs(
-                conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop, per_dag=s.runs_created_per_dag),
-                what=self._step)
+            with self._phase("create_runs", "creating runs"):
+                stats.runs_created += self.tx.run(lambda conn: create_scheduled_runs(
+                    conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
+                    per_dag=s.runs_created_per_dag), what=self._step)
         if not testing:
-            self._step = "starting runs"
-            stats.runs_started = self.tx.run(lambda conn: start_queued_runs(
-                conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop, backfill_id=self.backfill_id),
-                what=self._step)
-        self._step = "examining runs"
-        result = self.tx.run(lambda conn: examine_runs(
-            conn, lock_running_runs(conn, s.runs_per_loop, self.backfill_id, self.test_run_id), now=now,
-            dags=self.dags, who=self.who),
-            what=self._step)
+            with self._phase("start_runs", "starting runs"):
+                stats.runs_started = self.tx.run(lambda conn: start_queued_runs(
+                    conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
+                    backfill_id=self.backfill_id), what=self._step)
+        with self._phase("examine", "examining runs"):
+            result = self.tx.run(lambda conn: examine_runs(
+                conn, lock_running_runs(conn, s.runs_per_loop, self.backfill_id, self.test_run_id), now=now,
+                dags=self.dags, who=self.who), what=self._step)
         stats.tis_decided += result.tis_changed
         stats.runs_finished += result.runs_finished
         if not self._stop_requested:  # a stopping replica takes no new work
             self._queue_and_launch(stats, now)
-        self._apply_reports(stats)
-        stats.tries_stopped = self._stop_tries()
+        with self._phase("executor_sync", "storing executor reports"):
+            decided = self._apply_reports(stats)
+        stats.tries_stopped = self._stop_tries()  # before the follow-up: a restart's stop waits for nothing
+        self._follow_up(stats, decided, began=time.monotonic())
         if stats.runs_finished and not testing:
-            self._step = "finishing backfills"
-            self.tx.run(lambda conn: housekeeping.finish_backfills(conn, now=now, who=self.who), what=self._step)
+            with self._phase("finish_backfills", "finishing backfills"):
+                self.tx.run(lambda conn: housekeeping.finish_backfills(conn, now=now, who=self.who), what=self._step)
         self._housekeeping(stats, now)
         return stats
 
-    def _queue_and_launch(self, stats: LoopStats, now) -> None:
-        self._step = "queueing task instances"
+    def _follow_up(self, stats: LoopStats, decided: int, *, began: float) -> None:
+        """The fast path: while the reports just stored made tasks runnable (the mini-scheduler decided
+        them), queue, launch and store reports again at once, without a full pass (create, start, examine)
+        in between, for at most `follow_up_s`. A chain of quick tasks then moves one hop per critical
+        section, not one hop per loop. Nothing is skipped: the next iteration's full pass still looks at
+        everything."""
+        limit = self.settings.follow_up_s
+        while (decided or self._skipped_runs) and not self._stop_requested and time.monotonic() - began < limit:
+            if self._skipped_runs:  # runs a peer was examining when the reports came: their peer is done now
+                decided += self._retry_skipped(stats)
+            queued = self._queue_and_launch(stats, self.clock.now())
+            with self._phase("executor_sync", "storing executor reports"):
+                decided = self._apply_reports(stats)
+            if not queued and not decided:
+                break
 
+    def _retry_skipped(self, stats: LoopStats) -> int:
+        run_ids, self._skipped_runs = self._skipped_runs, set()
+        mini = LoopStats()
+        with self._phase("executor_sync", "deciding runs a peer held"):
+            self.tx.run(lambda conn: self._mini_schedule(conn, run_ids, mini, self.clock.now()), what=self._step)
+        self._skipped_runs -= run_ids  # skipped twice: left to the next examination
+        stats.tis_decided += mini.tis_decided
+        stats.runs_finished += mini.runs_finished
+        return mini.tis_decided
+
+    def _queue_and_launch(self, stats: LoopStats, now) -> int:
+        """The critical section and the launches; returns how many TIs it queued."""
         def queue(conn):
             queued = queue_task_instances(
                 conn, now=now, dags=self.dags, who=self.who, job_id=self.job_id,
@@ -311,11 +367,13 @@ class Scheduler:
             return queued, gather_launches(conn, queued, dags=self.dags, now=now, api_url=self.api_url)
 
         try:
-            queued, pending = self.tx.run(queue, what=self._step)
+            with self._phase("critical_section", "queueing task instances"):
+                queued, pending = self.tx.run(queue, what=self._step)
         except PoolsBusy:
+            metrics.CRITICAL_SECTION_BUSY.inc()
             log.debug("another replica is in the critical section; queueing nothing this round")
-            return
-        stats.tis_queued = len(queued)
+            return 0
+        stats.tis_queued += len(queued)
         self._step = "rendering templates"  # outside any transaction: a template may take its whole budget
         rendered = render_launches(pending, self.renderer)
         if rendered.broken:
@@ -325,6 +383,7 @@ class Scheduler:
                 mini = LoopStats()
                 affected = fail_unlaunchable(conn, rendered.broken, at=now, dags=self.dags, who=self.who)
                 self._mini_schedule(conn, affected, mini, now)
+                at_commit(conn, functools.partial(self._launch_failures.inc, len(rendered.broken)))
                 return mini
 
             mini = self.tx.run(fail, what=self._step)
@@ -333,24 +392,26 @@ class Scheduler:
         if rendered.left:
             log.info("stopping: %d queued tries left unrendered for the next replica to launch", len(rendered.left))
         self._launch(rendered.launches)  # only now: the queueing transaction has committed
+        return len(queued)
 
     def _launch(self, launches: list[TaskLaunch]) -> None:
         if not launches:
             return
-        self._step = "launching"
-        if self.job_id is not None:
-            self.liveness.check_before_launch()
-        self.executor.launch(launches)
-        self.in_flight.add(launches)
+        with self._phase("launch", "launching"):
+            if self.job_id is not None:
+                self.liveness.check_before_launch()
+            self.executor.launch(launches)
+            self.in_flight.add(launches)
+        self._launched.inc(len(launches))
 
-    def _apply_reports(self, stats: LoopStats) -> None:
+    def _apply_reports(self, stats: LoopStats) -> int:
         """Store the executor's reports. Reports whose transaction fails are kept and stored next time
-        (compare-and-set makes storing one twice harmless), so none is lost."""
+        (compare-and-set makes storing one twice harmless), so none is lost. Returns how many task
+        instances the mini-scheduler decided."""
         self._pending_reports += self.executor.sync()
         reports = self._pending_reports
         if not reports:
-            return
-        self._step = "storing executor reports"
+            return 0
         now = self.clock.now()
 
         def store(conn):
@@ -362,31 +423,40 @@ class Scheduler:
         mini = self.tx.run(store, what=self._step)
         self._pending_reports = []
         self.in_flight.stored(reports)
+        for report in reports:
+            metrics.EXECUTOR_REPORTS.labels(executor=self.executor.name, state=report.state).inc()
         stats.reports += len(reports)
         stats.tis_decided += mini.tis_decided
         stats.runs_finished += mini.runs_finished
+        return mini.tis_decided
 
     def _mini_schedule(self, conn, run_ids, stats: LoopStats, now) -> None:
-        """Decide the downstream tasks of runs whose TIs just ended, in the same transaction."""
+        """Decide the downstream tasks of runs whose TIs just ended, in the same transaction. Runs a peer
+        holds (it is examining them) are skipped, and noted: the follow-up tries them again once."""
         if run_ids:
-            result = examine_runs(conn, lock_runs_by_id(conn, sorted(run_ids)), now=now, dags=self.dags, who=self.who)
+            locked = lock_runs_by_id(conn, sorted(run_ids))
+            result = examine_runs(conn, locked, now=now, dags=self.dags, who=self.who)
             stats.tis_decided += result.tis_changed
             stats.runs_finished += result.runs_finished
+            skipped = set(run_ids) - {run.id for run in locked}
+            if skipped:
+                at_commit(conn, lambda: self._skipped_runs.update(skipped))
 
     def _stop_tries(self) -> int:
         """Stop the jobs of this replica's tries that were asked to stop (once per try); how many."""
         mine = self.in_flight.tries()
         if not mine:
             return 0
-        self._step = "stopping tries"
-        asked = self.tx.run(lambda conn: tries_to_stop(conn, mine), what=self._step)
         stopped = 0
-        for ti_try in asked:
-            key = self.in_flight.to_cancel(ti_try)
-            if key is not None:
-                log.info("stopping %s/%s/%s try %s on request", key.dag_id, key.run_id, key.task_id, key.try_number)
-                self.executor.cancel(key)
-                stopped += 1
+        with self._phase("stop_tries", "stopping tries"):
+            asked = self.tx.run(lambda conn: tries_to_stop(conn, mine), what=self._step)
+            for ti_try in asked:
+                key = self.in_flight.to_cancel(ti_try)
+                if key is not None:
+                    log.info("stopping %s/%s/%s try %s on request", key.dag_id, key.run_id, key.task_id,
+                             key.try_number)
+                    self.executor.cancel(key)
+                    stopped += 1
         return stopped
 
     # -- housekeeping ------------------------------------------------------------------------------
@@ -394,14 +464,16 @@ class Scheduler:
     def _housekeeping(self, stats: LoopStats, now) -> None:
         if time.monotonic() - self._last_housekeeping < self.settings.housekeeping_interval_s:
             return
+        with self._phase("housekeeping", "timing out tasks"):
+            self._keep_house(stats, now)
+        self._last_housekeeping = time.monotonic()
+
+    def _keep_house(self, stats: LoopStats, now) -> None:
         if self.test_run_id is not None:
-            self._step = "timing out tasks"
             for key in self.tx.run(lambda conn: housekeeping.time_out_tasks(
                     conn, now=now, dags=self.dags, who=self.who, test_run_id=self.test_run_id), what=self._step):
                 self.executor.cancel(key)
-            self._last_housekeeping = time.monotonic()
             return
-        self._step = "timing out tasks"
 
         def time_out_and_finish(conn):
             timed_out = housekeeping.time_out_tasks(conn, now=now, dags=self.dags, who=self.who)
@@ -411,6 +483,7 @@ class Scheduler:
             return timed_out
 
         timed_out = self.tx.run(time_out_and_finish, what=self._step)
+        metrics.TIMEOUTS.inc(len(timed_out))
         for key in timed_out:
             self.executor.cancel(key)  # a no-op unless this replica runs it
         if not self.db.is_sqlite:
@@ -422,12 +495,13 @@ class Scheduler:
         for key in cancel:
             self.executor.cancel(key)
         self._take_over(own, stats)
-        self._last_housekeeping = time.monotonic()
 
     def _take_over(self, settled: Settled, stats: LoopStats) -> None:
         """Track the tries the executor now follows; launch the queued ones that never started."""
         self.in_flight.add(settled.followed)
         stats.tis_adopted += settled.count
+        metrics.ADOPTED.inc(len(settled.followed) + len(settled.to_launch))
+        metrics.ZOMBIES.inc(settled.zombies)
         self._launch(settled.to_launch)
 
     def _declare_silent_peers_dead(self) -> None:
@@ -440,7 +514,8 @@ class Scheduler:
             return declare_stale_replicas_dead(conn, job_id=self.job_id, timeout_s=self.settings.replica_timeout_s,
                                                who=self.who, now=now)
 
-        self.tx.run(declare, what=self._step)
+        dead = self.tx.run(declare, what=self._step)
+        metrics.REPLICAS_DECLARED_DEAD.inc(len(dead))
 
     def _detach_executor(self) -> None:
         """Leave running jobs to whoever adopts them."""

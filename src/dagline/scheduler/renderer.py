@@ -101,15 +101,16 @@ class Renderer:
             try:
                 self._proc.stdin.close()  # the child ends at EOF
                 self._proc.wait(1)
-                self._proc.stdout.close()  # else a ResourceWarning (an error in the tests) when it is collected
             except (OSError, subprocess.TimeoutExpired):
-                self._kill()
-            self._proc = None
+                pass
+            self._kill()  # kills it if it is still there, and closes its pipes
 
     # -- internals ------------------------------------------------------------------------------
 
     def _process(self) -> subprocess.Popen:
-        if self._proc is None or self._proc.poll() is not None:
+        if self._proc is not None and self._proc.poll() is not None:
+            self._kill()  # it died: close its pipes before starting another
+        if self._proc is None:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "dagline.scheduler.renderer"], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, bufsize=0)

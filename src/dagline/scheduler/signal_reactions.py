@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime as dt
+import functools
 import json
 import logging
 from collections.abc import Sequence
@@ -39,10 +40,12 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
+from dagline import metrics
 from dagline.dagstore import DagCache
 from dagline.db.claims import claim_unhandled_signals, lock_dag, lock_run_for_signal
 from dagline.db.models import dag_run_t, dag_t, signal_action_t, signal_listener_t, signal_t, ti_t
 from dagline.db.notify import announce
+from dagline.db.observe import at_commit
 from dagline.db.transitions import request_stop
 from dagline.scheduler.examine import examine_runs
 from dagline.states import RunState, TIState
@@ -158,12 +161,18 @@ def _in_scope(rule, signal) -> bool:
     return rule.scope != "run" or signal.source_dag_run_id == rule.run_pk
 
 
-def _insert_action(conn: Connection, **row) -> bool:
-    """Insert one action row; False if the (signal, rule, run, task) already has one."""
+def _insert_action(conn: Connection, sent_at: dt.datetime, **row) -> bool:
+    """Insert one action row; False if the (signal, rule, run, task) already has one. Once the
+    transaction commits, the time from the signal's `sent_at` to this decision is observed
+    (`metrics.SIGNAL_ACTION_LATENCY`, by action)."""
     dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
     stmt = dialect_insert(signal_action_t).values(**row).on_conflict_do_nothing(
         index_elements=["signal_seq", "rule", "dag_run_id", "task_id"]).returning(signal_action_t.c.id)
-    return conn.execute(stmt).scalar() is not None
+    if conn.execute(stmt).scalar() is None:
+        return False
+    latency = max((row["decided_at"] - sent_at).total_seconds(), 0.0)  # an injected clock may be behind
+    at_commit(conn, functools.partial(metrics.SIGNAL_ACTION_LATENCY.labels(action=row["action"]).observe, latency))
+    return True
 
 
 def _supersede(conn: Connection, ti, *, actions: Sequence[str], now: dt.datetime, by: int) -> None:
@@ -183,7 +192,7 @@ def _act(conn: Connection, s, r, ti, *, now: dt.datetime, who: str) -> bool:
             return False
         if r.handling == "latest":
             _supersede(conn, ti, actions=("start",), now=now, by=s.seq)
-        return _insert_action(conn, **row, status="pending",
+        return _insert_action(conn, s.sent_at, **row, status="pending",
                               detail="waits for the task to be free" if ti.state in BUSY else None)
     if r.action == "restart":
         if _already(conn, s, r):
@@ -191,7 +200,7 @@ def _act(conn: Connection, s, r, ti, *, now: dt.datetime, who: str) -> bool:
         _supersede(conn, ti, actions=("restart",), now=now, by=s.seq)
         if ti.state in BUSY:
             _request_stop(conn, ti, now=now, who=who, why=f"restart by signal {s.seq} ({s.key})")
-            return _insert_action(conn, **row, status="pending", detail=f"stopping try {ti.try_number}")
+            return _insert_action(conn, s.sent_at, **row, status="pending", detail=f"stopping try {ti.try_number}")
         if ti.state in (TIState.SCHEDULED, TIState.UP_FOR_RETRY):
             # not started yet: the try about to start takes this signal (and no longer an earlier one)
             a = signal_action_t.c
@@ -200,18 +209,19 @@ def _act(conn: Connection, s, r, ti, *, now: dt.datetime, who: str) -> bool:
                                 a.action.in_(("start", "restart")), a.try_number == ti.try_number + 1)
                          .values(status="superseded", detail=f"superseded by signal {s.seq} before its try started"))
             conn.execute(update(ti_t).where(ti_t.c.id == ti.id).values(signal_seq=s.seq))
-            return _insert_action(conn, **row, status="done", try_number=ti.try_number + 1, done_at=now,
+            return _insert_action(conn, s.sent_at, **row, status="done", try_number=ti.try_number + 1, done_at=now,
                                   detail="the next try starts with this signal")
-        return _insert_action(conn, **row, status="pending")
+        return _insert_action(conn, s.sent_at, **row, status="pending")
     # stop
     if _already(conn, s, r):
         return False
     _supersede(conn, ti, actions=("start", "restart"), now=now, by=s.seq)
     if ti.state in BUSY:
         _request_stop(conn, ti, now=now, who=who, why=f"stop by signal {s.seq} ({s.key})")
-        return _insert_action(conn, **row, status="done", try_number=ti.try_number, done_at=now,
+        return _insert_action(conn, s.sent_at, **row, status="done", try_number=ti.try_number, done_at=now,
                               detail=f"stop requested for try {ti.try_number}")
-    return _insert_action(conn, **row, status="done", done_at=now, detail=f"nothing to stop: the task is {ti.state}")
+    return _insert_action(conn, s.sent_at, **row, status="done", done_at=now,
+                          detail=f"nothing to stop: the task is {ti.state}")
 
 
 def _already(conn: Connection, s, r) -> bool:
@@ -239,6 +249,6 @@ def _trigger(conn: Connection, s, listener, *, now: dt.datetime, dags: DagCache,
     interval = timetable_for(dag).manual_interval(when)
     [run_pk] = insert_runs(conn, dag=dag, version_id=listener.dag_version_id, run_type="signal",
                            runs=[NewRun(when, interval, s.sent_at, conf=conf, run_id=run_name)], now=now, who=who)
-    return _insert_action(conn, signal_seq=s.seq, rule=listener.rule, dag_id=dag.dag_id, dag_run_id=run_pk,
+    return _insert_action(conn, s.sent_at, signal_seq=s.seq, rule=listener.rule, dag_id=dag.dag_id, dag_run_id=run_pk,
                           run_id=run_name, task_id="", action="trigger", status="done", decided_at=now, done_at=now,
                           detail="run created (queued: it starts within maxActiveRuns)")

@@ -10,15 +10,15 @@ transaction); so on SQLite the stored CREATE TABLE text is edited in place, the 
 documentation gives for loosening a constraint (writable_schema, then a new schema_version). The
 constraint only gets wider, so every stored row still satisfies it.
 
-Revision ID: 0005_signals
-Revises: 0004
+Revision ID: 0006_signals
+Revises: 0005_ti_scheduled_at
 Create Date: 2026-11-24
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0005_signals'
-down_revision = '0004'
+revision = '0006_signals'
+down_revision = '0005_ti_scheduled_at'
 branch_labels = None
 depends_on = None
 
