@@ -337,6 +337,26 @@ def test_every_replica_serves_the_api_behind_one_service():
     assert "send_signal" in sender["command"][-1]
 
 
+def test_the_web_ui_gets_an_ingress_only_when_asked():
+    assert [m for m in render_chart() if m["kind"] == "Ingress"] == []  # off by default
+    manifests = render_chart({"ingress": {
+        "enabled": True, "className": "nginx", "host": "dagline.example.com",
+        "annotations": {"nginx.ingress.kubernetes.io/proxy-buffering": "off"},
+        "tls": [{"hosts": ["dagline.example.com"], "secretName": "dagline-tls"}]}})
+    ingress = one(manifests, "Ingress", "dagline")
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    assert ingress["metadata"]["annotations"] == {"nginx.ingress.kubernetes.io/proxy-buffering": "off"}
+    assert ingress["spec"]["tls"] == [{"hosts": ["dagline.example.com"], "secretName": "dagline-tls"}]
+    [rule] = ingress["spec"]["rules"]
+    assert rule["host"] == "dagline.example.com"
+    [path] = rule["http"]["paths"]
+    assert (path["path"], path["pathType"]) == ("/", "Prefix")
+    assert path["backend"]["service"] == {"name": "dagline-api", "port": {"name": "api"}}
+    one(manifests, "Service", "dagline-api")  # the Service it points at exists
+    any_host = one(render_chart({"ingress": {"enabled": True}}), "Ingress", "dagline")
+    assert "host" not in any_host["spec"]["rules"][0] and "ingressClassName" not in any_host["spec"]
+
+
 def test_database_is_migrated_once_by_a_hook_job():
     manifests = render_chart()
     job = one(manifests, "Job")
