@@ -57,6 +57,8 @@ PHASES = (
     "critical_section",   # 4. lock pools NOWAIT, queue TIs within every limit, render launches
     "launch",             #    hand the queued TIs to the executor (after the commit)
     "executor_sync",      # 5. store the executor's reports and run the mini-scheduler
+    "callbacks",          #    settle finished callback deliveries, claim due ones (the sending is in threads)
+    "deadlines",          #    record missed deadlines (every deadline_check_interval_s)
     "finish_backfills",   #    complete backfills whose runs all ended
     "housekeeping",       # 6. timeouts, silent peers, adoption, reconciling own tries
 )
@@ -153,7 +155,7 @@ DEADLINE_MISSES = Counter(
     ["kind"], registry=REGISTRY)
 CALLBACK_DELIVERIES = Counter(
     "dagline_callback_deliveries_total",
-    "Callback delivery attempts from the outbox, by channel (webhook, event, log) and outcome (delivered, failed).",
+    "Callback delivery attempts from the outbox, by channel (webhook, log, kubernetes_event) and outcome (delivered, failed).",
     ["channel", "outcome"], registry=REGISTRY)
 CALLBACK_DELIVERY_SECONDS = Histogram(
     "dagline_callback_delivery_duration_seconds", "Time one callback delivery attempt took, by channel.",

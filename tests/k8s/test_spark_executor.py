@@ -550,6 +550,33 @@ def test_a_failed_try_is_retried_as_a_new_application_and_succeeds(db, kube, spa
     assert_invariants(db)
 
 
+def test_tasks_logs_reads_the_driver_pods_log_through_the_api(db, kube, spark_operator, make_executor, clock, tmp_path):
+    from click.testing import CliRunner
+
+    from dagline.cli import main
+
+    spark_operator.on({"dagline.io/try": "1"}, Behaviour.fail("Traceback: ValueError: flaky input"))
+    apply(db, write_dag(tmp_path, FLAKY_DAG))
+    trigger_run(db, "flaky", now=clock.now())
+    run = run_until_done(db, make_executor(), clock, "flaky")
+    url = db.engine.url.render_as_string(hide_password=False)
+    cli = CliRunner()
+
+    first = cli.invoke(main, ["--db", url, "tasks", "logs", run["run_id"], "load", "--try", "1"])
+    name = sparkapp.application_name(TaskKey("flaky", run["run_id"], "load", 1))
+    assert first.exit_code == 0, first.output
+    assert f"driver of default/{name}" in first.output and "arguments: --try 1" in first.output
+    assert "exits with an error: Traceback: ValueError: flaky input" in first.output
+    # try 2 succeeded and the default retention deleted its application, and with it the driver pod
+    second = cli.invoke(main, ["--db", url, "tasks", "logs", run["run_id"], "load"])
+    assert second.exit_code == 1 and "no longer exists" in second.output and "DAGLINE_SPARK_RETENTION" in second.output
+    # a driver pod whose container has not started: the API's own message
+    kube.create("pods", NS, {"metadata": {"name": f"{name}-driver-2"}, "spec": {"containers": [{"name": "d"}]}})
+    kube.patch_status(APPS, NS, name, {"driverInfo": {"podName": f"{name}-driver-2"}})
+    waiting = cli.invoke(main, ["--db", url, "tasks", "logs", run["run_id"], "load", "--try", "1"])
+    assert waiting.exit_code == 1 and "ContainerCreating" in waiting.output
+
+
 def test_a_try_whose_driver_never_starts_fails_at_the_pending_timeout_and_the_retry_runs(
         pg_db, kube, spark_operator, make_executor, clock, tmp_path):
     spark_operator.on({"dagline.io/try": "1"}, Behaviour.hang("SUBMITTED"))  # e.g. an image pull error

@@ -17,6 +17,7 @@ No other module writes `with_for_update`: a new lock is a new function here, wit
 | `lock_schedulable_tis` | TIs | SKIP LOCKED | one queueing per try |
 | `claim_stale_replicas` | replicas | SKIP LOCKED | a dead replica is declared dead once |
 | `claim_orphaned_tis` | TIs | SKIP LOCKED | one adopter per orphaned try |
+| `claim_due_callbacks` | outbox rows | SKIP LOCKED + lease | one deliverer per callback at a time |
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from sqlalchemy import and_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from dagline.db.models import dag_run_t, dag_t, pool_t, scheduler_job_t, ti_t
+from dagline.db.models import callback_outbox_t, dag_run_t, dag_t, pool_t, scheduler_job_t, ti_t
 
 
 def lock_dag(conn: Connection, dag_id: str) -> Any | None:
@@ -222,3 +223,34 @@ def claim_orphaned_tis(
     if rows:
         conn.execute(update(ti_t).where(ti_t.c.id.in_([r.id for r in rows])).values(queued_by_job_id=job_id))
     return rows
+
+
+def claim_due_callbacks(
+    conn: Connection, *, now: dt.datetime, limit: int, channels: Sequence[str], job_id: int | None, lease_s: float,
+) -> list[Any]:
+    """Claim `pending` outbox rows due for an attempt (`next_attempt_at <= now`) on `channels`, oldest
+    first, at most `limit`: each gets `attempts + 1`, `claimed_by = job_id` and a lease
+    (`next_attempt_at = now + lease_s`). Returns (id, delivery_id, channel, event, target, payload,
+    attempts). Protects: one replica delivers a callback at a time (SKIP LOCKED, then the lease keeps
+    the row from every claimer once the claim commits), so the sending happens outside any transaction
+    and never twice at once. At least once: a replica that dies mid-delivery leaves the row pending, and
+    once its lease has passed another replica claims it again, with the same delivery id; the caller
+    reports the outcome with `outbox.settle_*` for the attempt number it claimed, so a late outcome of
+    an expired lease cannot undo a newer attempt's."""
+    box = callback_outbox_t.c
+    due = (
+        select(box.id)
+        .where(box.state == "pending", box.next_attempt_at <= now, box.channel.in_(list(channels)))
+        .order_by(box.next_attempt_at, box.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    ids = list(conn.execute(due).scalars())
+    if not ids:
+        return []
+    rows = conn.execute(
+        update(callback_outbox_t).where(box.id.in_(ids), box.state == "pending")
+        .values(attempts=box.attempts + 1, claimed_by=job_id, next_attempt_at=now + dt.timedelta(seconds=lease_s))
+        .returning(box.id, box.delivery_id, box.channel, box.event, box.target, box.payload, box.attempts)
+    ).all()
+    return sorted(rows, key=lambda row: row.id)

@@ -11,6 +11,9 @@
 | `DAGLINE_LIVENESS_TIMEOUT` | 60 | seconds without progress of kopf or the scheduler loop before `/healthz` fails |
 | `DAGLINE_EXECUTOR` | spark-k8s | the executor of the scheduler loop (`noop` for demos and tests) |
 | `DAGLINE_PARALLELISM` | 32 | tries the executor runs at once |
+| `DAGLINE_LOG_FORMAT` | text | `json`: one JSON object per log line, and a line per scheduler decision |
+
+Callback delivery reads `DAGLINE_CALLBACK_*` (`dagline.scheduler.deliveries.CallbackSettings`).
 
 A bad value is an `InvalidInput` naming the variable.
 """
@@ -40,6 +43,7 @@ class OperatorSettings:
     liveness_timeout_s: float = 60.0
     executor: str = "spark-k8s"
     parallelism: int = 32
+    log_format: str = "text"
 
     def __post_init__(self):
         if self.namespace is not None and not _DNS_LABEL.fullmatch(self.namespace):
@@ -59,6 +63,8 @@ class OperatorSettings:
         if self.executor not in EXECUTORS:
             raise InvalidInput(f"unknown executor {self.executor!r} (choose {', '.join(EXECUTORS)})",
                                field="DAGLINE_EXECUTOR")
+        if self.log_format not in ("text", "json"):
+            raise InvalidInput(f"must be text or json, got {self.log_format!r}", field="DAGLINE_LOG_FORMAT")
         if self.parallelism < 1:
             raise InvalidInput(f"must be at least 1, got {self.parallelism}", field="DAGLINE_PARALLELISM")
 
@@ -91,6 +97,7 @@ class OperatorSettings:
             "liveness_timeout_s": number("DAGLINE_LIVENESS_TIMEOUT", float),
             "executor": text("DAGLINE_EXECUTOR"),
             "parallelism": number("DAGLINE_PARALLELISM", int),
+            "log_format": text("DAGLINE_LOG_FORMAT"),
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**{key: value for key, value in values.items() if value is not None})

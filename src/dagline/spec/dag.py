@@ -16,6 +16,8 @@ from typing import Any
 import pendulum
 from pydantic import ValidationError
 
+from dagline.callbacks import CallbackSpec
+from dagline.deadlines import DeadlineSpec
 from dagline.errors import InvalidInput
 from dagline.spec.checks import check_dag_spec, topological_order
 from dagline.spec.fields import check_dag_id
@@ -24,9 +26,26 @@ from dagline.spec.problems import invalid_input
 from dagline.times import parse_duration, parse_instant
 
 
+# Fields added after specs were first stored: left out of the normalized form while unset, so a DAG
+# that does not use them keeps the version (hash) it always had.
+_OMITTED_WHEN_UNSET = {"deadline": None, "callbacks": None}
+
+
+def _omit_unset(mapping: dict[str, Any]) -> None:
+    for key, unset in _OMITTED_WHEN_UNSET.items():
+        if key in mapping and mapping[key] in (unset, []):
+            del mapping[key]
+
+
 def normalized_spec(spec: DagSpec) -> dict[str, Any]:
-    """The spec as JSON with every field present and defaults filled: what the database stores."""
-    return spec.model_dump(mode="json", by_alias=True)
+    """The spec as JSON with every field present and defaults filled (but for `deadline` and
+    `callbacks`, which appear only when set): what the database stores."""
+    data = spec.model_dump(mode="json", by_alias=True)
+    _omit_unset(data)
+    _omit_unset(data["defaults"])
+    for task in data["tasks"]:
+        _omit_unset(task)
+    return data
 
 
 def version_of(spec_json: Mapping[str, Any]) -> str:
@@ -60,6 +79,8 @@ class Task:
     start_date: dt.datetime | None  # None: from the DAG's start
     execution_timeout: pendulum.Duration | None
     spark: SparkSpec
+    deadline: DeadlineSpec | None = None
+    callbacks: tuple[CallbackSpec, ...] = ()
 
 
 def _resolve_task(task: TaskSpec, defaults: TaskDefaults, timezone: str) -> Task:
@@ -83,6 +104,8 @@ def _resolve_task(task: TaskSpec, defaults: TaskDefaults, timezone: str) -> Task
         start_date=parse_instant(task.start_date, timezone) if task.start_date else None,
         execution_timeout=parse_duration(timeout) if timeout else None,
         spark=task.spark,
+        deadline=task.deadline,
+        callbacks=tuple(setting("callbacks")),
     )
 
 
