@@ -155,7 +155,8 @@ DEADLINE_MISSES = Counter(
     ["kind"], registry=REGISTRY)
 CALLBACK_DELIVERIES = Counter(
     "dagline_callback_deliveries_total",
-    "Callback delivery attempts from the outbox, by channel (webhook, log, kubernetes_event) and outcome (delivered, failed).",
+    "Callback delivery attempts from the outbox, by channel (webhook, log, kubernetes_event) "
+    "and outcome (delivered, failed).",
     ["channel", "outcome"], registry=REGISTRY)
 CALLBACK_DELIVERY_SECONDS = Histogram(
     "dagline_callback_delivery_duration_seconds", "Time one callback delivery attempt took, by channel.",

@@ -12,13 +12,12 @@ from sqlalchemy import select
 
 from dagline import metrics
 from dagline.cli import main
+from dagline.clock import FixedClock
 from dagline.db.models import callback_outbox_t, dag_run_t, ti_t
 from dagline.db.outbox import list_deliveries
+from dagline.executors.noop import NoopExecutor
 from dagline.pools import set_pool
 from dagline.scheduler.deadlines import record_missed_deadlines
-
-from dagline.clock import FixedClock
-from dagline.executors.noop import NoopExecutor
 from dagline.scheduler.loop import Scheduler
 
 from .harness import apply, backfill, events, runs, schedule, t, tis, write_dag

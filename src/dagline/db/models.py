@@ -88,8 +88,9 @@ def _in(column: str, values: tuple[str, ...]) -> str:
 # the housekeeping query that finds missed deadlines reads only rows that are due.
 RUN_DEADLINE_OPEN_STATES = ("queued", "running")
 TI_DEADLINE_OPEN_STATES = ("none", "scheduled", "queued", "running", "up_for_retry")
-_RUN_DEADLINE_OPEN = f"deadline_at IS NOT NULL AND deadline_missed_at IS NULL AND {_in('state', RUN_DEADLINE_OPEN_STATES)}"
-_TI_DEADLINE_OPEN = f"deadline_at IS NOT NULL AND deadline_missed_at IS NULL AND {_in('state', TI_DEADLINE_OPEN_STATES)}"
+_DEADLINE_DUE = "deadline_at IS NOT NULL AND deadline_missed_at IS NULL"
+_RUN_DEADLINE_OPEN = f"{_DEADLINE_DUE} AND {_in('state', RUN_DEADLINE_OPEN_STATES)}"
+_TI_DEADLINE_OPEN = f"{_DEADLINE_DUE} AND {_in('state', TI_DEADLINE_OPEN_STATES)}"
 
 
 class Base(DeclarativeBase):

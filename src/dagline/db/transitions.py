@@ -23,8 +23,8 @@ from dagline import metrics
 from dagline.db import decisions
 from dagline.db.models import dag_run_t, event_t, ti_t
 from dagline.db.notify import announce
-from dagline.db.outbox import enqueue_for_events
 from dagline.db.observe import at_commit
+from dagline.db.outbox import enqueue_for_events
 from dagline.deps import next_state_after_failure
 from dagline.states import RunState, TIState
 

@@ -47,12 +47,12 @@ from dagline.executors.try_files import (
     exit_file_path,
     last_log_line,
     log_path,
-    log_limits as read_log_limits,
     parse_time,
     pid_file_path,
     read_outcome,
     wrapper_alive,
 )
+from dagline.executors.try_files import log_limits as read_log_limits
 
 _END_WAIT_S = 15.0  # how long `end` waits for wrappers to stop their jobs before SIGKILL
 

@@ -39,7 +39,8 @@ def record_missed_deadlines(conn: Connection, *, now: dt.datetime, who: str, lim
                  ti_t.c.deadline_at))
     record_events(conn, [  # the same keys in every row: one executemany
         {"at": now, "who": who, "entity": "deadline", "dag_id": r.dag_id, "dag_run_id": r.id,
-         "ti_id": None, "task_id": None, "try_number": None, "from_state": r.state, "to_state": r.state, "detail": f"run deadline {r.deadline_at.isoformat()} missed"}
+         "ti_id": None, "task_id": None, "try_number": None, "from_state": r.state, "to_state": r.state,
+         "detail": f"run deadline {r.deadline_at.isoformat()} missed"}
         for r in runs
     ] + [
         {"at": now, "who": who, "entity": "deadline", "dag_id": r.dag_id, "dag_run_id": r.dag_run_id,

@@ -49,8 +49,8 @@ from dagline.executors.base import Executor, TaskLaunch
 from dagline.queries import pending_retries
 from dagline.scheduler import housekeeping
 from dagline.scheduler.adoption import Adopter, Settled, declare_others_dead, declare_stale_replicas_dead
-from dagline.scheduler.create_runs import create_scheduled_runs
 from dagline.scheduler.channels import Callback, SecretReader, log_channel, webhook_channel
+from dagline.scheduler.create_runs import create_scheduled_runs
 from dagline.scheduler.critical_section import queue_task_instances
 from dagline.scheduler.deadlines import record_missed_deadlines
 from dagline.scheduler.deliveries import CallbackSettings, Deliveries

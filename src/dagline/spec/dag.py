@@ -25,7 +25,6 @@ from dagline.spec.models import DagDocument, DagSpec, SparkSpec, TaskDefaults, T
 from dagline.spec.problems import invalid_input
 from dagline.times import parse_duration, parse_instant
 
-
 # Fields added after specs were first stored: left out of the normalized form while unset, so a DAG
 # that does not use them keeps the version (hash) it always had.
 _OMITTED_WHEN_UNSET = {"deadline": None, "callbacks": None}

@@ -131,7 +131,8 @@ class DagSpec(SpecModel):
     params: dict[str, Any] = {}
     defaults: TaskDefaults = Field(default_factory=TaskDefaults)
     deadline: DeadlineSpec | None = Field(None, description="each run must be done within `within` of its `of`")
-    callbacks: list[CallbackSpec] = Field(default_factory=list, description="on a run's success, failure, deadline_miss")
+    callbacks: list[CallbackSpec] = Field(default_factory=list,
+                                          description="on a run's success, failure, deadline_miss")
     tasks: list[TaskSpec] = Field(min_length=1)
 
     @field_validator("schedule")
