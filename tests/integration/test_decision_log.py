@@ -10,8 +10,13 @@ import os
 import subprocess
 import sys
 
+from dagline.clock import FixedClock
 from dagline.db import decisions
+from dagline.executors.noop import NoopExecutor
+from dagline.logformat import DECISIONS, JsonFormatter
 from dagline.runs import trigger_run
+from dagline.scheduler.loop import Scheduler
+from dagline.scheduler.settings import SchedulerSettings
 
 from .harness import apply, t, write_dag
 
@@ -96,3 +101,70 @@ def test_timeouts_zombies_adoptions_and_dead_replicas_are_decisions():
     assert decisions.kind_of({"entity": "dag_run", "from_state": None, "to_state": "queued"}) == "run_created"
     assert decisions.kind_of({"entity": "deadline", "from_state": "running", "to_state": "running"}) == "deadline_missed"
     assert decisions.kind_of({"entity": "task_instance", "from_state": "none", "to_state": "scheduled"}) is None
+
+
+WATCHED = """
+apiVersion: dagline.io/v1alpha1
+kind: DAG
+metadata: {name: watched}
+spec:
+  paused: false
+  schedule: "@daily"
+  startDate: "2026-03-01T00:00:00"
+  catchup: false
+  tasks:
+    - {id: slow, retries: 1, retryDelay: PT1M, executionTimeout: PT10M, spark: {mainApplicationFile: s.py}}
+    - {id: long, retries: 1, spark: {mainApplicationFile: l.py}}
+"""
+
+
+class _Lines(logging.Handler):
+    """The JSON lines `--log-format json` would print, kept in memory."""
+
+    def __init__(self):
+        super().__init__()
+        self.setFormatter(JsonFormatter())
+        self.lines: list[dict] = []
+
+    def emit(self, record):
+        self.lines.append(json.loads(self.format(record)))
+
+
+def test_run_created_ti_queued_timeout_and_adoption_are_json_lines_from_real_loops(pg_db, tmp_path):
+    """Two replicas on PostgreSQL: A creates the scheduled run and queues both tasks; B, whose clock is past
+    `slow`'s executionTimeout, times it out; A stops gracefully and B adopts `long`. Each is one JSON line."""
+    apply(pg_db, write_dag(tmp_path, WATCHED))
+    logger, lines = logging.getLogger(DECISIONS), _Lines()
+    logger.addHandler(lines)
+    logger.setLevel(logging.INFO)  # what logformat.configure("json") does
+    fast = SchedulerSettings(heartbeat_interval_s=1.0, replica_timeout_s=2.0, poll_interval_s=0.05,
+                             housekeeping_interval_s=1e-6)
+    a_clock, b_clock = FixedClock(t("2026-03-02T00:00:00Z")), FixedClock(t("2026-03-02T00:10:01Z"))
+    a = Scheduler(pg_db, NoopExecutor(4, clock=a_clock, duration_s=3600), clock=a_clock, settings=fast)
+    b = Scheduler(pg_db, NoopExecutor(4, clock=b_clock, duration_s=3600), clock=b_clock, settings=fast)
+    try:
+        a.start()
+        a.iterate()
+        a.iterate()
+        b.start()
+        b.iterate()  # past slow's executionTimeout: B times it out (A still runs the job)
+        a.request_stop()
+        a.stop()  # graceful: `long` keeps running, for a peer to adopt
+        b.iterate()
+    finally:
+        for replica in (a, b):
+            replica.stop()
+        logger.removeHandler(lines)
+        logger.setLevel(logging.WARNING)
+    made = [line for line in lines.lines if "decision" in line]
+    assert all({"ts", "level", "logger", "message", "at", "who"} <= line.keys() for line in made)
+
+    (created,) = [line for line in made if line["decision"] == "run_created"]
+    assert (created["dag_id"], created["to_state"], created["who"]) == ("watched", "queued", a.who)
+    queued = sorted(line["task_id"] for line in made if line["decision"] == "ti_queued" and line["who"] == a.who)
+    assert queued == ["long", "slow"]
+    (timeout,) = [line for line in made if line["decision"] == "timeout"]
+    assert (timeout["task_id"], timeout["to_state"], timeout["who"]) == ("slow", "up_for_retry", b.who)
+    assert timeout["at"] == "2026-03-02T00:10:01+00:00" and "executionTimeout" in timeout["detail"]
+    (adoption,) = [line for line in made if line["decision"] == "adoption"]
+    assert adoption["who"] == b.who and f"of scheduler {a.job_id}" in adoption["detail"]
