@@ -236,12 +236,7 @@ def tasks_logs(obj: Context, run_ref, task_id, try_number, follow, poll_interval
         executor = None if ti.queued_by_job_id is None else conn.execute(
             select(scheduler_job_t.c.executor).where(scheduler_job_t.c.id == ti.queued_by_job_id)).scalar()
     if executor == "spark-k8s":
-        from dagline.k8s.pod_logs import driver_log
-
-        namespace = (ti.external_id or "").partition("/")[0] or os.environ.get("DAGLINE_SPARK_NAMESPACE") or "default"
-        for chunk in driver_log(key, namespace):
-            sys.stdout.buffer.write(chunk)
-        sys.stdout.flush()
+        _follow_driver_log(key, ti, follow=follow, look=look, poll_interval=poll_interval)
         return
     path = log_path(resolve_log_folder(log_folder), key)
     for older in log_files(path)[:-1] if os.path.exists(path) else log_files(path):
@@ -268,6 +263,38 @@ def tasks_logs(obj: Context, run_ref, task_id, try_number, follow, poll_interval
     if follow:
         state = ti.state if ti.try_number == number else f"{ti.state} (now on try {ti.try_number})"
         click.echo(f"try {number} of {task_id} ended: {state}", err=True)
+
+
+def _follow_driver_log(key, ti, *, follow: bool, look, poll_interval: float) -> None:
+    """A spark-k8s try's driver log; with --follow, read again each poll (printing only what is new)
+    until the try ends. While it runs, a driver pod not readable yet (not created, container starting)
+    is waited for, said once on stderr; once it has ended, such an error is the command's."""
+    from dagline.k8s.pod_logs import driver_log
+
+    namespace = (ti.external_id or "").partition("/")[0] or os.environ.get("DAGLINE_SPARK_NAMESPACE") or "default"
+    printed, said = 0, None
+    while True:
+        ended = not (follow and ti.try_number == key.try_number and ti.state in TIState.ACTIVE)
+        try:
+            for chunk in driver_log(key, namespace, skip=printed):
+                sys.stdout.buffer.write(chunk)
+                printed += len(chunk)
+        except OperationFailed as exc:
+            if ended and not (follow and printed):
+                raise
+            if ended:  # printed what there was; the application went with the try's end (retention)
+                click.echo(f"the driver log is no longer readable: {exc}", err=True)
+            elif str(exc) != said:
+                said = str(exc)
+                click.echo(f"waiting for the driver log: {exc}", err=True)
+        sys.stdout.flush()
+        if ended:
+            break
+        time.sleep(poll_interval)
+        _, ti = look()
+    if follow:
+        state = ti.state if ti.try_number == key.try_number else f"{ti.state} (now on try {ti.try_number})"
+        click.echo(f"try {key.try_number} of {key.task_id} ended: {state}", err=True)
 
 
 @main.group()

@@ -5,6 +5,10 @@ namespace its `external_id` names); its driver pod is the one `status.driverInfo
 spark-operator's `<application>-driver` when the status says nothing). The log is CoreV1
 `read_namespaced_pod_log`, streamed in chunks, so a large log is never held in memory. A finished
 application that the executor's retention deleted takes its pods along: the error says so.
+
+`--follow` reads the log again every poll and prints what lies past the bytes already printed (`skip`):
+a pod's log only grows while its container runs, and polling works alike on every API server, where
+a held-open `follow=true` stream would tie the reader to one connection that may drop.
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ def driver_pod(apps: SparkApplications, name: str) -> str:
     return ((app.get("status") or {}).get("driverInfo") or {}).get("podName") or f"{name}-driver"
 
 
-def driver_log(key: TaskKey, namespace: str, *, api_client=None, tail_lines: int | None = None) -> Iterator[bytes]:
-    """The driver log of one try, in chunks."""
+def driver_log(key: TaskKey, namespace: str, *, api_client=None, tail_lines: int | None = None,
+               skip: int = 0) -> Iterator[bytes]:
+    """The driver log of one try, in chunks, less its first `skip` bytes."""
     api_client = api_client or load_api_client()
     name = application_name(key)
     pod = driver_pod(SparkApplications(api_client, namespace), name)
@@ -46,6 +51,11 @@ def driver_log(key: TaskKey, namespace: str, *, api_client=None, tail_lines: int
                                   f"{exc.status} {api_message(exc)}") from None
         raise OperationFailed(f"the Kubernetes API could not be reached: {exc}") from None
     try:
-        yield from response.stream(1 << 16)
+        for chunk in response.stream(1 << 16):
+            if skip >= len(chunk):
+                skip -= len(chunk)
+                continue
+            yield chunk[skip:]
+            skip = 0
     finally:
         response.release_conn()
