@@ -24,6 +24,7 @@ from dagline.scheduler.channels import SecretReader
 from dagline.scheduler.deliveries import CallbackSettings
 from dagline.scheduler.loop import Scheduler
 from dagline.spec import parse_dag_yaml
+from tests.polling import wait_for
 
 from .harness import apply, runs, t, write_dag
 from .receiver import Receiver
@@ -189,6 +190,54 @@ spec:
     stored = normalized_spec(plain.spec)
     assert "callbacks" not in stored and "deadline" not in stored and "callbacks" not in stored["tasks"][0]
     assert Dag.from_spec_json("ok", stored).version == Dag.from_document(plain).version
+
+
+CHAIN_DAG = """
+apiVersion: dagline.io/v1alpha1
+kind: DAG
+metadata: {name: chain}
+spec:
+  paused: false
+  schedule: null
+  callbacks: [{events: [success], webhook: {urlFrom: {env: HOOK_URL}}}]
+  defaults:
+    callbacks: [{events: [success], webhook: {urlFrom: {env: HOOK_URL}}}]
+  tasks:
+    - {id: a, spark: {mainApplicationFile: a.py}}
+    - {id: b, upstream: [a], spark: {mainApplicationFile: b.py}}
+    - {id: c, upstream: [b], spark: {mainApplicationFile: c.py}}
+"""
+
+
+def _iterate_until(sched, condition, what):
+    def step():
+        sched.iterate()
+        return condition()
+    wait_for(step, what, timeout=60)
+
+
+def test_a_receiver_that_hangs_never_holds_up_the_loop(db, tmp_path, receiver):
+    """The receiver holds `a`'s success callback unanswered; the loop runs b and c and ends the run
+    meanwhile, and their callbacks go out on other workers. Once answered, `a`'s is recorded too."""
+    apply(db, write_dag(tmp_path, CHAIN_DAG))
+    trigger_run(db, "chain", logical_date=t(NOW), now=t(NOW))
+    receiver.hold(lambda body: body["task_id"] == "a")
+    clock = FixedClock(t(NOW))
+    sched = _scheduler(db, clock, receiver)
+    sched.start()
+    try:
+        _iterate_until(sched, lambda: runs(db, "chain")[0]["state"] == "success", "the run to end")
+        assert receiver.held.is_set() and not receiver.release.is_set()  # a's webhook still hangs
+        _iterate_until(sched, lambda: len(receiver.received) == 4, "the other callbacks")
+        rows = {(d.task_id or "run"): (d.state, d.attempts) for d in _deliveries(db)}
+        # a's is claimed (pending, its attempt counted, under a lease) while its request hangs
+        assert rows == {"a": ("pending", 1), "b": ("delivered", 1), "c": ("delivered", 1), "run": ("delivered", 1)}
+        receiver.release.set()
+        _iterate_until(sched, lambda: {d.state for d in _deliveries(db)} == {"delivered"}, "a's callback recorded")
+    finally:
+        receiver.release.set()
+        sched.stop()
+    assert len(receiver.received) == 4  # each sent once
 
 
 KILL_DAG = """
