@@ -14,6 +14,7 @@ import sys
 import pytest
 from sqlalchemy import select
 
+from dagline import metrics
 from dagline.clock import FixedClock
 from dagline.db.models import callback_outbox_t
 from dagline.db.outbox import list_deliveries
@@ -110,6 +111,8 @@ def test_a_failed_attempt_is_retried_with_backoff_with_the_same_delivery_id_then
     apply(db, write_dag(tmp_path, DAG))
     trigger_run(db, "hooks", logical_date=t(NOW), now=t(NOW))
     receiver.answer = lambda body: 503
+    failed = metrics.CALLBACK_DELIVERIES.labels(channel="webhook", outcome="failed")
+    failed_before = failed._value.get()
     clock = FixedClock(t(NOW))
     _scheduler(db, clock, receiver, max_attempts=3, backoff_base_s=10).run(until_idle=True)
     (row,) = _deliveries(db)
@@ -127,6 +130,7 @@ def test_a_failed_attempt_is_retried_with_backoff_with_the_same_delivery_id_then
     (row,) = _deliveries(db)
     assert (row.state, row.attempts) == ("failed", 3)  # the limit: kept, with its last error
     assert [h["X-Dagline-Attempt"] for h, _ in receiver.received] == ["1", "2", "3"]
+    assert failed._value.get() == failed_before + 3  # each failed attempt counted
     assert len({b["delivery_id"] for b in receiver.bodies()}) == 1
 
 

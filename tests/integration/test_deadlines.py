@@ -5,6 +5,10 @@ one done in time fires nothing. The loop finds misses at the deadline, not when 
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 import threading
 
 from click.testing import CliRunner
@@ -19,8 +23,11 @@ from dagline.executors.noop import NoopExecutor
 from dagline.pools import set_pool
 from dagline.scheduler.deadlines import record_missed_deadlines
 from dagline.scheduler.loop import Scheduler
+from tests import prometheus
+from tests.polling import wait_for
 
 from .harness import apply, backfill, events, runs, schedule, t, tis, write_dag
+from .receiver import Receiver
 
 DAG = """
 apiVersion: dagline.io/v1alpha1
@@ -196,3 +203,58 @@ def test_backfill_runs_have_no_deadline(db, tmp_path):
     (scheduled,) = [r for r in runs(db, "sales") if r["run_type"] == "scheduled"]  # the latest interval
     assert scheduled["deadline"] == "2026-03-10T02:00:00+00:00"
     assert _misses(db) == []
+
+
+LATE = """
+apiVersion: dagline.io/v1alpha1
+kind: DAG
+metadata: {name: late}
+spec:
+  paused: false
+  schedule: "@daily"
+  startDate: "2026-03-01T00:00:00"
+  catchup: false
+  deadline: {within: PT1H}
+  callbacks:
+    - {events: [deadline_miss], log: {}}
+    - {events: [deadline_miss], webhook: {urlFrom: {env: HOOK_URL}}}
+  tasks:
+    - {id: load, pool: warehouse, spark: {mainApplicationFile: l.py}}
+"""
+
+
+def test_a_real_replicas_metrics_page_counts_the_miss_and_the_callback_deliveries(pg_db, tmp_path):
+    """`dagline scheduler --metrics-port` with its clock past the run's deadline: the miss and the two
+    deliveries (log line, webhook to a real local receiver) appear on the scraped page."""
+    apply(pg_db, write_dag(tmp_path, LATE))
+    set_pool(pg_db, "warehouse", 0, now=t("2026-03-02T00:00:00Z"))  # `load` cannot start: the run stays open
+    receiver = Receiver()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "HOOK_URL": receiver.url, "DAGLINE_SCHEDULER_POLL_INTERVAL_S": "0.05"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagline.cli", "--db", pg_db.url, "scheduler", "--executor", "noop",
+         "--metrics-port", str(port), "--now", "2026-03-02T01:30:00Z"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    value = prometheus.value
+
+    def settled():
+        page = prometheus.scrape(port)
+        done = value(page, "dagline_callback_deliveries_total", channel="webhook", outcome="delivered") == 1
+        return page if done and value(page, "dagline_callback_deliveries_total", channel="log",
+                                      outcome="delivered") == 1 else None
+
+    try:
+        page = wait_for(settled, "the miss's deliveries on the metrics page", timeout=60, tolerate=(OSError,))
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        receiver.close()
+    assert value(page, "dagline_deadline_misses_total", kind="run") == 1
+    assert value(page, "dagline_deadline_misses_total", kind="task") in (None, 0)  # no task deadline
+    assert value(page, "dagline_callback_delivery_duration_seconds_count", channel="webhook") == 1
+    for phase in ("callbacks", "deadlines"):
+        assert value(page, "dagline_scheduler_loop_phase_duration_seconds_count", phase=phase) > 0, phase
+    [body] = receiver.bodies()
+    assert (body["event"], body["kind"], body["deadline"]) == ("deadline_miss", "run", "2026-03-02T01:00:00+00:00")
