@@ -107,6 +107,26 @@ def test_webhooks_fire_per_dag_and_per_task_with_the_documented_body(db, tmp_pat
     assert len({d.delivery_id for d in _deliveries(db)}) == 3
 
 
+def test_outbox_rows_are_written_in_the_state_changes_transaction(db, tmp_path):
+    """A state change that rolls back leaves no callback behind; the same change committed leaves one."""
+    from dagline.db.transitions import record_events
+
+    apply(db, write_dag(tmp_path, DAG))
+    run = trigger_run(db, "hooks", logical_date=t(NOW), now=t(NOW))
+    row = {"at": t(NOW), "who": "test", "entity": "dag_run", "dag_id": "hooks", "dag_run_id": run.id,
+           "from_state": "running", "to_state": "success"}
+    with pytest.raises(RuntimeError):
+        with db.begin() as conn:
+            record_events(conn, [row])
+            assert conn.execute(select(callback_outbox_t)).all() != []  # written, in this transaction
+            raise RuntimeError("the state change fails after its event was written")
+    assert _deliveries(db) == []
+    with db.begin() as conn:
+        record_events(conn, [row])
+    (written,) = _deliveries(db)
+    assert (written.event, written.task_id, written.state) == ("success", None, "pending")
+
+
 def test_a_failed_attempt_is_retried_with_backoff_with_the_same_delivery_id_then_given_up(db, tmp_path, receiver):
     apply(db, write_dag(tmp_path, DAG))
     trigger_run(db, "hooks", logical_date=t(NOW), now=t(NOW))
