@@ -19,8 +19,9 @@ running it a second time.
 
 Stopping a job: `spark-submit` execs a JVM that starts a Python driver, and PySpark's worker daemon
 moves itself into its own process group. So the wrapper marks itself a child subreaper (Linux),
-sends SIGTERM to the job's process group and to every other descendant, waits `KILL_GRACE_S`, then
-sends SIGKILL. When the job's main process has exited, leftover descendants are killed too: a
+sends SIGTERM to the job's process group and to every other descendant, waits `--grace` seconds
+(the task's stopGracePeriod; `KILL_GRACE_S` by default), then sends SIGKILL. When the job's main
+process has exited, leftover descendants are killed too: a
 finished try leaves nothing behind. SIGTERM, SIGINT and SIGHUP sent to the wrapper are forwarded
 the same way (that is how a try is cancelled), and the signal is recorded in the outcome.
 
@@ -168,8 +169,9 @@ def _log(message: str) -> None:
     print(f"[dagline] {message}", file=sys.stderr, flush=True)
 
 
-def run(cmd: list[str], exit_file: str, timeout_s: float | None, pid_file: str | None = None, *,
-        log_file: str | None = None, log_max_bytes: int | None = None, log_files: int = 5) -> int:
+def run(cmd: list[str], exit_file: str, timeout_s: float | None, pid_file: str | None = None,
+        grace_s: float = KILL_GRACE_S, *, log_file: str | None = None, log_max_bytes: int | None = None,
+        log_files: int = 5) -> int:
     """Run `cmd` to the end (or the timeout), write the outcome to `exit_file`, return an exit status."""
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _on_signal)
@@ -205,9 +207,9 @@ def run(cmd: list[str], exit_file: str, timeout_s: float | None, pid_file: str |
             stop_reason = f"received {signal.Signals(_received_signal).name}"
             outcome["signal"] = signal.Signals(_received_signal).name
         if stop_reason is not None and kill_at is None:
-            _log(f"{stop_reason}: stopping the job (SIGTERM, then SIGKILL after {KILL_GRACE_S:g}s)")
+            _log(f"{stop_reason}: stopping the job (SIGTERM, then SIGKILL after {grace_s:g}s)")
             _signal_job(child.pid, signal.SIGTERM)
-            kill_at = now + KILL_GRACE_S
+            kill_at = now + grace_s
         elif kill_at is not None and now >= kill_at:
             _log("the job did not stop in time: SIGKILL")
             _signal_job(child.pid, signal.SIGKILL)
@@ -244,12 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-file", help="the try's log file (the job's stdout and stderr), to rotate")
     parser.add_argument("--log-max-bytes", type=int, default=None, help="rotate the log file past this size")
     parser.add_argument("--log-files", type=int, default=5, help="files kept per try, the current one included")
+    parser.add_argument("--grace", type=float, default=KILL_GRACE_S,
+                        help="seconds between SIGTERM and SIGKILL when stopping the job (stopGracePeriod)")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     args = parser.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         parser.error("no command given after --")
-    return run(cmd, args.exit_file, args.timeout or None, args.pid_file, log_file=args.log_file,
+    return run(cmd, args.exit_file, args.timeout or None, args.pid_file, args.grace, log_file=args.log_file,
                log_max_bytes=args.log_max_bytes, log_files=max(1, args.log_files))
 
 

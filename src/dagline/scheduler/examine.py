@@ -5,6 +5,12 @@ For every run: read its TIs (and, for `dependsOnPast` tasks, the TIs of its `pre
 `dependsOnPast`, a TI in `up_for_retry` once its retry time has passed, decisions propagating within
 one walk; the run's outcome once its TIs are all finished), then write the decisions, grouped by
 (from, to) state, as compare-and-sets with events.
+
+Signals: a TI for which a `start` or `restart` action is pending (`signal_action.status`) may be
+scheduled by that signal (`run_decision`); the action is then marked done with the try it starts,
+in the same transaction, and the TI records the signal (`signal_seq`, for templates) and gets its
+`retries` afresh: signal-started tries do not use up retries. A run that finishes drops the actions
+still pending for it.
 """
 
 from __future__ import annotations
@@ -14,11 +20,11 @@ import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, select, update
 from sqlalchemy.engine import Connection
 
 from dagline.dagstore import DagCache
-from dagline.db.models import dag_run_t, dag_t, ti_t
+from dagline.db.models import dag_run_t, dag_t, signal_action_t, ti_t
 from dagline.db.transitions import change_runs, change_tis
 from dagline.run_decision import TaskFacts, TIFacts, decide_run
 from dagline.scheduler.isolation import DagFailed, describe, is_dags_fault, isolated, record_import_error
@@ -41,7 +47,7 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
     run_ids = [run.id for run in runs]
     tis_by_run: dict[int, dict[str, object]] = collections.defaultdict(dict)
     for ti in conn.execute(
-        select(ti_t.c.id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state, ti_t.c.next_retry_at)
+        select(ti_t.c.id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state, ti_t.c.next_retry_at, ti_t.c.try_number)
         .where(ti_t.c.dag_run_id.in_(run_ids))
     ):
         tis_by_run[ti.dag_run_id][ti.task_id] = ti
@@ -52,9 +58,12 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
                        now=now, who=who)
         if dag is not None:
             dag_by_run[run.id] = dag
+    with_rules = [run.id for run in runs if run.id in dag_by_run and dag_by_run[run.id].has_task_rules]
+    pending = pending_signals(conn, with_rules) if with_rules else Pending.none()
     previous_states = _previous_states(conn, [run for run in runs if run.id in dag_by_run], dag_by_run)
 
     changes: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
+    by_signal: dict[int, tuple[int, object]] = {}  # ti id -> (run id, task) started by a pending signal
     outcomes: dict[str, list[int]] = collections.defaultdict(list)
     task_facts: dict[int, list[TaskFacts]] = {}  # per DAG version
     for run in runs:
@@ -62,11 +71,14 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
         if dag is None:
             continue
         if run.dag_version_id not in task_facts:
-            task_facts[run.dag_version_id] = [TaskFacts(task_id, task.upstream, task.trigger_rule, task.depends_on_past)
+            task_facts[run.dag_version_id] = [TaskFacts(task_id, task.upstream, task.trigger_rule, task.depends_on_past,
+                                                        task.waits_for_signal)
                                               for task_id, task in dag.tasks.items()]
         decision = _guarded(conn, run.dag_id, "examining runs", lambda run=run, dag=dag: decide_run(
             task_facts[run.dag_version_id],
-            {task_id: TIFacts(ti.id, ti.state, ti.next_retry_at) for task_id, ti in tis_by_run.get(run.id, {}).items()},
+            {task_id: TIFacts(ti.id, ti.state, ti.next_retry_at, (run.id, task_id) in pending,
+                              (run.id, task_id) in pending.restarts)
+             for task_id, ti in tis_by_run.get(run.id, {}).items()},
             leaves=dag.leaves,
             previous_states=previous_states.get(run.previous_run_id, {}),
             now=now,
@@ -75,6 +87,8 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
             continue
         for change in decision.changes:
             changes[(change.from_state, change.to_state)].append(change.ti_id)
+            if change.by_signal:
+                by_signal[change.ti_id] = (run.id, dag.tasks[_task_of(tis_by_run[run.id], change.ti_id)])
         if decision.outcome is not None:
             outcomes[decision.outcome].append(run.id)
 
@@ -82,15 +96,76 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
         values = {"end_date": now, "start_date": now} if to in TIState.FINISHED else {}
         if to == TIState.SCHEDULED:
             values = {"next_retry_at": None, "scheduled_at": now}
-        result.tis_changed += len(change_tis(conn, ids, expected=expected, to=to, at=now, who=who, values=values))
+        changed = change_tis(conn, ids, expected=expected, to=to, at=now, who=who, values=values)
+        result.tis_changed += len(changed)
+        started = [r for r in changed if r.id in by_signal]
+        if started:
+            kinds = ("restart",) if expected == TIState.UP_FOR_RETRY else ("start", "restart")
+            _start_by_signal(conn, started, by_signal, now, kinds)
     finished = []
     for outcome, ids in outcomes.items():
         finished += change_runs(conn, ids, expected=RunState.RUNNING, to=outcome, at=now, who=who,
                                 values={"end_date": now})
     result.runs_finished = len(finished)
+    if finished:
+        conn.execute(update(signal_action_t)
+                     .where(signal_action_t.c.dag_run_id.in_([r.id for r in finished]),
+                            signal_action_t.c.status == "pending")
+                     .values(status="dropped", done_at=now, detail="the run ended first"))
     conn.execute(update(dag_run_t).where(dag_run_t.c.id.in_(run_ids)).values(last_scheduling_decision=now))
     _after_runs_finished(conn, finished, dags, now=now, who=who)
     return result
+
+
+class Pending(set):
+    """(run id, task id) of the TIs a start or restart signal waits for; `restarts`: those a restart waits for."""
+
+    restarts: set
+
+    @classmethod
+    def none(cls) -> Pending:
+        pending = cls()
+        pending.restarts = set()
+        return pending
+
+
+def pending_signals(conn: Connection, run_ids: Sequence[int]) -> Pending:
+    a = signal_action_t.c
+    pending = Pending.none()
+    for row in conn.execute(
+        select(a.dag_run_id, a.task_id, a.action).distinct()
+        .where(a.dag_run_id.in_(list(run_ids)), a.status == "pending", a.action.in_(("start", "restart")))
+    ):
+        pending.add((row.dag_run_id, row.task_id))
+        if row.action == "restart":
+            pending.restarts.add((row.dag_run_id, row.task_id))
+    return pending
+
+
+def _task_of(tis: dict, ti_id: int) -> str:
+    return next(task_id for task_id, ti in tis.items() if ti.id == ti_id)
+
+
+def _start_by_signal(conn: Connection, rows: Sequence, by_signal: dict, now: dt.datetime,
+                     kinds: Sequence[str] = ("start", "restart")) -> None:
+    """The TIs just scheduled by a pending signal: per TI, the oldest pending start or restart action
+    becomes `done` with the try it starts; the TI records its signal and gets its retries afresh."""
+    a = signal_action_t.c
+    for row in rows:
+        run_id, task = by_signal[row.id]
+        action = conn.execute(
+            select(a.id, a.signal_seq)
+            .where(a.dag_run_id == run_id, a.task_id == row.task_id, a.status == "pending",
+                   a.action.in_(list(kinds)))
+            .order_by(a.signal_seq, a.id).limit(1)).first()
+        if action is None:
+            continue
+        next_try = row.try_number + 1
+        conn.execute(update(signal_action_t).where(and_(a.id == action.id, a.status == "pending"))
+                     .values(status="done", try_number=next_try, done_at=now))
+        conn.execute(update(ti_t).where(ti_t.c.id == row.id).values(
+            signal_seq=action.signal_seq, max_tries=row.try_number + task.retries + 1, stop_requested_at=None,
+            start_date=None, end_date=None))
 
 
 def _guarded(conn: Connection, dag_id: str, doing: str, fn, *, now: dt.datetime, who: str):

@@ -19,31 +19,38 @@ from pydantic import ValidationError
 from dagline.callbacks import CallbackSpec
 from dagline.deadlines import DeadlineSpec
 from dagline.errors import InvalidInput
+from dagline.signal_rules import SignalRule
 from dagline.spec.checks import check_dag_spec, topological_order
 from dagline.spec.fields import check_dag_id
 from dagline.spec.models import DagDocument, DagSpec, SparkSpec, TaskDefaults, TaskSpec
 from dagline.spec.problems import invalid_input
 from dagline.times import parse_duration, parse_instant
 
-# Fields added after specs were first stored: left out of the normalized form while unset, so a DAG
-# that does not use them keeps the version (hash) it always had.
-_OMITTED_WHEN_UNSET = {"deadline": None, "callbacks": None}
+# Fields added after specs were first stored: left out of the normalized form while unset (at their
+# defaults), so a DAG that does not use them keeps the version (hash) it always had.
+_OMITTED_WHEN_UNSET = {"deadline": None, "callbacks": None}  # in the DAG, its defaults and its tasks; [] too
+_LATER_DAG_FIELDS = {"triggers": []}
+_LATER_TASK_FIELDS = {"mode": "batch", "stopGracePeriod": None, "on": []}
 
 
-def _omit_unset(mapping: dict[str, Any]) -> None:
+def _omit_unset(mapping: dict[str, Any], later: Mapping[str, Any] | None = None) -> None:
     for key, unset in _OMITTED_WHEN_UNSET.items():
         if key in mapping and mapping[key] in (unset, []):
+            del mapping[key]
+    for key, default in (later or {}).items():
+        if key in mapping and mapping[key] == default:
             del mapping[key]
 
 
 def normalized_spec(spec: DagSpec) -> dict[str, Any]:
-    """The spec as JSON with every field present and defaults filled (but for `deadline` and
-    `callbacks`, which appear only when set): what the database stores."""
+    """The spec as JSON with every field present and defaults filled: what the database stores
+    (fields added later appear only when set: `deadline`, `callbacks`, `triggers`, and a task's
+    `mode`, `stopGracePeriod` and `on`)."""
     data = spec.model_dump(mode="json", by_alias=True)
-    _omit_unset(data)
+    _omit_unset(data, _LATER_DAG_FIELDS)
     _omit_unset(data["defaults"])
-    for task in data["tasks"]:
-        _omit_unset(task)
+    for task in data.get("tasks", []):
+        _omit_unset(task, _LATER_TASK_FIELDS)
     return data
 
 
@@ -80,6 +87,18 @@ class Task:
     spark: SparkSpec
     deadline: DeadlineSpec | None = None
     callbacks: tuple[CallbackSpec, ...] = ()
+    mode: str = "batch"
+    stop_grace_period: pendulum.Duration = dataclasses.field(default_factory=lambda: pendulum.duration(seconds=30))
+    on: tuple[SignalRule, ...] = ()
+
+    @property
+    def streaming(self) -> bool:
+        return self.mode == "streaming"
+
+    @property
+    def waits_for_signal(self) -> bool:
+        """A task with a `start` rule is not started by its upstream tasks alone."""
+        return any(rule.action == "start" for rule in self.on)
 
 
 def _resolve_task(task: TaskSpec, defaults: TaskDefaults, timezone: str) -> Task:
@@ -105,6 +124,10 @@ def _resolve_task(task: TaskSpec, defaults: TaskDefaults, timezone: str) -> Task
         spark=task.spark,
         deadline=task.deadline,
         callbacks=tuple(setting("callbacks")),
+        mode=task.mode,
+        stop_grace_period=parse_duration(task.stop_grace_period or "PT30S"),
+        on=tuple(task.on),
+
     )
 
 
@@ -123,6 +146,11 @@ class Dag:
     version: str
     spec_json: dict[str, Any]
     roots: tuple[str, ...]  # tasks without upstream
+
+    @property
+    def has_task_rules(self) -> bool:
+        """Whether any task has signal rules (`on`): only then can a signal wait for one of its TIs."""
+        return any(task.on for task in self.tasks.values())
 
     @classmethod
     def from_document(cls, document: DagDocument) -> Dag:
@@ -144,7 +172,7 @@ class Dag:
 
     @classmethod
     def _build(cls, dag_id: str, spec: DagSpec, *, source: str | None) -> Dag:
-        check_dag_spec(spec, source)
+        check_dag_spec(spec, source, dag_id)
         upstream = {task.id: task.upstream for task in spec.tasks}
         order, _ = topological_order([task.id for task in spec.tasks], upstream)
         by_id = {task.id: task for task in spec.tasks}

@@ -7,9 +7,10 @@ the Kubernetes CRD schemas are generated from them (`model_json_schema(by_alias=
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import to_jsonable_python
 
 from dagline.callbacks import CallbackSpec
@@ -24,10 +25,12 @@ from dagline.limits import (
     MAX_SPARK_INSTANCES,
     MIN_PRIORITY_WEIGHT,
 )
+from dagline.signal_rules import SignalRule, SignalTrigger
 from dagline.spec.bounds import json_value_problem
 from dagline.spec.fields import (
     DagId,
     ExecutionTimeout,
+    IsoDuration,
     PoolName,
     RetryDelay,
     SparkMemory,
@@ -102,7 +105,23 @@ class TaskSpec(SpecModel):
     execution_timeout: ExecutionTimeout | None = None
     deadline: DeadlineSpec | None = Field(None, description="the task must be done within `within` of the run's `of`")
     callbacks: list[CallbackSpec] | None = Field(None, description="on success, failure, retry, deadline_miss")
+    mode: Literal["batch", "streaming"] = Field(
+        "batch", description="streaming: runs until stopped (a stopped try ends success); batch: runs to its end")
+    stop_grace_period: IsoDuration | None = Field(
+        None, description="ISO-8601 duration between the stop request (SIGTERM) and the kill; default PT30S")
+    on: list[SignalRule] = Field([], description="signal rules acting on this task inside running runs")
     spark: SparkSpec
+
+    @model_validator(mode="before")
+    @classmethod
+    def _on_key(cls, data: Any) -> Any:
+        # YAML 1.1 (PyYAML, and kubectl's go-yaml) reads an unquoted `on:` key as the boolean true
+        if isinstance(data, Mapping) and "on" not in data:
+            for spelling in (True, "true"):
+                if spelling in data:
+                    data = {("on" if k == spelling else k): v for k, v in data.items()}
+                    break
+        return data
 
     @field_validator("start_date")
     @classmethod
@@ -133,6 +152,8 @@ class DagSpec(SpecModel):
     deadline: DeadlineSpec | None = Field(None, description="each run must be done within `within` of its `of`")
     callbacks: list[CallbackSpec] = Field(default_factory=list,
                                           description="on a run's success, failure, deadline_miss")
+    triggers: list[SignalTrigger] = Field([], description="a new run (type signal, conf = value) per matching signal")
+
     tasks: list[TaskSpec] = Field(min_length=1)
 
     @field_validator("schedule")

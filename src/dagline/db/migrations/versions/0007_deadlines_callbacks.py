@@ -3,15 +3,15 @@ indexes holding only the rows whose deadline may still be missed), and the `call
 
 Plain ADD COLUMN and CREATE INDEX on both databases (no SQLite table rebuild).
 
-Revision ID: 0006_deadlines_callbacks
-Revises: 0005_ti_scheduled_at
+Revision ID: 0007_deadlines_callbacks
+Revises: 0006_signals
 Create Date: 2026-11-24
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0006_deadlines_callbacks'
-down_revision = '0005_ti_scheduled_at'
+revision = '0007_deadlines_callbacks'
+down_revision = '0006_signals'
 branch_labels = None
 depends_on = None
 
