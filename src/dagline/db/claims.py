@@ -17,6 +17,7 @@ No other module writes `with_for_update`: a new lock is a new function here, wit
 | `lock_schedulable_tis` | TIs | SKIP LOCKED | one queueing per try |
 | `claim_stale_replicas` | replicas | SKIP LOCKED | a dead replica is declared dead once |
 | `claim_orphaned_tis` | TIs | SKIP LOCKED | one adopter per orphaned try |
+| `claim_due_callbacks` | outbox rows | SKIP LOCKED + lease | one deliverer per callback at a time |
 | `lock_signal_key` | one signal key (advisory) | wait | per key, `seq` order is commit order |
 | `claim_unhandled_signals` | signals | SKIP LOCKED | one reaction per signal, in `seq` order per key |
 | `lock_run_for_signal` | one run | wait | a signal's action against the run's own decisions |
@@ -32,7 +33,7 @@ from sqlalchemy import and_, func, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from dagline.db.models import dag_run_t, dag_t, pool_t, scheduler_job_t, signal_t, ti_t
+from dagline.db.models import callback_outbox_t, dag_run_t, dag_t, pool_t, scheduler_job_t, signal_t, ti_t
 
 
 def lock_dag(conn: Connection, dag_id: str) -> Any | None:
@@ -227,6 +228,37 @@ def claim_orphaned_tis(
     return rows
 
 
+def claim_due_callbacks(
+    conn: Connection, *, now: dt.datetime, limit: int, channels: Sequence[str], job_id: int | None, lease_s: float,
+) -> list[Any]:
+    """Claim `pending` outbox rows due for an attempt (`next_attempt_at <= now`) on `channels`, oldest
+    first, at most `limit`: each gets `attempts + 1`, `claimed_by = job_id` and a lease
+    (`next_attempt_at = now + lease_s`). Returns (id, delivery_id, channel, event, target, payload,
+    attempts). Protects: one replica delivers a callback at a time (SKIP LOCKED, then the lease keeps
+    the row from every claimer once the claim commits), so the sending happens outside any transaction
+    and never twice at once. At least once: a replica that dies mid-delivery leaves the row pending, and
+    once its lease has passed another replica claims it again, with the same delivery id; the caller
+    reports the outcome with `outbox.settle_*` for the attempt number it claimed, so a late outcome of
+    an expired lease cannot undo a newer attempt's."""
+    box = callback_outbox_t.c
+    due = (
+        select(box.id)
+        .where(box.state == "pending", box.next_attempt_at <= now, box.channel.in_(list(channels)))
+        .order_by(box.next_attempt_at, box.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    ids = list(conn.execute(due).scalars())
+    if not ids:
+        return []
+    rows = conn.execute(
+        update(callback_outbox_t).where(box.id.in_(ids), box.state == "pending")
+        .values(attempts=box.attempts + 1, claimed_by=job_id, next_attempt_at=now + dt.timedelta(seconds=lease_s))
+        .returning(box.id, box.delivery_id, box.channel, box.event, box.target, box.payload, box.attempts)
+    ).all()
+    return sorted(rows, key=lambda row: row.id)
+
+
 SIGNAL_KEY_LOCK_CLASS = 0x5167  # the advisory-lock namespace of signal keys ("Sg")
 
 
@@ -264,3 +296,4 @@ def lock_run_for_signal(conn: Connection, run_id: int) -> Any | None:
     started by a signal is seen by the next decision. Waiting, not skipping: signals of one key
     must be applied in order, so this one cannot be left for later."""
     return conn.execute(select(dag_run_t).where(dag_run_t.c.id == run_id).with_for_update()).first()
+

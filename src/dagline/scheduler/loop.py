@@ -2,9 +2,10 @@
 
     heartbeat when due -> react to signals -> create runs -> start queued runs -> examine running runs
     -> critical section -> launch -> executor reports (+ mini-scheduler) -> stop the tries asked to stop
-    -> follow-up (queue, launch, store reports again while reports made tasks runnable) -> housekeeping
-    on intervals (timeouts; declare silent peers dead; adopt orphaned tries; reconcile this replica's
-    own tries)
+    -> follow-up (queue, launch, store reports again while reports made tasks runnable) -> callbacks
+    (settle and start deliveries from the outbox, never waiting on the network: `deliveries`) -> missed
+    deadlines (every `deadline_check_interval_s`: `deadlines`) -> housekeeping on intervals (timeouts;
+    declare silent peers dead; adopt orphaned tries; reconcile this replica's own tries)
 
 A replica also adopts orphaned tries once at start, before it launches anything.
 
@@ -35,7 +36,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from dagline import metrics
 from dagline.api_tokens import delete_ended_try_tokens
@@ -50,8 +51,11 @@ from dagline.executors.base import Executor, TaskLaunch
 from dagline.queries import pending_retries
 from dagline.scheduler import housekeeping
 from dagline.scheduler.adoption import Adopter, Settled, declare_others_dead, declare_stale_replicas_dead
+from dagline.scheduler.channels import Callback, SecretReader, log_channel, webhook_channel
 from dagline.scheduler.create_runs import create_scheduled_runs
 from dagline.scheduler.critical_section import queue_task_instances
+from dagline.scheduler.deadlines import record_missed_deadlines
+from dagline.scheduler.deliveries import CallbackSettings, Deliveries
 from dagline.scheduler.examine import examine_runs
 from dagline.scheduler.executor_events import apply_reports, fail_unlaunchable
 from dagline.scheduler.guard import SchedulerLock
@@ -79,6 +83,8 @@ class LoopStats:
     tis_queued: int = 0
     reports: int = 0
     tis_adopted: int = 0
+    callbacks: int = 0  # outbox rows claimed or settled
+    deadlines_missed: int = 0
     tries_stopped: int = 0
 
     @property
@@ -99,6 +105,9 @@ class Scheduler:
     def __init__(
         self, db: Database, executor: Executor, *, clock: Clock | None = None,
         settings: SchedulerSettings | None = None, backfill_id: int | None = None,
+        callback_settings: CallbackSettings | None = None,
+        callback_channels: Mapping[str, Callable[[Callback], None]] | None = None,
+        secret_reader: SecretReader | None = None,
         test_run_id: int | None = None, api_url: str | None = None,
     ):
         self.db = db
@@ -119,6 +128,12 @@ class Scheduler:
         self.in_flight = InFlight()
         self.renderer = Renderer(time_budget_s=s.template_time_budget_s, should_stop=lambda: self._stop_requested)
         self.adopter: Adopter | None = None
+        self.callback_settings = callback_settings or CallbackSettings()
+        secrets = secret_reader or SecretReader()
+        self.callback_channels = {"webhook": webhook_channel(secrets, timeout_s=self.callback_settings.timeout_s),
+                                  "log": log_channel, **(callback_channels or {})}
+        self.deliveries: Deliveries | None = None
+        self._last_deadline_check = float("-inf")
         self.failed_loops = 0  # iterations ended by a transient database error
         self._lock = SchedulerLock(db)
         self._pending_reports: list = []  # read from the executor, not yet stored
@@ -148,6 +163,8 @@ class Scheduler:
         self.adopter = Adopter(self.tx, self.executor, dags=self.dags, job_id=self.job_id, who=self.who,
                                batch=self.settings.tis_per_loop, sqlite=self.db.is_sqlite, renderer=self.renderer,
                                api_url=self.api_url)
+        self.deliveries = Deliveries(self.tx, self.callback_channels, job_id=self.job_id, clock=self.clock,
+                                     settings=self.callback_settings, on_done=self.wakeup.interrupt)
         self.executor.start()
         if self.db.is_sqlite:  # the file lock proves every earlier scheduler is gone
             self.tx.run(lambda conn: declare_others_dead(conn, job_id=self.job_id, who=self.who),
@@ -188,6 +205,8 @@ class Scheduler:
                     log.warning("scheduler %s stopped without deregistering (%s); peers will declare it dead",
                                 self.job_id, first_line(exc))
         finally:
+            if self.deliveries is not None:
+                self.deliveries.close()
             self.renderer.close()
             self.wakeup.close()
             self._lock.release()
@@ -216,7 +235,8 @@ class Scheduler:
                 if should_stop is not None and should_stop():
                     break
                 if stats.work == 0 and not self._stop_requested:
-                    if until_idle and not self.executor.has_work() and not self._pending_reports:
+                    if (until_idle and not self.executor.has_work() and not self._pending_reports
+                            and not self._callbacks_pending()):
                         wait_s = self._retry_wait()
                         if wait_s is None:
                             break
@@ -325,6 +345,10 @@ class Scheduler:
             decided = self._apply_reports(stats)
         stats.tries_stopped = self._stop_tries()  # before the follow-up: a restart's stop waits for nothing
         self._follow_up(stats, decided, began=time.monotonic())
+        if not testing:  # a test run fires no callbacks and has no deadline
+            with self._phase("callbacks", "delivering callbacks"):
+                stats.callbacks = self.deliveries.pump(now)
+            self._check_deadlines(stats, now)
         if stats.runs_finished and not testing:
             with self._phase("finish_backfills", "finishing backfills"):
                 self.tx.run(lambda conn: housekeeping.finish_backfills(conn, now=now, who=self.who), what=self._step)
@@ -458,6 +482,26 @@ class Scheduler:
                     self.executor.cancel(key)
                     stopped += 1
         return stopped
+
+    # -- callbacks and deadlines -------------------------------------------------------------------
+
+    def _callbacks_pending(self) -> bool:
+        """For `until_idle`: deliveries in flight, or due rows a forced claim starts now."""
+        if self.deliveries is None:  # a test run's process delivers none
+            return False
+        return self.deliveries.busy() or self.deliveries.pump(self.clock.now(), force=True) > 0
+
+    def _check_deadlines(self, stats: LoopStats, now) -> None:
+        if time.monotonic() - self._last_deadline_check < self.callback_settings.deadline_check_interval_s:
+            return
+        with self._phase("deadlines", "recording missed deadlines"):
+            misses = self.tx.run(lambda conn: record_missed_deadlines(conn, now=now, who=self.who), what=self._step)
+        self._last_deadline_check = time.monotonic()
+        if misses.runs or misses.tasks:
+            metrics.DEADLINE_MISSES.labels(kind="run").inc(misses.runs)
+            metrics.DEADLINE_MISSES.labels(kind="task").inc(misses.tasks)
+            log.warning("deadlines missed: %d run(s), %d task instance(s)", misses.runs, misses.tasks)
+        stats.deadlines_missed += misses.runs + misses.tasks
 
     # -- housekeeping ------------------------------------------------------------------------------
 
