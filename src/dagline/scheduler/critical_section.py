@@ -56,10 +56,14 @@ def queue_task_instances(
         return []
     dag_ids = sorted({c.dag_id for c in candidates})
     load = admission_load(conn, dag_ids)  # the same reading `dagline tasks list` explains waits with
+    current = {c.dag_id: c.current_version_id for c in candidates}  # maxActiveTasks: the current spec's
+    dags.prefetch(conn, {c.dag_version_id for c in candidates} | set(current.values()))
     max_active_tasks, broken = {}, set()
     for dag_id in dag_ids:  # a DAG whose current version cannot be read queues nothing (see `isolation`)
         try:
-            max_active_tasks[dag_id] = dags.current(conn, dag_id)[1].spec.max_active_tasks
+            version_id = current[dag_id]
+            dag = dags.get(conn, version_id) if version_id is not None else dags.current(conn, dag_id)[1]
+            max_active_tasks[dag_id] = dag.spec.max_active_tasks
         except Exception as exc:
             if not is_dags_fault(exc):
                 raise

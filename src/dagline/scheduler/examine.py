@@ -46,6 +46,7 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
     ):
         tis_by_run[ti.dag_run_id][ti.task_id] = ti
 
+    dags.prefetch(conn, {run.dag_version_id for run in runs})
     dag_by_run = {}
     for run in runs:  # a run whose version cannot be read is skipped (and its DAG's import error recorded)
         dag = _guarded(conn, run.dag_id, "examining runs", lambda run=run: dags.get(conn, run.dag_version_id),
@@ -114,12 +115,29 @@ def _previous_states(conn: Connection, runs: Sequence, dag_by_run: dict) -> dict
 
 def _after_runs_finished(conn: Connection, finished: Sequence, dags: DagCache, *, now: dt.datetime,
                          who: str) -> None:
-    """A finished scheduled or manual run frees a `maxActiveRuns` place: let the DAG create runs again."""
-    for dag_id in sorted({r.dag_id for r in finished if r.run_type != "backfill"}):
-        version_id = conn.execute(select(dag_t.c.current_version_id).where(dag_t.c.dag_id == dag_id)).scalar()
-        if version_id is not None:
-            try:
-                with isolated(conn, dag_id, "planning the next run", at=now, who=who):
-                    refresh_next_dagrun(conn, dag_id, dags.get(conn, version_id), now=now)
-            except DagFailed:
-                continue
+    """A finished scheduled or manual run frees a `maxActiveRuns` place: let the DAG create runs again.
+    A DAG without a schedule whose row names no next run has nothing to refresh (manual runs only)."""
+    dag_ids = sorted({r.dag_id for r in finished if r.run_type != "backfill"})
+    if not dag_ids:
+        return
+    rows = conn.execute(select(dag_t.c.dag_id, dag_t.c.current_version_id, dag_t.c.next_dagrun,
+                               dag_t.c.next_dagrun_data_interval_start, dag_t.c.next_dagrun_data_interval_end,
+                               dag_t.c.next_dagrun_create_after)
+                        .where(dag_t.c.dag_id.in_(dag_ids)).order_by(dag_t.c.dag_id)).all()
+    dags.prefetch(conn, [row.current_version_id for row in rows])
+    for row in rows:
+        if row.current_version_id is None:
+            continue
+        dag = _guarded(conn, row.dag_id, "planning the next run",
+                       lambda row=row: dags.get(conn, row.current_version_id), now=now, who=who)
+        if dag is None:
+            continue
+        if dag.spec.schedule is None and all(value is None for value in (
+                row.next_dagrun, row.next_dagrun_data_interval_start, row.next_dagrun_data_interval_end,
+                row.next_dagrun_create_after)):
+            continue  # refreshing would write these same empty values (no savepoint, no statement)
+        try:
+            with isolated(conn, row.dag_id, "planning the next run", at=now, who=who):
+                refresh_next_dagrun(conn, row.dag_id, dag, now=now)
+        except DagFailed:
+            continue

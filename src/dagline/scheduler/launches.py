@@ -57,15 +57,14 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
     """What rendering these tries needs: their run, task, context and working folder (database reads only)."""
     if not queued:
         return Gathered([], [])
-    runs = {
+    runs = {  # with the folder of the run's DAG version (the version of every try in it)
         row.id: row for row in conn.execute(
             select(dag_run_t.c.id, dag_run_t.c.run_id, dag_run_t.c.logical_date, dag_run_t.c.data_interval_start,
-                   dag_run_t.c.data_interval_end, dag_run_t.c.conf)
+                   dag_run_t.c.data_interval_end, dag_run_t.c.conf, dag_version_t.c.source_dir)
+            .outerjoin(dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
             .where(dag_run_t.c.id.in_({q.dag_run_id for q in queued})))
     }
-    source_dirs = dict(conn.execute(
-        select(dag_version_t.c.id, dag_version_t.c.source_dir)
-        .where(dag_version_t.c.id.in_({q.dag_version_id for q in queued}))).all())
+    dags.prefetch(conn, {q.dag_version_id for q in queued})
     pending, broken = [], []
     for q in queued:
         run = runs[q.dag_run_id]
@@ -87,7 +86,7 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
         timeout = duration_seconds(task.execution_timeout) if task.execution_timeout is not None else None
         pending.append(PendingLaunch(q, run.run_id, task, RenderRequest(task.task_id, spark_templates(task.spark),
                                                                         context),
-                                     source_dirs.get(q.dag_version_id), timeout))
+                                     run.source_dir, timeout))
     return Gathered(pending, broken)
 
 
