@@ -71,21 +71,23 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
         try:
             dag = dags.get(conn, q.dag_version_id)
             task = dag.tasks[q.task_id]
-            conf = run.conf or {}
-            context = build_context(
-                dag_id=dag.dag_id, task_id=task.task_id, run_id=run.run_id, logical_date=run.logical_date,
-                data_interval_start=run.data_interval_start, data_interval_end=run.data_interval_end,
-                try_number=q.try_number, params={**dag.spec.params, **conf}, conf=conf,  # conf overrides params
-                timezone=dag.timezone,
-            )
+            templates = spark_templates(task.spark)
+            context = {}  # a task with nothing to render needs no context (the dates in the DAG's zone...)
+            if templates:
+                conf = run.conf or {}
+                context = build_context(
+                    dag_id=dag.dag_id, task_id=task.task_id, run_id=run.run_id, logical_date=run.logical_date,
+                    data_interval_start=run.data_interval_start, data_interval_end=run.data_interval_end,
+                    try_number=q.try_number, params={**dag.spec.params, **conf}, conf=conf,  # conf overrides params
+                    timezone=dag.timezone,
+                )
         except Exception as exc:  # this try cannot be launched; the others can (see `isolation`)
             if not is_dags_fault(exc):
                 raise
             broken.append((q, f"cannot launch: {describe(exc, f'task {q.task_id}')}"))
             continue
         timeout = duration_seconds(task.execution_timeout) if task.execution_timeout is not None else None
-        pending.append(PendingLaunch(q, run.run_id, task, RenderRequest(task.task_id, spark_templates(task.spark),
-                                                                        context),
+        pending.append(PendingLaunch(q, run.run_id, task, RenderRequest(task.task_id, templates, context),
                                      run.source_dir, timeout))
     return Gathered(pending, broken)
 
