@@ -36,6 +36,9 @@ class DagCache:
         self._by_version: collections.OrderedDict[int, Dag] = collections.OrderedDict()
         self.maxsize = maxsize
         self._lock = threading.Lock()  # one cache may serve several threads (the operator's handlers)
+        # Pure results derived from this database's versions, kept by their user (`scheduler.examine`
+        # remembers run decisions by version id and TI ids, which only mean something in one database).
+        self.decisions: dict = {}
 
     def get(self, conn: Connection, version_id: int) -> Dag:
         with self._lock:

@@ -135,7 +135,8 @@ def _decide(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCach
         key = None if any(ti.state == TIState.UP_FOR_RETRY for ti in tis.values()) else (
             run.dag_version_id, tuple((task_id, ti.id, ti.state) for task_id, ti in tis.items()),
             tuple(sorted(previous.items())))
-        decision = _remembered.get(key) if key is not None else None
+        remembered = dags.decisions
+        decision = remembered.get(key) if key is not None else None
         if decision is None:
             decision = guarded(run.dag_id, lambda run=run, dag=dag, tis=tis, previous=previous: decide_run(
                 task_facts[run.dag_version_id],
@@ -145,16 +146,15 @@ def _decide(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCach
                 now=now,
             ))
             if decision is not None and key is not None:
-                if len(_remembered) >= _REMEMBERED_MAX:
-                    _remembered.clear()
-                _remembered[key] = decision
+                if len(remembered) >= _REMEMBERED_MAX:
+                    remembered.clear()
+                remembered[key] = decision
         if decision is not None:
             decisions[run.id] = decision
     return decisions
 
 
-_REMEMBERED_MAX = 10_000
-_remembered: dict[tuple, RunDecision] = {}  # facts of a run -> its decision (see `_decide`)
+_REMEMBERED_MAX = 10_000  # decisions a replica remembers (`DagCache.decisions`), then it starts afresh
 
 
 def _guarded(conn: Connection, dag_id: str, doing: str, fn, *, now: dt.datetime, who: str):
