@@ -4,7 +4,10 @@
 expected state, so two replicas acting on the same row cannot both win, and replaying a report is a
 no-op. The rows actually changed are what gets an event; callers learn which ids they won.
 A transaction that records events also announces them (`notify.announce`: one NOTIFY per
-transaction on PostgreSQL, delivered at commit), so idle replicas wake at once.
+transaction on PostgreSQL, delivered at commit), so idle replicas wake at once; except when all it
+did was hand task instances to an executor (`queued`, `running`): that makes no work for any other
+replica (the queuing replica launches them), and on PostgreSQL every notifying commit waits for the
+previous one's flush, so a chain's every hop would otherwise serialise all writers twice.
 """
 
 from __future__ import annotations
@@ -26,11 +29,16 @@ from dagline.deps import next_state_after_failure
 from dagline.states import RunState, TIState
 
 
+_QUIET = frozenset({TIState.QUEUED, TIState.RUNNING})  # task instance states no other replica acts on
+
+
 def record_events(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Append events (one executemany) and announce them; each row has at least at, who, entity."""
+    """Append events (one executemany) and announce them, unless every one is a task instance
+    becoming `queued` or `running`; each row has at least at, who, entity."""
     if rows:
         conn.execute(insert(event_t), [dict(row) for row in rows])
-        announce(conn, rows[0]["who"])
+        if any(row["entity"] != "task_instance" or row.get("to_state") not in _QUIET for row in rows):
+            announce(conn, rows[0]["who"])
 
 
 def change_tis(
