@@ -4,7 +4,8 @@ For every run: read its TIs (and, for `dependsOnPast` tasks, the TIs of its `pre
 `dagline.run_decision.decide_run` decide (a pure function: a TI in `none` by its trigger rule and
 `dependsOnPast`, a TI in `up_for_retry` once its retry time has passed, decisions propagating within
 one walk; the run's outcome once its TIs are all finished), then write the decisions, grouped by
-(from, to) state, as compare-and-sets with events.
+(from, to) state, as compare-and-sets with events. Loop step 3 looks at the runs unlocked first and
+claims only those where the decision changes something (`examine_running_runs`).
 """
 
 from __future__ import annotations
