@@ -17,6 +17,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash examples/demo.sh
 
+# AIP-35's ML pipeline with real PySpark: models published, validated and served through signals (3-8 min)
+.PHONY: demo-signals
+demo-signals: $(STAMP)
+	PATH="$(abspath $(VENV))/bin:$$PATH" bash examples/ml-signals/demo.sh
+
 test: $(STAMP)   # the import contracts (pyproject.toml [tool.importlinter]), the pinned helm, then the suite
 	$(VENV)/bin/lint-imports
 	$(PY) tests/tools/fetch_helm.py

@@ -2,7 +2,7 @@
 while the database restarts once; then every promise is checked from the tables and the event log.
 
     python bench/chaos.py [--replicas 3] [--seconds 60] [--dags 50] [--tasks 10] [--seed 0]
-                          [--throwaway-cluster] [--no-db-restart] [--drain-seconds 300]
+                          [--signals-per-s 5] [--throwaway-cluster] [--no-db-restart] [--drain-seconds 300]
 
 What it does, in order:
 1. a database of its own (`dagline_chaos_<hex>`) in the server at $DAGLINE_TEST_POSTGRES_URL (default
@@ -13,7 +13,10 @@ What it does, in order:
    `maxActiveTisPerDag`, pools and multi-slot tasks, retries, and in every fifth DAG a task whose
    first try fails on purpose. Each DAG has an ISO-duration schedule (`PT<period>S`) whose `startDate`
    lies `backlog` intervals in the past (a backlog from the start) and whose `endDate` is the end of
-   the chaos period, so runs keep coming for the whole period and then stop;
+   the chaos period, so runs keep coming for the whole period and then stop. Plus a signal load (unless
+   `--signals-per-s 0`): DAG `sig-trigger` makes a run per `chaos.ready` signal (maxActiveRuns 2),
+   DAG `sig-stream` (one run, triggered at the start) has a streaming task, a task started by each
+   `chaos.model` signal and a streaming task restarted by each `chaos.validated` signal;
 3. REPLICAS `python -m dagline.cli --db URL scheduler --executor noop` processes, their tasks lasting
    `DAGLINE_NOOP_DURATION` (default 0.05-0.5 s, seeded); a noop job dies with its replica, so a
    killed replica leaves zombies behind for the others to settle;
@@ -23,16 +26,24 @@ What it does, in order:
    after which its peers have usually declared it dead, so it must stop without launching anything;
    a frozen replica that exits after it thaws is counted as `fenced_exits`); restart PostgreSQL once (the throwaway
    cluster with `pg_ctl restart`, else the machine's with `pg_ctlcluster ... restart`, or not at all
-   with `--no-db-restart`); manual triggers every few seconds; two backfills (`--reprocess
+   with `--no-db-restart`); manual triggers every few seconds; signals at `signals_per_s` (each with
+   an id: a send the database refused during its restart is sent again with the same id, so it is
+   stored once); two backfills (`--reprocess
    completed`, replacing finished runs) and a pool shrunk then grown again. A replica that exits on
    its own is counted as a crash (`replica_crashes`) and replaced, as a Deployment would;
-5. stop the chaos, keep REPLICAS replicas running until every run is finished and no DAG has an
-   interval left (at most `--drain-seconds`), stop them with SIGTERM;
+5. stop the chaos, stop the `sig-stream` run (`dagline runs stop`), keep REPLICAS replicas running until
+   every run is finished, every signal handled and no DAG has an interval left (at most
+   `--drain-seconds`), stop them with SIGTERM;
 6. run every check of `dagline.audit` (`drained_violations`) and print one JSON object: the
    violation counts, and what helps read them (kills, freezes, zombies settled, retries, replicas
-   declared dead, `longest_quiet_s`: the longest time no task instance succeeded, which shows
-   stalls such as the database restart or a frozen replica holding locks). `actions.log` in the
-   log folder says what the harness did when (same clock and format as the replica logs).
+   declared dead, the signal counts: `signals_sent`, `signals_stored`, `signal_runs` (must equal the
+   `chaos.ready` signals), `signal_starts` (tries started by `chaos.model` signals), `signal_actions`,
+   and the signal checks (`duplicate_signal_actions`, `signal_order_violations`,
+   `signal_trigger_violations`, `unhandled_signals`, `stuck_signals`), plus `signals_lost` and
+   `signals_doubled` counted from the harness's own list of what it sent; `longest_quiet_s`: the
+   longest time no task instance succeeded, which shows stalls such as the database restart or a
+   frozen replica holding locks). `actions.log` in the log folder says what the harness did when
+   (same clock and format as the replica logs).
 
 When a check fails (or with `--keep`), the database is kept for a post-mortem and stderr says how
 to reach it (a throwaway cluster is stopped, its folder kept, with the command that starts it).
@@ -46,6 +57,7 @@ tests/integration/test_chaos.py for the short version that is); the harness live
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import datetime as dt
 import itertools
@@ -67,7 +79,8 @@ from sqlalchemy import create_engine, func, select, text  # noqa: E402
 
 from dagline import audit  # noqa: E402
 from dagline.db.engine import Database, normalize_url  # noqa: E402
-from dagline.db.models import dag_run_t, dag_t, event_t, ti_t  # noqa: E402
+from dagline.db.models import dag_run_t, dag_t, event_t, signal_action_t, signal_t, ti_t  # noqa: E402
+from dagline.signal_store import send_signal  # noqa: E402
 
 POOLS = {"alpha": 8, "beta": 8}
 
@@ -90,6 +103,7 @@ class ChaosConfig:
     db_restart: bool = True
     throwaway_cluster: bool = False
     trigger_every_s: float = 4.0
+    signals_per_s: float = 5.0         # 0: no signal load
     drain_s: float = 300.0
     replica_env: dict[str, str] = dataclasses.field(default_factory=lambda: {
         "DAGLINE_SCHEDULER_POLL_INTERVAL_S": "0.2",
@@ -152,6 +166,42 @@ def chaos_dag_yaml(index: int, tasks: int, *, period_s: int, start: dt.datetime,
         f"  defaults: {{retries: 2, retryDelay: PT1S, priorityWeight: {index % 3 + 1}}}\n"
         "  tasks:\n" + "\n".join(lines) + "\n"
     )
+
+
+SIGNAL_DAGS = """\
+apiVersion: dagline.io/v1alpha1
+kind: DAG
+metadata: {name: sig-trigger}
+spec:
+  schedule: null
+  paused: false
+  maxActiveRuns: 2
+  triggers: [{signal: chaos.ready}]
+  defaults: {retries: 3, retryDelay: PT1S}
+  tasks:
+    - {id: a, spark: {mainApplicationFile: job.py, arguments: ["{{ conf.i }}"]}}
+    - {id: b, upstream: [a], spark: {mainApplicationFile: job.py}}
+---
+apiVersion: dagline.io/v1alpha1
+kind: DAG
+metadata: {name: sig-stream}
+spec:
+  schedule: null
+  paused: false
+  defaults: {retries: 3, retryDelay: PT1S}
+  tasks:
+    - {id: train, mode: streaming, retries: 100, stopGracePeriod: PT2S, spark: {mainApplicationFile: job.py}}
+    - id: evaluate
+      on: [{signal: chaos.model, action: start, handling: each}]
+      spark: {mainApplicationFile: job.py, arguments: ["{{ signal.value.i }}"]}
+    - id: serve
+      mode: streaming
+      retries: 100
+      stopGracePeriod: PT2S
+      on: [{signal: chaos.validated, action: restart}]
+      spark: {mainApplicationFile: job.py, arguments: ["{{ signal.value.i if signal else -1 }}"]}
+"""
+SIGNAL_KEYS = ("chaos.ready", "chaos.model", "chaos.model", "chaos.model", "chaos.validated")
 
 
 # -- replicas -------------------------------------------------------------------------------------
@@ -233,7 +283,11 @@ class Harness:
         self.replicas: list[Replica] = []
         self.cli_jobs: list[tuple[str, subprocess.Popen]] = []
         self.counts = {"kills": 0, "sigterms": 0, "sigterm_timeouts": 0, "freezes": 0, "fenced_exits": 0,
-                       "db_restarts": 0, "replica_crashes": 0, "triggers": 0, "cli_failures": 0}
+                       "db_restarts": 0, "replica_crashes": 0, "triggers": 0, "cli_failures": 0,
+                       "signal_send_retries": 0}
+        self.signals_sent: list[tuple[str, str, dict]] = []  # (key, id, value), each stored once
+        self.signals_unsent: list[tuple[str, str, dict]] = []  # refused (database restarting): sent again
+        self.stream_run: str | None = None
         self.kept: str | None = None
         self.crashes: list[dict] = []
         self.first_kill_at: dt.datetime | None = None
@@ -277,7 +331,12 @@ class Harness:
             with open(os.path.join(folder, f"chaos-{i:02d}.yaml"), "w") as fh:
                 fh.write(chaos_dag_yaml(i, self.config.tasks, period_s=self.config.period_s,
                                         start=self.start_date, end=max(end, self.start_date)))
+        if self.config.signals_per_s > 0:
+            with open(os.path.join(folder, "signals.yaml"), "w") as fh:
+                fh.write(SIGNAL_DAGS)
         self.cli("dags", "apply", folder)
+        if self.config.signals_per_s > 0:
+            self.stream_run = self.cli("dags", "trigger", "sig-stream").strip()
 
     def tear_down(self) -> None:
         for replica in self.replicas:
@@ -436,7 +495,9 @@ class Harness:
             tis = dict(conn.execute(select(ti_t.c.state, func.count()).group_by(ti_t.c.state)).all())
             due = conn.execute(select(func.count()).select_from(dag_t).where(
                 dag_t.c.is_active.is_(True), dag_t.c.next_dagrun.is_not(None))).scalar_one()
-        return {"runs": runs, "tis": tis, "dags_with_intervals_left": due}
+            unhandled = conn.execute(select(func.count()).select_from(signal_t).where(
+                signal_t.c.handled_at.is_(None))).scalar_one()
+        return {"runs": runs, "tis": tis, "dags_with_intervals_left": due, "unhandled_signals": unhandled}
 
     def _safe_progress(self) -> dict | None:
         try:
@@ -470,6 +531,7 @@ class Harness:
         while (elapsed := time.monotonic() - began) < c.seconds:
             while plan and plan[0][0] <= elapsed:
                 self._act(plan.pop(0)[1])
+            self._send_signals(elapsed)
             self._tend_replicas()
             self._reap_cli_jobs()
             if time.monotonic() - last_report >= 10:
@@ -479,6 +541,11 @@ class Harness:
         chaos_s = time.monotonic() - began
         self.say("chaos over: draining")
         drained, drain_began = False, time.monotonic()
+        while self.signals_unsent and time.monotonic() - drain_began < 60:
+            self._send_signals(None)
+            time.sleep(0.2)
+        if self.stream_run is not None:
+            self.cli_in_background("stop the streaming run", "runs", "stop", self.stream_run)
         for replica in self.replicas:  # every slot filled again, no more killing
             if replica.process is None:
                 replica.restart_at = time.monotonic()
@@ -496,6 +563,51 @@ class Harness:
         drain_s = time.monotonic() - drain_began
         self._stop_replicas()
         return self._result(chaos_s, drain_s, drained)
+
+    def _send_signals(self, elapsed: float | None) -> None:
+        """Send the signals due by `elapsed` seconds (None: only those refused before), each with an id."""
+        c = self.config
+        if c.signals_per_s <= 0:
+            return
+        if elapsed is not None:
+            due = int(elapsed * c.signals_per_s)
+            while len(self.signals_sent) + len(self.signals_unsent) < due:
+                i = len(self.signals_sent) + len(self.signals_unsent)
+                self.signals_unsent.append((SIGNAL_KEYS[i % len(SIGNAL_KEYS)], f"chaos-{i}", {"i": i}))
+        still = []
+        for key, sender_id, value in self.signals_unsent:
+            try:
+                with self.db.begin() as conn:
+                    send_signal(conn, key, value, sender_id=sender_id, source="chaos",
+                                now=dt.datetime.now(dt.timezone.utc))
+                self.signals_sent.append((key, sender_id, value))
+            except Exception:  # noqa: BLE001 - the database is restarting: the same id again later
+                self.counts["signal_send_retries"] += 1
+                still.append((key, sender_id, value))
+        self.signals_unsent = still
+
+    def _signal_counts(self, conn) -> dict:
+        if self.config.signals_per_s <= 0:
+            return {}
+        stored = conn.execute(select(signal_t.c.key, signal_t.c.sender_id, signal_t.c.seq)
+                              .where(signal_t.c.source == "chaos")).all()
+        by_id = collections.Counter(r.sender_id for r in stored)
+        sent_ids = {sender_id for _, sender_id, _ in self.signals_sent}
+        ready = {r.seq for r in stored if r.key == "chaos.ready"}
+        signal_runs = conn.execute(select(dag_run_t.c.run_id).where(dag_run_t.c.dag_id == "sig-trigger")).scalars()
+        run_seqs = collections.Counter(int(run_id.split("__")[1]) for run_id in signal_runs)
+        actions = conn.execute(select(func.count()).select_from(signal_action_t)).scalar_one()
+        starts = conn.execute(select(func.count()).select_from(signal_action_t).where(
+            signal_action_t.c.action == "start", signal_action_t.c.status == "done")).scalar_one()
+        return {
+            "signals_sent": len(self.signals_sent), "signals_stored": len(stored),
+            "signals_unsent": len(self.signals_unsent), "signal_send_retries": self.counts["signal_send_retries"],
+            "signal_runs": sum(run_seqs.values()), "signal_starts": starts, "signal_actions": actions,
+            # what the harness sent but the database does not have, or has twice; a chaos.ready
+            # signal without exactly one run
+            "signals_lost": len(sent_ids - set(by_id)) + sum(1 for seq in ready if run_seqs[seq] != 1),
+            "signals_doubled": sum(1 for n in by_id.values() if n > 1) + sum(1 for n in run_seqs.values() if n > 1),
+        }
 
     def _stop_replicas(self) -> None:
         for replica in self.replicas:
@@ -531,6 +643,7 @@ class Harness:
                 event_t.c.entity == "task_instance", event_t.c.to_state == "success").order_by(event_t.c.at))]
             gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(stamps)]
             longest_quiet = max(gaps) if gaps else None
+            signal_counts = self._signal_counts(conn)
             failed_why = [{"ti_id": r.ti_id, "task_id": r.task_id, "try_number": r.try_number, "detail": r.detail}
                           for r in conn.execute(ti_events.with_only_columns(
                               event_t.c.ti_id, event_t.c.task_id, event_t.c.try_number, event_t.c.detail)
@@ -545,7 +658,9 @@ class Harness:
             "tis": sum(tis.values()), "tis_succeeded": tis.get("success", 0), "tis_failed": tis.get("failed", 0),
             "retries": retries, "zombies": zombies, "replicas_declared_dead": declared_dead,
             "triggers": self.counts["triggers"], "cli_failures": self.counts["cli_failures"],
-            **{name: len(rows) for name, rows in found.items()}, "violation_checks": sorted(found),
+            **signal_counts,
+            **{name: len(rows) for name, rows in found.items()},
+            "violation_checks": sorted([*found, *(["signals_lost", "signals_doubled"] if signal_counts else [])]),
             "drained": drained, "drain_s": round(drain_s, 1),
             "tis_per_s": round(tis.get("success", 0) / (chaos_s + drain_s), 1),
             "longest_quiet_s": round(longest_quiet, 1) if longest_quiet is not None else None,
@@ -565,7 +680,8 @@ class Harness:
 
 def _is_drained(progress: dict) -> bool:
     runs = progress["runs"]
-    return runs.get("queued", 0) == 0 and runs.get("running", 0) == 0 and progress["dags_with_intervals_left"] == 0
+    return (runs.get("queued", 0) == 0 and runs.get("running", 0) == 0 and progress["dags_with_intervals_left"] == 0
+            and progress["unhandled_signals"] == 0)
 
 
 def violation_count(result: dict) -> int:
@@ -592,6 +708,7 @@ def main() -> None:
     parser.add_argument("--backlog", type=int, default=4, help="intervals per DAG already due at the start")
     parser.add_argument("--task-duration", default="0.05-0.5", help="seconds a noop task takes (a range)")
     parser.add_argument("--parallelism", type=int, default=16, help="noop tasks at once per replica")
+    parser.add_argument("--signals-per-s", type=float, default=5.0, help="signal load (0: none)")
     parser.add_argument("--throwaway-cluster", action="store_true",
                         help="start a private PostgreSQL server (restarted instead of the machine's)")
     parser.add_argument("--no-db-restart", action="store_true")
@@ -602,7 +719,7 @@ def main() -> None:
         replicas=args.replicas, seconds=args.seconds, dags=args.dags, tasks=args.tasks, seed=args.seed,
         period_s=args.period, backlog=args.backlog, task_duration=args.task_duration,
         parallelism=args.parallelism, throwaway_cluster=args.throwaway_cluster, db_restart=not args.no_db_restart,
-        drain_s=args.drain_seconds, keep=args.keep,
+        drain_s=args.drain_seconds, keep=args.keep, signals_per_s=args.signals_per_s,
     )
     result = run_chaos(config)
     print(json.dumps(result, default=str))

@@ -18,6 +18,12 @@ Checks that hold at every moment (`all_violations` runs them):
   it runs;
 - `unfinished_queued_tis`: a TI that was queued but is not finished although its run is;
 - `broken_timeline`: a live run whose `previous` is not the live run just before it;
+- `duplicate_signal_actions`: a (signal, rule, run, task) with more than one action row (the unique
+  constraint forbids it: this checks the constraint is there);
+- `signal_order_violations`: per key and target (run and task), the tries that signals started, in
+  signal `seq` order, must have increasing try numbers (a later signal never started an earlier try);
+- `signal_trigger_violations`: a run of type `signal` without exactly one trigger action naming it, or
+  a trigger action whose run is missing, or one signal that created two runs of one DAG;
 - `lost_tis`: work that disappeared without an outcome:
   (1) a try that was queued (an event `-> queued` for that ti and try) whose end is not in the log
       (no later event of the same try from queued or running to any other state: a final state,
@@ -39,6 +45,10 @@ replica runs and nothing is in flight, e.g. after a chaos run has drained and st
       `dependsOnPast` tasks, the task in the previous run final too (a failed one blocks by design);
 - `stuck_runs`: runs of unpaused DAGs that are `running`, or `queued` with `run_after <= now` and not
   in a paused or finished backfill;
+- `unhandled_signals`: signals no replica handled (every signal is handled once replicas ran);
+- `stuck_signals`: a start or restart still `pending` for a task instance of a finished run (it should
+  have been dropped), or for a finished task instance of a running run whose trigger rule allows it
+  (it should have started a try);
 - `missing_runs`: for each active, unpaused DAG with a periodic schedule and `catchup`, the intervals
   of its current version's schedule (from `startDate`, none starting after `endDate`) that have
   ended by `now` but have no live run at their logical date. (A backfill that ran ahead of the
@@ -55,7 +65,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from dagline.dagstore import DagCache
-from dagline.db.models import backfill_t, dag_run_t, dag_t, event_t, pool_t, ti_t
+from dagline.db.models import backfill_t, dag_run_t, dag_t, event_t, pool_t, signal_action_t, signal_t, ti_t
 from dagline.deps import depends_on_past_met
 from dagline.states import RunState, TIState
 from dagline.timeline import on_timeline, timetable_for
@@ -279,6 +289,8 @@ def stuck_tis(conn: Connection, now: dt.datetime, dags: DagCache | None = None) 
         if ti.dag_run_id in runs and ti.state not in TIState.FINISHED:
             tis.append(ti)
     blocking = _active_counts(conn)
+    pending = {(r.dag_run_id, r.task_id) for r in conn.execute(
+        select(signal_action_t.c.dag_run_id, signal_action_t.c.task_id).where(signal_action_t.c.status == "pending"))}
     stuck = []
     for ti in sorted(tis, key=lambda t: t.id):
         run = runs[ti.dag_run_id]
@@ -298,6 +310,8 @@ def stuck_tis(conn: Connection, now: dt.datetime, dags: DagCache | None = None) 
             reason = "up_for_retry, and its retry time has come"
         elif ti.state == TIState.NONE:
             task = dags.get(conn, run.dag_version_id).tasks.get(ti.task_id)
+            if task is not None and task.waits_for_signal and (ti.dag_run_id, ti.task_id) not in pending:
+                continue  # it waits for its start signal, by design
             if task is not None and _ready(task, run, states):
                 reason = "none, although its upstream tasks are done"
         if reason is not None:
@@ -374,6 +388,87 @@ def missing_runs(conn: Connection, now: dt.datetime, dags: DagCache | None = Non
     return missing
 
 
+def duplicate_signal_actions(conn: Connection) -> list[tuple]:
+    a = signal_action_t.c
+    return [tuple(r) for r in conn.execute(
+        select(a.signal_seq, a.rule, a.dag_run_id, a.task_id, func.count())
+        .group_by(a.signal_seq, a.rule, a.dag_run_id, a.task_id).having(func.count() > 1))]
+
+
+def signal_order_violations(conn: Connection) -> list[dict]:
+    a = signal_action_t.c
+    rows = conn.execute(
+        select(signal_t.c.key, a.dag_run_id, a.task_id, a.signal_seq, a.try_number)
+        .join(signal_t, signal_t.c.seq == a.signal_seq)
+        .where(a.status == "done", a.action.in_(("start", "restart")), a.try_number.is_not(None))
+        .order_by(signal_t.c.key, a.dag_run_id, a.task_id, a.signal_seq))
+    last: dict[tuple, tuple[int, int]] = {}
+    bad = []
+    for r in rows:
+        target = (r.key, r.dag_run_id, r.task_id)
+        if target in last and r.try_number <= last[target][1]:
+            bad.append({"key": r.key, "dag_run_id": r.dag_run_id, "task_id": r.task_id, "seq": r.signal_seq,
+                        "try_number": r.try_number, "after_seq": last[target][0], "after_try": last[target][1]})
+        last[target] = (r.signal_seq, r.try_number)
+    return bad
+
+
+def signal_trigger_violations(conn: Connection) -> list[dict]:
+    a = signal_action_t.c
+    triggers = collections.defaultdict(list)
+    per_signal_dag = collections.Counter()
+    for r in conn.execute(select(a.signal_seq, a.dag_id, a.dag_run_id).where(a.action == "trigger")):
+        triggers[r.dag_run_id].append(r.signal_seq)
+        per_signal_dag[(r.signal_seq, r.dag_id)] += 1
+    bad = [{"signal_seq": seq, "dag_id": dag_id, "reason": f"{n} runs created by one signal"}
+           for (seq, dag_id), n in sorted(per_signal_dag.items()) if n > 1]
+    runs = {r.id: r for r in conn.execute(select(dag_run_t.c.id, dag_run_t.c.run_id)
+                                          .where(dag_run_t.c.run_type == "signal"))}
+    for run_pk, run in sorted(runs.items()):
+        if len(triggers.get(run_pk, [])) != 1:
+            bad.append({"dag_run_id": run_pk, "run_id": run.run_id,
+                        "reason": f"{len(triggers.get(run_pk, []))} trigger actions name this signal run"})
+    for run_pk in sorted(set(triggers) - set(runs)):
+        bad.append({"dag_run_id": run_pk, "reason": "a trigger action names a run that does not exist"})
+    return bad
+
+
+def unhandled_signals(conn: Connection) -> list[int]:
+    return list(conn.execute(select(signal_t.c.seq).where(signal_t.c.handled_at.is_(None))
+                             .order_by(signal_t.c.seq)).scalars())
+
+
+def stuck_signals(conn: Connection, dags: DagCache | None = None) -> list[dict]:
+    dags = dags or DagCache()
+    a = signal_action_t.c
+    rows = conn.execute(
+        select(a.signal_seq, a.dag_run_id, a.task_id, a.action, dag_run_t.c.state.label("run_state"),
+               dag_run_t.c.dag_version_id, dag_run_t.c.previous_run_id, ti_t.c.state.label("ti_state"))
+        .join(dag_run_t, dag_run_t.c.id == a.dag_run_id)
+        .join(ti_t, (ti_t.c.dag_run_id == a.dag_run_id) & (ti_t.c.task_id == a.task_id))
+        .where(a.status == "pending", a.action.in_(("start", "restart")))).all()
+    if not rows:
+        return []
+    states = {(r.dag_run_id, r.task_id): r.state for r in conn.execute(
+        select(ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state)
+        .where(ti_t.c.dag_run_id.in_({r.dag_run_id for r in rows})))}
+    stuck = []
+    for r in rows:
+        reason = None
+        if r.run_state in RunState.FINISHED:
+            reason = f"pending {r.action} in a {r.run_state} run"
+        elif r.run_state == RunState.RUNNING and r.ti_state in TIState.FINISHED:
+            task = dags.get(conn, r.dag_version_id).tasks.get(r.task_id)
+            run = collections.namedtuple("R", "id previous_run_id")(r.dag_run_id, r.previous_run_id)
+            if task is not None and _ready(task, run, states) and all(
+                    states.get((r.dag_run_id, u)) == TIState.SUCCESS for u in task.upstream):
+                reason = f"pending {r.action} for a task instance that is {r.ti_state}"
+        if reason:
+            stuck.append({"signal_seq": r.signal_seq, "dag_run_id": r.dag_run_id, "task_id": r.task_id,
+                          "reason": reason})
+    return stuck
+
+
 def all_violations(conn: Connection, dags: DagCache | None = None) -> dict[str, list]:
     """The checks that hold at every moment, by name (`dags`: parsed DAG versions, shared by the checks)."""
     dags = dags or DagCache()
@@ -385,6 +480,9 @@ def all_violations(conn: Connection, dags: DagCache | None = None) -> dict[str, 
         "unfinished_queued_tis": unfinished_queued_tis(conn),
         "broken_timeline": broken_timeline(conn),
         "lost_tis": lost_tis(conn, dags),
+        "duplicate_signal_actions": duplicate_signal_actions(conn),
+        "signal_order_violations": signal_order_violations(conn),
+        "signal_trigger_violations": signal_trigger_violations(conn),
     }
 
 
@@ -392,4 +490,5 @@ def drained_violations(conn: Connection, now: dt.datetime) -> dict[str, list]:
     """Every check, for a system that has drained (no replica running, nothing in flight)."""
     dags = DagCache()
     return {**all_violations(conn, dags), "stuck_tis": stuck_tis(conn, now, dags), "stuck_runs": stuck_runs(conn, now),
-            "missing_runs": missing_runs(conn, now, dags)}
+            "missing_runs": missing_runs(conn, now, dags), "unhandled_signals": unhandled_signals(conn),
+            "stuck_signals": stuck_signals(conn, dags)}

@@ -21,10 +21,12 @@ from sqlalchemy.exc import IntegrityError
 
 from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
-from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, pool_t
+from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, pool_t, signal_listener_t
 from dagline.db.transitions import fail_queued_runs, record_events
 from dagline.deps import pool_too_small
 from dagline.errors import OperationFailed
+from dagline.signal_keys import parse_task_state_key
+from dagline.signal_rules import rule_name
 from dagline.spec import Dag, LoadedDag
 from dagline.states import RunState
 
@@ -138,7 +140,30 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
             if result.action != "unchanged" or result.cleared_import_error is not None:
                 refresh_next_dagrun(conn, dag.dag_id, dag, now=now)
             results.append(result)
+        batch = {item.dag.dag_id: item.dag for item in loaded}
+        for item, result in zip(loaded, results, strict=True):
+            result.warnings += _unknown_task_signals(conn, item.dag, batch)
     return results
+
+
+def _unknown_task_signals(conn: Connection, dag: Dag, batch: dict[str, Dag]) -> list[str]:
+    """Warnings for rules on another DAG's task signals that no stored or applied DAG can send (that DAG
+    may be applied later, so this is a warning, not an error)."""
+    warnings = []
+    keys = [t.signal for t in dag.spec.triggers] + [r.signal for task in dag.tasks.values() for r in task.on]
+    for key in keys:
+        target = parse_task_state_key(key)
+        if target is None or target[0] == dag.dag_id:
+            continue
+        other = batch.get(target[0])
+        if other is None:
+            version_id = conn.execute(select(dag_t.c.current_version_id).where(dag_t.c.dag_id == target[0])).scalar()
+            other = DagCache().get(conn, version_id) if version_id is not None else None
+        if other is None:
+            warnings.append(f"{key!r}: no DAG {target[0]!r} is applied yet: nothing sends this signal until it is")
+        elif target[1] not in other.tasks:
+            warnings.append(f"{key!r}: DAG {target[0]!r} has no task {target[1]!r}: nothing sends this signal")
+    return warnings
 
 
 def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime, who: str,
@@ -184,6 +209,9 @@ def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime
             dag_id=dag.dag_id, version=dag.version, spec=dag.spec_json,
             source_dir=local_folder(source_path), created_at=now,
         ).returning(dag_version_t.c.id)).scalar_one()
+        listeners = signal_listeners(dag, version_id)
+        if listeners:
+            conn.execute(insert(signal_listener_t), listeners)
     else:
         version_id = version_row.id
     values = dict(current_version_id=version_id, is_active=True, schedule=dag.spec.schedule,
@@ -201,6 +229,17 @@ def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime
     if row is not None and row.import_error is not None:
         result.cleared_import_error = row.import_error
     return result
+
+
+def signal_listeners(dag: Dag, version_id: int) -> list[dict]:
+    """The `signal_listener` rows of a DAG version: its triggers and its tasks' `on` rules."""
+    rows = [dict(dag_version_id=version_id, dag_id=dag.dag_id, key=t.signal, rule=rule_name(None, i), task_id="",
+                 action="trigger", handling="each", scope="dag") for i, t in enumerate(dag.spec.triggers)]
+    for task in dag.tasks.values():
+        rows += [dict(dag_version_id=version_id, dag_id=dag.dag_id, key=r.signal, rule=rule_name(task.task_id, i),
+                      task_id=task.task_id, action=r.action, handling=r.handling, scope=r.scope)
+                 for i, r in enumerate(task.on)]
+    return rows
 
 
 def local_folder(source_path: str) -> str | None:

@@ -1,7 +1,8 @@
 """Deleting a DAG with everything it made (`dagline dags delete`), as Airflow's `dags delete` does.
 
 In one transaction, with the DAG row locked (a trigger, a backfill or a scheduler creating runs waits
-or skips it): its task instances, runs, backfills and versions, then the DAG row. Whatever state they
+or skips it): its task instances, runs, backfills, versions, signal rules and the actions signals took
+on its runs (the signals stay in their log), then the DAG row. Whatever state they
 are in: like Airflow, running task instances do not stop the deletion. Their jobs are stopped by the
 replica that runs them at its next housekeeping (it finds their rows gone and cancels them), and
 their late reports change nothing. The `event` log is kept: it is the audit trail, and one more
@@ -19,7 +20,7 @@ from sqlalchemy.engine import Connection
 from dagline.dagstore import require_dag
 from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
-from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, ti_t
+from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, signal_action_t, signal_listener_t, ti_t
 from dagline.db.transitions import record_events
 from dagline.states import TIState
 
@@ -64,6 +65,9 @@ def delete_dag(db: Database, dag_id: str, *, now: dt.datetime, who: str = "cli")
         conn.execute(delete(dag_run_t).where(dag_run_t.c.dag_id == dag_id))
         conn.execute(delete(backfill_t).where(backfill_t.c.dag_id == dag_id))
         conn.execute(update(dag_t).where(dag_t.c.dag_id == dag_id).values(current_version_id=None))
+        # its signal rules and what signals did to its runs; the signals themselves stay in the log
+        conn.execute(delete(signal_listener_t).where(signal_listener_t.c.dag_id == dag_id))
+        conn.execute(delete(signal_action_t).where(signal_action_t.c.dag_id == dag_id))
         conn.execute(delete(dag_version_t).where(dag_version_t.c.dag_id == dag_id))
         conn.execute(delete(dag_t).where(dag_t.c.dag_id == dag_id))
         record_events(conn, [{"at": now, "who": who, "entity": "dag", "dag_id": dag_id, "to_state": "deleted",

@@ -51,12 +51,14 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # The scheduler loop's phases, in loop order (DESIGN section 6), as the `phase` label says them.
 PHASES = (
     "heartbeat",          # the replica's own heartbeat (when due)
+    "signals",            # 0. react to signals: trigger runs, start/restart/stop rules (action rows)
     "create_runs",        # 1. scheduled runs for due DAGs
     "start_runs",         # 2. queued runs -> running, within maxActiveRuns
     "examine",            # 3. lock running runs, decide their TIs, finish runs
     "critical_section",   # 4. lock pools NOWAIT, queue TIs within every limit, render launches
     "launch",             #    hand the queued TIs to the executor (after the commit)
     "executor_sync",      # 5. store the executor's reports and run the mini-scheduler
+    "stop_tries",         #    stop this replica's jobs whose tries were asked to stop
     "finish_backfills",   #    complete backfills whose runs all ended
     "housekeeping",       # 6. timeouts, silent peers, adoption, reconciling own tries
 )
@@ -146,7 +148,7 @@ REPLICAS_DECLARED_DEAD = Counter(
 
 SIGNAL_ACTION_LATENCY = Histogram(
     "dagline_signal_action_latency_seconds",
-    "Signal sent_at to the action it caused being stored (start, restart, stop), by action.",
+    "Signal sent_at to the action it caused being stored (trigger, start, restart, stop), by action.",
     ["action"], buckets=_DELAY_BUCKETS, registry=REGISTRY)
 DEADLINE_MISSES = Counter(
     "dagline_deadline_misses_total", "Deadlines found missed, each counted once, by what missed it (run, task).",

@@ -109,7 +109,8 @@ def task_states(conn: Connection, run_pks: list[int]) -> dict[int, dict[str, str
 
 def list_tasks(conn: Connection, run_pk: int) -> list[dict]:
     """Task instances of a run; `message` is why its latest state change happened, when one was given
-    (a failure's exit code and last log line, a timeout, a cancelled backfill...)."""
+    (a failure's exit code and last log line, a timeout, a cancelled backfill...); `signal_seq` the
+    signal that started its latest try (if one did); `stop_requested_at` when its try was asked to stop."""
     rows = conn.execute(select(ti_t).where(ti_t.c.dag_run_id == run_pk).order_by(ti_t.c.id)).all()
     latest: dict[int, str | None] = {}
     for ev in conn.execute(select(event_t.c.ti_id, event_t.c.detail)
@@ -120,6 +121,7 @@ def list_tasks(conn: Connection, run_pk: int) -> list[dict]:
         "task_id": r.task_id, "state": r.state, "try_number": r.try_number, "max_tries": r.max_tries,
         "pool": r.pool, "start_date": isoformat(r.start_date), "end_date": isoformat(r.end_date),
         "external_id": r.external_id, "message": latest.get(r.id), "duration_s": _seconds(r.start_date, r.end_date),
+        "signal_seq": r.signal_seq, "stop_requested_at": isoformat(r.stop_requested_at),
     } for r in rows]
 
 

@@ -7,6 +7,11 @@ A pure function of plain values, the decision behind loop step 3 and the mini-sc
 * a TI in `up_for_retry` becomes `scheduled` once its `next_retry_at` has passed (or has none);
 * a TI in `none` is decided by `dependsOnPast` (the same task's state in the run's `previous`) and then
   by its trigger rule over its upstream TIs' states: `scheduled`, `skipped`, `upstream_failed`, or wait;
+* a task with a `start` signal rule (`waits_for_signal`) is scheduled only when its trigger rule is met
+  AND a signal waits for it (`pending_signal`): upstream tasks alone do not start it, a signal alone
+  does not start it before its upstream tasks allow; a TI that has finished runs again when a signal
+  waits for it (a start or a restart) and its trigger rule is still met; a retry takes a waiting
+  restart's signal (a restart means "from now on, with this value"). Such changes are `by_signal`;
 * decisions propagate within the walk, so a failure marks the whole downstream `upstream_failed` at once;
 * once every TI is finished, the run's outcome (`deps.run_outcome`; a run with no TIs succeeds).
 
@@ -31,6 +36,10 @@ _DECISION_STATE = {
 }
 
 
+# finished states a signal can start a task again from
+_RERUNNABLE = frozenset({TIState.SUCCESS, TIState.FAILED, TIState.SKIPPED, TIState.UPSTREAM_FAILED})
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskFacts:
     """What the decision needs of a task of the run's DAG version."""
@@ -39,6 +48,7 @@ class TaskFacts:
     upstream: tuple[str, ...] = ()
     trigger_rule: TriggerRule | str = TriggerRule.ALL_SUCCESS
     depends_on_past: bool = False
+    waits_for_signal: bool = False  # has a `start` rule
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +58,8 @@ class TIFacts:
     ti_id: int
     state: str
     next_retry_at: dt.datetime | None = None
+    pending_signal: bool = False  # a start or restart action waits for this TI
+    pending_restart: bool = False  # a restart waits for it: its retry, if it has to retry, takes that signal
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +67,7 @@ class Change:
     ti_id: int
     from_state: str
     to_state: str
+    by_signal: bool = False  # the pending signal starts this try
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,12 +99,13 @@ def decide_run(
         state = states[task.task_id]
         if state == TIState.UP_FOR_RETRY:
             if ti.next_retry_at is None or ti.next_retry_at <= now:
-                changes.append(Change(ti.ti_id, state, TIState.SCHEDULED))
+                changes.append(Change(ti.ti_id, state, TIState.SCHEDULED, by_signal=ti.pending_restart))
                 states[task.task_id] = TIState.SCHEDULED
             else:
                 waiting[ti.ti_id] = f"retry at {ti.next_retry_at.isoformat()}"
             continue
-        if state != TIState.NONE:
+        rerun = ti.pending_signal and state in _RERUNNABLE
+        if state != TIState.NONE and not rerun:
             continue
         if task.depends_on_past and not depends_on_past_met(previous_states.get(task.task_id)):
             run = f"run {previous_run}" if previous_run else "the previous run"
@@ -100,13 +114,17 @@ def decide_run(
             continue
         counts = UpstreamCounts.from_states(states[u] for u in task.upstream if u in states)
         decision = evaluate_trigger_rule(task.trigger_rule, counts)
+        if rerun and decision != Decision.RUN:
+            continue  # finished, and its trigger rule no longer allows a new try
         if decision == Decision.WAIT:
             unfinished = [u for u in task.upstream if u in states and states[u] not in TIState.FINISHED]
             waiting[ti.ti_id] = f"waiting for upstream {', '.join(unfinished)}" if unfinished else \
                 f"waiting for its trigger rule {TriggerRule(task.trigger_rule).value}"
             continue
+        if decision == Decision.RUN and task.waits_for_signal and not ti.pending_signal:
+            continue  # its upstream allows it; it waits for its signal
         new_state = _DECISION_STATE[decision]
-        changes.append(Change(ti.ti_id, state, new_state))
+        changes.append(Change(ti.ti_id, state, new_state, by_signal=decision == Decision.RUN and ti.pending_signal))
         states[task.task_id] = new_state
     outcome = run_outcome(states, [t for t in leaves if t in states]) if states else RunState.SUCCESS
     return RunDecision(tuple(changes), outcome, waiting)

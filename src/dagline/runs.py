@@ -1,6 +1,6 @@
 """Operations on runs that people ask for: trigger a manual run, create a test run (`dags test`),
-clear task instances to run again, and cancel runs that have not started (a cancelled backfill, a
-deleted DAG)."""
+clear task instances to run again, stop running tries (`tasks stop`, `runs stop`), and cancel runs
+that have not started (a cancelled backfill, a deleted DAG)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.engine import Connection
 
 from dagline.dagstore import DagCache, require_dag
-from dagline.db.claims import lock_dag
+from dagline.db.claims import lock_dag, lock_run_for_signal
 from dagline.db.engine import Database
-from dagline.db.models import dag_run_t, ti_t
-from dagline.db.transitions import change_runs, change_tis
+from dagline.db.models import dag_run_t, signal_action_t, ti_t
+from dagline.db.transitions import change_runs, change_tis, request_stop
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.limits import MAX_ROW_ID
 from dagline.states import RunState, TIState
@@ -179,3 +179,56 @@ def clear_tasks(
                         values={"end_date": None}, detail="task instances cleared")
         conn.execute(update(dag_run_t).where(dag_run_t.c.id == run.id).values(last_scheduling_decision=None))
     return cleared, busy
+
+
+def stop_task(db: Database, run_ref: str, task_id: str, *, now: dt.datetime, who: str = "cli") -> str:
+    """Ask a task's queued or running try to stop (a streaming try then ends `success`, a batch try
+    `failed` without a retry; the replica running it stops the job cooperatively: SIGTERM,
+    `stopGracePeriod`, SIGKILL). Start or restart signals still waiting for the task are dropped.
+    Returns what happened, for people."""
+    with db.begin() as conn:
+        run = find_run(conn, run_ref)
+        lock_run_for_signal(conn, run.id)
+        ti = conn.execute(select(ti_t).where(ti_t.c.dag_run_id == run.id, ti_t.c.task_id == task_id)).first()
+        if ti is None:
+            tasks = conn.execute(select(ti_t.c.task_id).where(ti_t.c.dag_run_id == run.id)).scalars().all()
+            raise InvalidInput(f"run {run.run_id!r} has no task {task_id!r} (it has: {', '.join(tasks)})",
+                               field="TASK_ID")
+        _drop_pending(conn, run.id, [task_id], now=now, why=f"task stopped by {who}")
+        if ti.state not in TIState.ACTIVE:
+            return f"{task_id} is {ti.state}: nothing running to stop"
+        if not request_stop(conn, [ti.id], at=now, who=who, detail=f"stop asked by {who}"):
+            return f"{task_id} try {ti.try_number}: a stop was already asked"
+        return f"{task_id} try {ti.try_number}: stop asked"
+
+
+def stop_run(db: Database, run_ref: str, *, now: dt.datetime, who: str = "cli") -> tuple[list[str], list[str]]:
+    """Stop a run: ask every queued or running try to stop, skip the task instances that have not
+    started (`none`, `scheduled`, `up_for_retry`), drop waiting signals. The run then ends as its
+    task instances say once the stopped tries have ended. Returns (stopping, skipped) task ids."""
+    with db.begin() as conn:
+        run = find_run(conn, run_ref)
+        if run.state not in RunState.ACTIVE:
+            raise OperationFailed(f"run {run.run_id!r} is {run.state}: nothing to stop")
+        lock_run_for_signal(conn, run.id)
+        tis = conn.execute(select(ti_t).where(ti_t.c.dag_run_id == run.id).order_by(ti_t.c.task_id)).all()
+        _drop_pending(conn, run.id, [t.task_id for t in tis], now=now, why=f"run stopped by {who}")
+        stopping = [t.task_id for t in tis if t.state in TIState.ACTIVE]
+        request_stop(conn, [t.id for t in tis if t.state in TIState.ACTIVE], at=now, who=who,
+                     detail=f"run stopped by {who}")
+        skipped = []
+        for state in (TIState.NONE, TIState.SCHEDULED, TIState.UP_FOR_RETRY):
+            skipped += [r.task_id for r in change_tis(
+                conn, [t.id for t in tis if t.state == state], expected=state, to=TIState.SKIPPED, at=now, who=who,
+                values={"end_date": now}, detail=f"run stopped by {who}")]
+        if run.state == RunState.QUEUED:
+            change_runs(conn, [run.id], expected=RunState.QUEUED, to=RunState.FAILED, at=now, who=who,
+                        values={"end_date": now}, detail=f"stopped by {who} before it started")
+        conn.execute(update(dag_run_t).where(dag_run_t.c.id == run.id).values(last_scheduling_decision=None))
+    return stopping, sorted(skipped)
+
+
+def _drop_pending(conn: Connection, run_pk: int, task_ids: list[str], *, now: dt.datetime, why: str) -> None:
+    a = signal_action_t.c
+    conn.execute(update(signal_action_t).where(a.dag_run_id == run_pk, a.task_id.in_(task_ids), a.status == "pending")
+                 .values(status="dropped", done_at=now, detail=why))

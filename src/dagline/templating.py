@@ -38,7 +38,7 @@ from dagline.limits import TEMPLATE_MAX_NUMBER_BITS, TEMPLATE_OUTPUT_BUDGET, TEM
 
 TEMPLATE_VARIABLES = frozenset({
     "ds", "ds_nodash", "logical_date", "data_interval_start", "data_interval_end",
-    "run_id", "dag_id", "task_id", "try_number", "params", "conf",
+    "run_id", "dag_id", "task_id", "try_number", "params", "conf", "signal",
 })
 
 TIME_BUDGET_S = TEMPLATE_TIME_BUDGET_S  # per template, enforced by the renderer process (a thread cannot be stopped)
@@ -246,8 +246,10 @@ def build_context(
     params: Mapping[str, Any],
     conf: Mapping[str, Any] | None,
     timezone: str = "UTC",
+    signal: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The variables a task's templates see; times are pendulum DateTimes in the DAG's time zone."""
+    """The variables a task's templates see; times are pendulum DateTimes in the DAG's time zone.
+    `signal` is the signal that started the try (`key`, `value`, `seq`, `source`), or None."""
     local_logical_date = _in_zone(logical_date, timezone)
     return {
         "ds": local_logical_date.format("YYYY-MM-DD"),
@@ -261,6 +263,7 @@ def build_context(
         "try_number": try_number,
         "params": dict(params),
         "conf": dict(conf or {}),
+        "signal": dict(signal) if signal is not None else None,
     }
 
 

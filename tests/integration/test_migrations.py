@@ -52,3 +52,31 @@ def test_a_task_instance_always_belongs_to_a_run(db):
     with pytest.raises(IntegrityError):
         with db.begin() as conn:
             conn.execute(insert(ti_t).values(dag_run_id=None, dag_id="d", task_id="t", state="none"))
+
+
+def test_upgrading_a_sqlite_database_with_runs_keeps_them_and_allows_signal_runs(tmp_path):
+    """0006 widens dag_run's run-type check in place on SQLite (no table rebuild under the task
+    instances that refer to it)."""
+    from alembic import command
+    from alembic.script import ScriptDirectory
+
+    from dagline.db.engine import Database, migrations_config
+
+    db = Database(f"sqlite:///{tmp_path}/old.db")
+    cfg = migrations_config(db)
+    before = ScriptDirectory.from_config(cfg).get_revision("0006_signals").down_revision
+    with db.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, before)
+    with db.begin() as conn:
+        now, vid = _seed(conn)
+        run = conn.execute(insert(dag_run_t).values(**_run(now, vid, "a")).returning(dag_run_t.c.id)).scalar_one()
+        conn.execute(insert(ti_t).values(dag_run_id=run, dag_id="d", task_id="t", state="none"))
+    upgrade(db)
+    with db.begin() as conn:
+        conn.execute(insert(dag_run_t).values(**{**_run(now + dt.timedelta(days=1), vid, "s"), "run_type": "signal"}))
+        assert conn.execute(ti_t.select()).one().dag_run_id == run
+    with pytest.raises(IntegrityError):
+        with db.begin() as conn:
+            conn.execute(insert(dag_run_t).values(**{**_run(now + dt.timedelta(days=2), vid, "x"), "run_type": "x"}))
+    db.dispose()

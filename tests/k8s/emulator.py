@@ -115,6 +115,7 @@ CORE_RESOURCES = (
     ApiResource("", "v1", "pods", "Pod", singular="pod", short_names=("po",)),
     ApiResource("", "v1", "configmaps", "ConfigMap", status_subresource=False, singular="configmap",
                 short_names=("cm",)),
+    ApiResource("", "v1", "secrets", "Secret", status_subresource=False, singular="secret"),
     ApiResource("coordination.k8s.io", "v1", "leases", "Lease", status_subresource=False, singular="lease"),
     ApiResource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
                 namespaced=False, singular="customresourcedefinition", short_names=("crd", "crds")),

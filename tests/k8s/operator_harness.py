@@ -59,7 +59,7 @@ def pool_manifest(name: str, slots: int, **spec) -> dict:
 
 def settings(**overrides) -> OperatorSettings:
     values = dict(namespace=NS, health_port=0, metrics_port=0, status_interval_s=0.1, liveness_timeout_s=30.0,
-                  dagrun_history_limit=50, executor="noop")
+                  dagrun_history_limit=50, executor="noop", api_port=0)
     values.update(overrides)
     return OperatorSettings(**values)
 

@@ -27,6 +27,9 @@ def test_settings_come_from_the_chart_variables():
     defaults = OperatorSettings.from_env({"DAGLINE_NAMESPACE": ""})
     assert defaults.namespace is None and defaults.executor == "spark-k8s" and defaults.dagrun_history_limit == 50
     assert OperatorSettings.from_env(env, executor="spark-k8s").executor == "spark-k8s"  # an option wins
+    assert (defaults.api_port, defaults.try_api_url) == (8793, "http://127.0.0.1:8793")
+    chart = OperatorSettings.from_env({"DAGLINE_API_URL": "http://dagline-api.data.svc:8793"})
+    assert chart.try_api_url == "http://dagline-api.data.svc:8793"
 
 
 @pytest.mark.parametrize(("variable", "value", "says"), [
@@ -36,6 +39,8 @@ def test_settings_come_from_the_chart_variables():
     ("DAGLINE_EXECUTOR", "celery", "unknown executor 'celery'"),
     ("DAGLINE_NAMESPACE", "Data_Team", "is not a namespace name"),
     ("DAGLINE_STATUS_INTERVAL", "0", "must be positive"),
+    ("DAGLINE_API_PORT", "-2", "or -1 for no API"),
+    ("DAGLINE_API_URL", "dagline-api:8793", "is not an http(s) URL"),
 ])
 def test_a_bad_setting_is_refused_naming_the_variable(variable, value, says):
     with pytest.raises(InvalidInput) as caught:

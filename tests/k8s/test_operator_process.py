@@ -3,6 +3,7 @@ probes and metrics over HTTP, and a graceful stop on SIGTERM."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 import signal
@@ -12,6 +13,8 @@ import threading
 
 from sqlalchemy import select
 
+from dagline.api_tokens import create_token
+from dagline.client import send_signal
 from dagline.db.models import scheduler_job_t
 from tests import prometheus
 from tests.k8s.operator_harness import NS, dag_manifest, dagrun_manifest, http_get, is_ready
@@ -62,12 +65,17 @@ def test_the_operator_process_serves_probes_and_metrics_and_stops_on_sigterm(kub
            "DAGLINE_SCHEDULER_POLL_INTERVAL_S": "0.1"}
     env.pop("DAGLINE_DB_URL", None)
     args = [sys.executable, "-m", "dagline.cli", "--db", pg_db.url, "operator", "--executor", "noop",
-            "--namespace", NS, "--health-port", "0", "--metrics-port", "0"]
+            "--namespace", NS, "--health-port", "0", "--metrics-port", "0", "--api-port", "0"]
     process = Process(args, env)
     try:
         ports = kube.wait_for(lambda: process.find(r"health on :(\d+), metrics on :(\d+)"), timeout=30,
                               what=f"the start line; stderr so far: {process.text()}")
         health, metrics = int(ports[1]), int(ports[2])
+        api = int(process.find(r"API on :(\d+)")[1])
+        with pg_db.begin() as conn:
+            secret = create_token(conn, "k8s-test", ["signals:send"], now=dt.datetime.now(dt.timezone.utc))
+        sent = send_signal("nobody.listens", {"from": "test"}, url=f"http://127.0.0.1:{api}", token=secret)
+        assert sent["created"] is True  # every replica serves the signal API
         assert http_get(health, "/healthz") == (200, "ok\n")
         assert http_get(health, "/readyz") == (200, "ok\n")
         kube.create("dags", NS, dag_manifest("daily", schedule=None))
@@ -92,7 +100,7 @@ def test_the_operator_process_serves_probes_and_metrics_and_stops_on_sigterm(kub
 
 def test_kopf_run_serves_the_handlers_with_a_replica_built_from_the_environment(kube, pg_db):
     env = {**os.environ, "KUBECONFIG": str(kube.kubeconfig_path), "DAGLINE_DB_URL": pg_db.url,
-           "DAGLINE_EXECUTOR": "noop", "DAGLINE_HEALTH_PORT": "0", "DAGLINE_METRICS_PORT": "0",
+           "DAGLINE_EXECUTOR": "noop", "DAGLINE_HEALTH_PORT": "0", "DAGLINE_METRICS_PORT": "0", "DAGLINE_API_PORT": "0",
            "DAGLINE_STATUS_INTERVAL": "0.2"}
     args = [sys.executable, "-m", "kopf", "run", "-m", "dagline.k8s.handlers", "--standalone", "-n", NS]
     process = Process(args, env)

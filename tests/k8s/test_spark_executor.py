@@ -649,3 +649,90 @@ def test_a_real_pyspark_job_runs_as_a_spark_application(pg_db, kube, spark_opera
     assert json.loads(out.read_text()) == {"ds": "2026-03-01", "partitions": "3", "sums": {"a": 4, "b": 2}}
     assert kube.list(APPS, NS) == []  # succeeded and recorded: deleted
     assert_invariants(pg_db)
+
+
+# -- signals: the try's token in a per-try Secret, and stops ----------------------------------------
+
+SIGNAL_ENV = (("DAGLINE_API_URL", "http://dagline-api.default.svc:8793"), ("DAGLINE_SIGNAL_TOKEN", "dgl_5_secret"))
+
+
+def secret_values(secret: dict) -> dict:
+    import base64
+
+    if secret.get("data"):
+        return {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    return dict(secret.get("stringData") or {})
+
+
+def test_a_tries_token_reaches_driver_and_executors_through_its_own_secret(kube, make_executor):
+    executor = make_executor()
+    launch = launch_of(ti_id=9)
+    launch = TaskLaunch(ti_id=9, key=launch.key, job=launch.job, env=SIGNAL_ENV, streaming=True, stop_grace_s=45)
+    executor.launch([launch])
+
+    [app] = kube.list(APPS, NS)
+    secret_name = f"{name_of(launch)}-env"
+    conf = app["spec"]["sparkConf"]
+    for role in ("driver", "executor"):
+        assert conf[f"spark.kubernetes.{role}.secretKeyRef.DAGLINE_SIGNAL_TOKEN"] == f"{secret_name}:DAGLINE_SIGNAL_TOKEN"
+        assert conf[f"spark.kubernetes.{role}.secretKeyRef.DAGLINE_API_URL"] == f"{secret_name}:DAGLINE_API_URL"
+    assert "dgl_5_secret" not in json.dumps(app)  # the token is only in the Secret
+    assert app["spec"]["driver"]["terminationGracePeriodSeconds"] == 45  # a streaming try's stopGracePeriod
+    secret = kube.get("secrets", NS, secret_name)
+    assert secret_values(secret) == dict(SIGNAL_ENV)
+    assert secret["metadata"]["labels"]["dagline.io/try"] == "1"
+    [owner] = secret["metadata"]["ownerReferences"]  # deleted with the application by Kubernetes
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("SparkApplication", name_of(launch), app["metadata"]["uid"])
+
+    # launched again (a queued try re-launched by an adopter, with a new token): the Secret gets the new one
+    again = TaskLaunch(ti_id=9, key=launch.key, job=launch.job, env=(SIGNAL_ENV[0], ("DAGLINE_SIGNAL_TOKEN", "dgl_6_x")))
+    make_executor().launch([again])
+    assert secret_values(kube.get("secrets", NS, secret_name))["DAGLINE_SIGNAL_TOKEN"] == "dgl_6_x"
+    assert len(kube.list(APPS, NS)) == 1
+
+    executor.cancel(launch.key)  # a stop
+    assert kube.get(APPS, NS, name_of(launch), missing_ok=True) is None
+    assert kube.get("secrets", NS, secret_name, missing_ok=True) is None
+
+
+STREAMING_DAG = """
+    apiVersion: dagline.io/v1alpha1
+    kind: DAG
+    metadata: {name: serving}
+    spec:
+      schedule: null
+      paused: false
+      tasks:
+        - id: serve
+          mode: streaming
+          stopGracePeriod: PT20S
+          spark: {mainApplicationFile: local:///opt/jobs/serve.py}
+"""
+
+
+def test_tasks_stop_deletes_the_streaming_tries_application_and_the_try_ends_success(
+        pg_db, kube, spark_operator, make_executor, clock, tmp_path):
+    from dagline.runs import stop_task
+
+    spark_operator.on({"dagline.io/task": "serve"}, Behaviour.hang("RUNNING"))
+    apply(pg_db, write_dag(tmp_path, STREAMING_DAG))
+    run = trigger_run(pg_db, "serving", now=clock.now())
+    scheduler = Scheduler(pg_db, make_executor(), clock=clock, api_url="http://dagline-api.default.svc:8793")
+    scheduler.start()
+    try:
+        iterate_until(scheduler, lambda: tis(pg_db, run.id)["serve"].state == "running", "the streaming try runs")
+        name = sparkapp.application_name(TaskKey("serving", run.run_id, "serve", 1))
+        app = kube.get(APPS, NS, name)
+        assert app["spec"]["driver"]["terminationGracePeriodSeconds"] == 20
+        token = secret_values(kube.get("secrets", NS, f"{name}-env"))["DAGLINE_SIGNAL_TOKEN"]
+        assert token.startswith("dgl_")
+
+        stop_task(pg_db, run.run_id, "serve", now=clock.now())
+        iterate_until(scheduler, lambda: tis(pg_db, run.id)["serve"].state == "success", "the stopped try ends")
+        assert kube.get(APPS, NS, name, missing_ok=True) is None  # deleted: the driver pod gets SIGTERM
+        assert kube.get("secrets", NS, f"{name}-env", missing_ok=True) is None
+        iterate_until(scheduler, lambda: runs(pg_db, "serving")[0]["state"] == "success", "the run ends")
+    finally:
+        scheduler.stop()
+    assert len(spark_operator.submissions) == 1
+    assert_invariants(pg_db)

@@ -184,7 +184,7 @@ def test_every_value_a_template_names_is_in_values_yaml():
             node = node[key]
         return True
 
-    named = set().union(*(values_named_by(path.read_text()) for path in (CHART / "templates").iterdir()))
+    named = set().union(*(values_named_by(path.read_text()) for path in (CHART / "templates").rglob("*") if path.is_file()))
     assert len(named) > 30
     assert sorted(path for path in named if not exists(path)) == []
     assert not exists(".spark.imge") and values_named_by("{{ .Values.spark.imge | quote }}") == {".spark.imge"}
@@ -223,6 +223,7 @@ def test_templates_render_the_expected_objects():
         ("Role", "dagline-spark"),
         ("RoleBinding", "dagline-controller"),
         ("RoleBinding", "dagline-spark"),
+        ("Service", "dagline-api"),
         ("Service", "dagline-metrics"),
         ("ServiceAccount", "dagline"),
     ]
@@ -253,6 +254,8 @@ EXPECTED_ENV = {
     "DAGLINE_PARALLELISM": "32",
     "DAGLINE_STATUS_INTERVAL": "2",
     "DAGLINE_LIVENESS_TIMEOUT": "60",
+    "DAGLINE_API_PORT": "8793",
+    "DAGLINE_API_URL": "http://dagline-api.dataplat.svc:8793",
 }
 
 
@@ -267,7 +270,8 @@ def test_deployment_runs_the_operator_with_its_settings():
     assert container["image"] == "dagline/operator:0.1.0"
     assert container["command"] + container["args"] == ["dagline", "operator"]
     assert container_env(container) == EXPECTED_ENV  # DAGLINE_SPARK_IMAGE only when set
-    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"health": 8080, "metrics": 9090}
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"health": 8080, "metrics": 9090,
+                                                                           "api": 8793}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
@@ -302,10 +306,35 @@ def test_values_reach_the_environment():
 
 def test_metrics_service_selects_the_operator_pods():
     manifests = render_chart()
-    service = one(manifests, "Service")
+    service = one(manifests, "Service", "dagline-metrics")
     pod_labels = one(manifests, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     assert service["spec"]["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}]
+
+
+def test_every_replica_serves_the_api_behind_one_service():
+    manifests = render_chart()
+    service = one(manifests, "Service", "dagline-api")
+    pod_labels = one(manifests, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert service["spec"]["ports"] == [{"name": "api", "port": 8793, "targetPort": "api", "protocol": "TCP"}]
+    assert [m for m in manifests if m["kind"] == "Pod"] == []  # no `helm test` pod without a token Secret
+
+    manifests = render_chart({"api": {"port": 9000, "anonymousRead": True, "url": "https://signals.example",
+                                      "service": {"port": 80}, "tokenSecret": {"name": "dagline-api-token"}}})
+    [container] = one(manifests, "Deployment")["spec"]["template"]["spec"]["containers"]
+    env = container_env(container)
+    assert (env["DAGLINE_API_PORT"], env["DAGLINE_API_URL"]) == ("9000", "https://signals.example")
+    assert env["DAGLINE_API_ANONYMOUS_READ"] == "true"
+    assert {"name": "api", "containerPort": 9000, "protocol": "TCP"} in container["ports"]
+    assert one(manifests, "Service", "dagline-api")["spec"]["ports"][0]["port"] == 80
+    test_pod = one(manifests, "Pod")
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    [sender] = test_pod["spec"]["containers"]
+    assert container_env(sender) == {
+        "DAGLINE_API_URL": "https://signals.example",
+        "DAGLINE_SIGNAL_TOKEN": {"secretKeyRef": {"name": "dagline-api-token", "key": "token"}}}
+    assert "send_signal" in sender["command"][-1]
 
 
 def test_database_is_migrated_once_by_a_hook_job():
@@ -325,7 +354,7 @@ def test_database_is_migrated_once_by_a_hook_job():
 
 def test_service_account_rbac_and_migrations_can_be_left_to_the_platform():
     manifests = render_chart(values_files=("platform-managed.yaml",))
-    assert sorted(m["kind"] for m in manifests) == ["Deployment", "Service"]
+    assert sorted(m["kind"] for m in manifests) == ["Deployment", "Service", "Service"]
     pod = one(manifests, "Deployment")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "platform-sa"
     assert container_env(pod["containers"][0])["DAGLINE_NAMESPACE"] == "pipelines"
@@ -365,8 +394,9 @@ def test_one_operator_for_all_namespaces_with_spark_elsewhere():
     assert env["DAGLINE_NAMESPACE"] == ""  # every namespace
     assert (env["DAGLINE_SPARK_NAMESPACE"], env["DAGLINE_SPARK_IMAGE"]) == ("spark-jobs", "registry.example/dataplat/jobs:7")
     assert (env["DAGLINE_SPARK_RETENTION"], env["DAGLINE_SPARK_PENDING_TIMEOUT"]) == ("keep", "600")
-    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"health": 8181, "metrics": 9191}
-    assert one(manifests, "Service")["spec"]["ports"][0]["port"] == 9191
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"health": 8181, "metrics": 9191,
+                                                                           "api": 8793}
+    assert one(manifests, "Service", "dagline-metrics")["spec"]["ports"][0]["port"] == 9191
     assert granted(manifests) == ({("cluster", *rule) for rule in DISCOVERY_RULES | CONTROLLER_RULES}
                                   | {("spark-jobs", *rule) for rule in SPARK_RULES})
 
@@ -386,7 +416,8 @@ DISCOVERY_RULES = {
 } | {("", "namespaces", "list"), ("", "namespaces", "watch")}
 # What dagline.k8s.executor calls: create, get, list (it polls; no watch), patch (labels of kept ones), delete.
 SPARK_RULES = {("sparkoperator.k8s.io", "sparkapplications", verb)
-               for verb in ("get", "list", "create", "patch", "delete")}
+               for verb in ("get", "list", "create", "patch", "delete")} | {
+    ("", "secrets", verb) for verb in ("create", "patch", "delete")}  # each try's signal token: put, own, delete
 
 
 def granted(manifests: list[dict]) -> set[tuple[str, str, str, str]]:
@@ -468,7 +499,9 @@ def test_the_service_monitor_and_the_dashboard_are_off_by_default():
 def test_the_service_monitor_scrapes_every_replica_through_the_metrics_service():
     manifests = render_chart({"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}})
     monitor = one(manifests, "ServiceMonitor")
-    service = one(manifests, "Service")
+    service = one(manifests, "Service", "dagline-metrics")
+    api = one(manifests, "Service", "dagline-api")
+    assert not monitor["spec"]["selector"]["matchLabels"].items() <= api["metadata"]["labels"].items()
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["metadata"]["namespace"] == NAMESPACE
     assert monitor["metadata"]["labels"]["release"] == "prom"  # what a Prometheus selects monitors by
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()

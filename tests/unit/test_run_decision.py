@@ -110,3 +110,36 @@ def test_changes_name_the_state_they_leave_in_walk_order():
     decision = decide_run(CHAIN, {t: TIFacts(IDS[t], s) for t, s in {"a": F, "b": N, "c": N, "d": N}.items()},
                           leaves=CHAIN_LEAVES, previous_states={}, now=NOW)
     assert decision.changes == (Change(2, N, UF), Change(3, N, UF), Change(4, N, SC))
+
+
+# -- signals: a task with a start rule waits for its signal --------------------------------------
+
+SIGNALLED = [TaskFacts("up"), TaskFacts("ev", ("up",), waits_for_signal=True)]
+
+
+def decide_signalled(up: str, ev: str, *, pending=False, restart=False, retry_at=None):
+    tis = {"up": TIFacts(1, up), "ev": TIFacts(2, ev, retry_at, pending, restart)}
+    decision = decide_run(SIGNALLED, tis, leaves=("ev",), previous_states={}, now=NOW)
+    return [(c.ti_id, c.to_state, c.by_signal) for c in decision.changes], decision.outcome
+
+
+@pytest.mark.parametrize("up, ev, pending, expected", [
+    (OK, N, False, []),                      # upstream done, no signal: it waits
+    (RU, N, True, []),                       # a signal, upstream not done: it waits
+    (OK, N, True, [(2, SC, True)]),          # both: the signal starts it
+    (F, N, False, [(2, UF, False)]),         # upstream failed: no signal will ever start it
+    (OK, OK, True, [(2, SC, True)]),         # done, another signal waits: it runs again
+    (OK, F, True, [(2, SC, True)]),
+    (F, UF, True, []),                       # its trigger rule still says no
+    (OK, OK, False, []),
+])
+def test_a_start_rule_task_runs_when_its_upstream_allows_and_a_signal_waits(up, ev, pending, expected):
+    changes, _ = decide_signalled(up, ev, pending=pending)
+    assert changes == expected
+
+
+def test_a_run_waiting_for_a_signal_does_not_finish_and_a_retry_takes_a_waiting_restart():
+    assert decide_signalled(OK, N)[1] is None
+    assert decide_signalled(OK, OK)[1] == RunState.SUCCESS
+    assert decide_signalled(OK, RETRY, pending=True, restart=True)[0] == [(2, SC, True)]
+    assert decide_signalled(OK, RETRY, pending=True, restart=False)[0] == [(2, SC, False)]  # keeps its own signal

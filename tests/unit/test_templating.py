@@ -35,9 +35,20 @@ def context(**overrides):
 def test_the_variables():
     assert TEMPLATE_VARIABLES == {
         "ds", "ds_nodash", "logical_date", "data_interval_start", "data_interval_end",
-        "run_id", "dag_id", "task_id", "try_number", "params", "conf",
+        "run_id", "dag_id", "task_id", "try_number", "params", "conf", "signal",
     }
     assert set(context()) == TEMPLATE_VARIABLES
+
+
+def test_signal_is_the_signal_that_started_the_try_and_null_otherwise():
+    started = {**context(), "signal": {"key": "model.published", "value": {"path": "/m/7"}, "seq": 42,
+                                       "source": "try:ml/r/train/1"}}
+    assert render("{{ signal.key }} {{ signal.value.path }} {{ signal.seq }} {{ signal.source }}", started) == \
+        "model.published /m/7 42 try:ml/r/train/1"
+    assert render("{{ signal.value | tojson }}", started) == '{"path": "/m/7"}'
+    assert render("{{ signal is none }} {{ signal.value.path if signal else 'none' }}", context()) == "True none"
+    with pytest.raises(ValueError, match="cannot render"):
+        render("{{ signal.value.path }}", context())
 
 
 @pytest.mark.parametrize("template, expected", [

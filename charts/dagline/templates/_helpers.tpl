@@ -58,3 +58,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
       name: {{ .Values.database.secretName | quote }}
       key: {{ .Values.database.secretKey | quote }}
 {{- end -}}
+
+{{/* The API's address inside the cluster, as task tries reach it. */}}
+{{- define "dagline.apiUrl" -}}
+{{- if .Values.api.url -}}
+{{- .Values.api.url -}}
+{{- else -}}
+{{- printf "http://%s-api.%s.svc:%v" (include "dagline.fullname" .) .Release.Namespace .Values.api.service.port -}}
+{{- end -}}
+{{- end -}}

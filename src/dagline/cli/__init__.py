@@ -4,7 +4,7 @@
 registers itself on import.
 """
 
-from dagline.cli import dags, scheduling, state, system, testing  # noqa: F401  (register the commands)
+from dagline.cli import api, dags, scheduling, signals, state, system, testing  # noqa: F401  (register the commands)
 from dagline.cli.base import main
 
 __all__ = ["main"]

@@ -27,13 +27,15 @@ from dagline.errors import InvalidInput
               help="/healthz and /readyz (default: $DAGLINE_HEALTH_PORT, else 8080; 0: any free port).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="/metrics (default: $DAGLINE_METRICS_PORT, else 9090; 0: any free port).")
+@click.option("--api-port", type=click.IntRange(-1, 65535), default=None,
+              help="The HTTP API (default: $DAGLINE_API_PORT, else 8793; 0: any free port; -1: none).")
 @log_folder_option
 @now_option
 @click.pass_obj
 def operator_cmd(obj: Context, executor, parallelism, namespace, all_namespaces, health_port, metrics_port,
-                 log_folder, now):
+                 api_port, log_folder, now):
     """Run one operator replica against the database (--db, else $DAGLINE_DB_URL): the kopf controller of
-    DAG, DagRun, Backfill and Pool objects and the scheduler loop. SIGTERM stops it gracefully."""
+    DAG, DagRun, Backfill and Pool objects, the scheduler loop and the HTTP API. SIGTERM stops it gracefully."""
     logging.getLogger("dagline").setLevel(logging.INFO)  # say what it does, even without -v
     from dagline.k8s.operator import run
     from dagline.k8s.runtime import Runtime
@@ -50,6 +52,7 @@ def operator_cmd(obj: Context, executor, parallelism, namespace, all_namespaces,
 
     runtime = Runtime.from_env(open_db=open_db, clock=make_clock(now), log_folder=log_folder,
                                all_namespaces=all_namespaces, executor=executor, parallelism=parallelism,
-                               health_port=health_port, metrics_port=metrics_port, namespace=namespace or None)
+                               health_port=health_port, metrics_port=metrics_port, api_port=api_port,
+                               namespace=namespace or None)
     gc.freeze()  # start-up objects (modules, kopf, SQLAlchemy) leave the collector's scans: collections stay cheap
     raise SystemExit(run(runtime))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import signal
 import sys
 
@@ -57,7 +58,7 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, metrics_port,
     settings = SchedulerSettings.from_env()
     database = obj.db()
     sched = Scheduler(database, make_cli_executor(executor, parallelism, log_folder, clock), clock=clock,
-                      settings=settings)
+                      settings=settings, api_url=os.environ.get("DAGLINE_API_URL"))  # handed on to every try
     server = None
     if metrics_port is not None:
         from dagline import metrics
@@ -209,7 +210,7 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
 
     bar = ProgressBar(sys.stderr)
     sched = Scheduler(database, make_cli_executor(executor, parallelism, log_folder, clock), clock=clock,
-                      backfill_id=result.backfill_id)
+                      backfill_id=result.backfill_id, api_url=os.environ.get("DAGLINE_API_URL"))
     signal.signal(signal.SIGTERM, lambda *_: sched.request_stop())
     state = {"last": None}
 

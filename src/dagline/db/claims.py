@@ -17,6 +17,9 @@ No other module writes `with_for_update`: a new lock is a new function here, wit
 | `lock_schedulable_tis` | TIs | SKIP LOCKED | one queueing per try |
 | `claim_stale_replicas` | replicas | SKIP LOCKED | a dead replica is declared dead once |
 | `claim_orphaned_tis` | TIs | SKIP LOCKED | one adopter per orphaned try |
+| `lock_signal_key` | one signal key (advisory) | wait | per key, `seq` order is commit order |
+| `claim_unhandled_signals` | signals | SKIP LOCKED | one reaction per signal, in `seq` order per key |
+| `lock_run_for_signal` | one run | wait | a signal's action against the run's own decisions |
 """
 
 from __future__ import annotations
@@ -25,11 +28,11 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, select, update
+from sqlalchemy import and_, func, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from dagline.db.models import dag_run_t, dag_t, pool_t, scheduler_job_t, ti_t
+from dagline.db.models import dag_run_t, dag_t, pool_t, scheduler_job_t, signal_t, ti_t
 
 
 def lock_dag(conn: Connection, dag_id: str) -> Any | None:
@@ -235,3 +238,42 @@ def claim_orphaned_tis(
     if rows:
         conn.execute(update(ti_t).where(ti_t.c.id.in_([r.id for r in rows])).values(queued_by_job_id=job_id))
     return rows
+
+
+SIGNAL_KEY_LOCK_CLASS = 0x5167  # the advisory-lock namespace of signal keys ("Sg")
+
+
+def lock_signal_key(conn: Connection, key: str) -> None:
+    """Serialise the senders of one signal key until commit (a transaction-level advisory lock on
+    PostgreSQL; SQLite's `BEGIN IMMEDIATE` serialises every writer already). Protects: within a key,
+    `seq` order is commit order. A sequence hands out numbers before commit, so without this lock
+    signal 8 of a key could become visible after signal 9 had been acted on; with it, once a signal
+    is visible every earlier signal of its key is too, and the reaction step can apply them in order."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(select(func.pg_advisory_xact_lock(SIGNAL_KEY_LOCK_CLASS, func.hashtext(key))))
+
+
+def claim_unhandled_signals(conn: Connection, limit: int) -> list[Any]:
+    """Claim signals not yet handled, lowest `seq` first, skipping those another replica holds.
+    Returns (seq, key, value, source, source_dag_run_id, sent_at) rows. Protects: one replica decides a
+    signal's actions (the unique `signal_action` row is the database's own guard behind this). The
+    caller keeps `seq` order per key: it acts on a claimed signal only if no earlier signal of the
+    same key is still unhandled outside its claim (`unhandled_earlier_keys`)."""
+    s = signal_t.c
+    stmt = (
+        select(s.seq, s.key, s.value, s.source, s.source_dag_run_id, s.sent_at)
+        .where(s.handled_at.is_(None))
+        .order_by(s.seq)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return conn.execute(stmt).all()
+
+
+def lock_run_for_signal(conn: Connection, run_id: int) -> Any | None:
+    """Wait for and hold one run row, whatever its state (None if it is gone). Protects a signal's
+    action on a run's task instance against the replica deciding that run (`lock_running_runs`,
+    `lock_runs_by_id`): a run is not finished while a signal starts one of its tasks, and a task
+    started by a signal is seen by the next decision. Waiting, not skipping: signals of one key
+    must be applied in order, so this one cannot be left for later."""
+    return conn.execute(select(dag_run_t).where(dag_run_t.c.id == run_id).with_for_update()).first()

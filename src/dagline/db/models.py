@@ -3,7 +3,9 @@
 Invariants are also constraints, so a bug in Python cannot break them silently:
 - a task instance always belongs to a run (`task_instance.dag_run_id` is NOT NULL);
 - at most one run per `(dag_id, logical_date)` that is not `overridden` nor a test run (a partial unique index);
-- one task instance per `(dag_run_id, task_id)`; one version row per `(dag_id, version)`.
+- one task instance per `(dag_run_id, task_id)`; one version row per `(dag_id, version)`;
+- one signal per `(key, sender_id)` (a sender's retry is the same signal), at most 64 KiB of value;
+- at most one action per `(signal, rule, run, task)`: the exactly-once guard of signal reactions.
 Every stored time is UTC (`UTCDateTime` returns aware datetimes on both databases).
 """
 
@@ -68,6 +70,7 @@ NAMING = {
 # BigInteger ids on PostgreSQL, INTEGER (rowid alias, autoincrement) on SQLite.
 Id = BigInteger().with_variant(Integer(), "sqlite")
 
+RUN_TYPES = ("scheduled", "manual", "backfill", "signal")
 RUN_STATES = ("queued", "running", "success", "failed", "overridden")
 TI_STATES = (
     "none", "scheduled", "queued", "running", "success", "failed",
@@ -203,7 +206,7 @@ class DagRun(Base):
         Index(None, "backfill_id"),
         Index(None, "previous_run_id"),
         CheckConstraint(_in("state", RUN_STATES), name="state_known"),
-        CheckConstraint(_in("run_type", ("scheduled", "manual", "backfill")), name="run_type_known"),
+        CheckConstraint(_in("run_type", RUN_TYPES), name="run_type_known"),
     )
 
 
@@ -231,6 +234,11 @@ class TaskInstance(Base):
     queued_by_job_id: Mapped[int | None] = mapped_column(Id, ForeignKey("scheduler_job.id"))
     hostname: Mapped[str | None] = mapped_column(String(250))
     last_heartbeat: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    # -> signal.seq: the signal that started the current try (null: no signal started it); no foreign
+    # key, so pruning old signals never touches task instances
+    signal_seq: Mapped[int | None] = mapped_column(Id)
+    # a stop was asked for the running try (`tasks stop`, `runs stop`, a stop or restart signal)
+    stop_requested_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (
         UniqueConstraint("dag_run_id", "task_id"),
@@ -283,6 +291,119 @@ class Event(Base):
     __table_args__ = (Index(None, "entity", "dag_run_id"),)
 
 
+MAX_SIGNAL_VALUE_BYTES = 64 * 1024
+SIGNAL_ACTIONS = ("trigger", "start", "restart", "stop")
+SIGNAL_ACTION_STATUSES = ("pending", "done", "superseded", "dropped")
+
+
+class Signal(Base):
+    """A named event with a JSON value, stored before its sender is answered. `seq` orders signals;
+    within one key it is also the commit order (senders of one key are serialised, see
+    `claims.lock_signal_key`). `handled_at` is set once the reaction step decided every action
+    the signal causes (the partial index finds the ones still to handle)."""
+
+    __tablename__ = "signal"
+
+    seq: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(200), nullable=False)
+    value: Mapped[str] = mapped_column(Text, nullable=False)  # compact JSON text
+    sender_id: Mapped[str | None] = mapped_column(String(200))  # chosen by the sender, for idempotency
+    source: Mapped[str] = mapped_column(String(250), nullable=False)  # person, token name, or task try
+    # the run and task instance of the try that sent it (null otherwise); no foreign keys: signals
+    # outlive the runs they name
+    source_dag_run_id: Mapped[int | None] = mapped_column(Id)
+    source_ti_id: Mapped[int | None] = mapped_column(Id)
+    sent_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    handled_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        UniqueConstraint("key", "sender_id"),
+        Index(None, "key", "seq"),
+        Index(None, "sent_at"),
+        Index("ix_signal_unhandled", "seq",
+              sqlite_where=text("handled_at IS NULL"), postgresql_where=text("handled_at IS NULL")),
+        CheckConstraint(f"length(value) <= {MAX_SIGNAL_VALUE_BYTES}", name="value_size"),
+    )
+
+
+class SignalListener(Base):
+    """One signal rule of one DAG version: a DAG-level trigger (`task_id` '') or a task's `on` rule.
+    Written with the version, so "who listens to this key" is a query, not a walk over every spec."""
+
+    __tablename__ = "signal_listener"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    dag_version_id: Mapped[int] = mapped_column(Id, ForeignKey("dag_version.id"), nullable=False)
+    dag_id: Mapped[str] = mapped_column(String(63), nullable=False)
+    key: Mapped[str] = mapped_column(String(200), nullable=False)
+    rule: Mapped[str] = mapped_column(String(300), nullable=False)  # e.g. spec.tasks[serve].on[0]
+    task_id: Mapped[str] = mapped_column(String(250), nullable=False, default="")
+    action: Mapped[str] = mapped_column(String(16), nullable=False)
+    handling: Mapped[str] = mapped_column(String(16), nullable=False, default="each")
+    scope: Mapped[str] = mapped_column(String(16), nullable=False, default="dag")
+
+    __table_args__ = (
+        UniqueConstraint("dag_version_id", "rule"),
+        Index(None, "key", "dag_version_id"),
+        CheckConstraint(_in("action", SIGNAL_ACTIONS), name="action_known"),
+        CheckConstraint(_in("handling", ("each", "latest")), name="handling_known"),
+        CheckConstraint(_in("scope", ("dag", "run")), name="scope_known"),
+    )
+
+
+class SignalAction(Base):
+    """What a signal caused, one row per (signal, rule, run, task), written in the same transaction as
+    the state change it causes: the unique constraint is the exactly-once guard. A `start` or
+    `restart` that cannot start its try at once stays `pending` until the task is free (then `done`,
+    with the try it started), `superseded` by a newer signal (`handling: latest`) or `dropped` (the
+    run ended first). Triggers name the run they created."""
+
+    __tablename__ = "signal_action"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    signal_seq: Mapped[int] = mapped_column(Id, ForeignKey("signal.seq"), nullable=False)
+    rule: Mapped[str] = mapped_column(String(300), nullable=False)
+    dag_id: Mapped[str] = mapped_column(String(63), nullable=False)
+    dag_run_id: Mapped[int] = mapped_column(Id, nullable=False)  # no foreign key: actions outlive runs
+    run_id: Mapped[str] = mapped_column(String(250), nullable=False)
+    task_id: Mapped[str] = mapped_column(String(250), nullable=False, default="")
+    action: Mapped[str] = mapped_column(String(16), nullable=False)
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    try_number: Mapped[int | None] = mapped_column(Integer)
+    decided_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    done_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    detail: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        UniqueConstraint("signal_seq", "rule", "dag_run_id", "task_id"),
+        Index(None, "dag_run_id", "task_id", "status"),
+        CheckConstraint(_in("action", SIGNAL_ACTIONS), name="action_known"),
+        CheckConstraint(_in("status", SIGNAL_ACTION_STATUSES), name="status_known"),
+    )
+
+
+class ApiToken(Base):
+    """A bearer token of the HTTP API, stored as a hash only. Named tokens are made by
+    `dagline tokens create`; a try's token (`ti_id`, `try_number` set) may only send signals, names
+    that try as their source, and expires when the try ends (`expires_at`, or `revoked_at`)."""
+
+    __tablename__ = "api_token"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), nullable=False, unique=True)
+    secret_hash: Mapped[str] = mapped_column(String(128), nullable=False, unique=True)
+    scope: Mapped[str] = mapped_column(String(64), nullable=False)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    last_used_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    dag_run_id: Mapped[int | None] = mapped_column(Id)
+    ti_id: Mapped[int | None] = mapped_column(Id)
+    try_number: Mapped[int | None] = mapped_column(Integer)
+
+    __table_args__ = (Index(None, "ti_id", "try_number"),)
+
+
 dag_t = Dag.__table__
 dag_version_t = DagVersion.__table__
 pool_t = Pool.__table__
@@ -291,3 +412,7 @@ dag_run_t = DagRun.__table__
 ti_t = TaskInstance.__table__
 scheduler_job_t = SchedulerJob.__table__
 event_t = Event.__table__
+signal_t = Signal.__table__
+signal_listener_t = SignalListener.__table__
+signal_action_t = SignalAction.__table__
+api_token_t = ApiToken.__table__

@@ -2,7 +2,7 @@
 
 Sending: `announce(conn, who)` issues `pg_notify('dagline', who)` once per transaction (it is called
 by `transitions.record_events`, which every state change goes through; it leaves out transactions
-that only move task instances to `queued` or `running`). PostgreSQL delivers a
+that only queue task instances). PostgreSQL delivers a
 NOTIFY only when its transaction commits, so a listener never wakes for a change it cannot see yet,
 nor for one that was rolled back. The payload is the writer (`scheduler:7`, `cli`), so a replica
 can ignore its own announcements.

@@ -3,11 +3,14 @@
 `UPDATE ... WHERE id IN (...) AND state = <expected> RETURNING ...` changes only the rows still in the
 expected state, so two replicas acting on the same row cannot both win, and replaying a report is a
 no-op. The rows actually changed are what gets an event; callers learn which ids they won.
+A task instance entering a state in `signal_keys.TASK_SIGNAL_STATES` also sends dagline's own signal
+`dagline.task.<dag_id>.<task_id>.<state>` in the same transaction (`signal_log`).
 A transaction that records events also announces them (`notify.announce`: one NOTIFY per
 transaction on PostgreSQL, delivered at commit), so idle replicas wake at once; except when all it
-did was hand task instances to an executor (`queued`, `running`): that makes no work for any other
+did was queue task instances (`queued`, the critical section): that makes no work for any other
 replica (the queuing replica launches them), and on PostgreSQL every notifying commit waits for the
-previous one's flush, so a chain's every hop would otherwise serialise all writers twice.
+previous one's flush, so a chain's every hop would otherwise serialise all writers once more.
+(`running` still announces: it is one of the states dagline sends a signal for, see `signal_log`.)
 """
 
 from __future__ import annotations
@@ -25,16 +28,17 @@ from dagline import metrics
 from dagline.db.models import dag_run_t, event_t, ti_t
 from dagline.db.notify import announce
 from dagline.db.observe import at_commit
+from dagline.db.signal_log import record_task_state_signals
 from dagline.deps import next_state_after_failure
 from dagline.states import RunState, TIState
 
 
-_QUIET = frozenset({TIState.QUEUED, TIState.RUNNING})  # task instance states no other replica acts on
+_QUIET = frozenset({TIState.QUEUED})  # task instance states no other replica acts on (and no signal's)
 
 
 def record_events(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     """Append events (one executemany) and announce them, unless every one is a task instance
-    becoming `queued` or `running`; each row has at least at, who, entity."""
+    becoming `queued`; each row has at least at, who, entity."""
     if rows:
         conn.execute(insert(event_t), [dict(row) for row in rows])
         if any(row["entity"] != "task_instance" or row.get("to_state") not in _QUIET for row in rows):
@@ -69,6 +73,7 @@ def change_tis(
          ti_t.c.pool_slots))
     record_events(conn, ti_events(changed, expected=expected, to=to, at=at, who=who, detail=detail))
     count_transitions(conn, to, len(changed))
+    record_task_state_signals(conn, changed, to=to, at=at)
     return changed
 
 
@@ -195,13 +200,24 @@ def _chunks(items: list, size: int):
         yield items[start:start + size]
 
 
-def fail_running_tries(conn: Connection, rows: Sequence[Any], *, at: dt.datetime, who: str, detail: str) -> list[Any]:
+def fail_running_tries(conn: Connection, rows: Sequence[Any], *, at: dt.datetime, who: str, detail: str,
+                       streaming: set[int] | frozenset[int] = frozenset()) -> list[Any]:
     """End running tries that failed without a report (timed out, zombies): each becomes `up_for_retry`
     (retry at once) or `failed` per its tries left. `rows` have id, try_number and max_tries; a row
-    changes only while it is still running that try. Returns the changed rows, as `change_tis`."""
+    changes only while it is still running that try. A try that was asked to stop is not retried: it
+    ends `success` if its task is streaming (`streaming`: their ids; the stop it was asked for has
+    happened), else `failed`. Returns the changed rows, as `change_tis`."""
+    asked = set()
+    if rows:
+        asked = set(conn.execute(select(ti_t.c.id).where(ti_t.c.id.in_([r.id for r in rows]),
+                                                          ti_t.c.stop_requested_at.is_not(None))).scalars())
     by_outcome: dict[str, list[Any]] = {}
     for row in rows:
-        by_outcome.setdefault(next_state_after_failure(row.try_number, row.max_tries), []).append(row)
+        if row.id in asked:
+            to = TIState.SUCCESS if row.id in streaming else TIState.FAILED
+        else:
+            to = next_state_after_failure(row.try_number, row.max_tries)
+        by_outcome.setdefault(to, []).append(row)
     changed = []
     for to, group in sorted(by_outcome.items()):
         values = {"end_date": at, "next_retry_at": at} if to == TIState.UP_FOR_RETRY else {"end_date": at}
@@ -220,3 +236,24 @@ def fail_queued_runs(conn: Connection, run_ids: list[int], *, now: dt.datetime, 
         ti_t.c.dag_run_id.in_([r.id for r in cancelled]), ti_t.c.state == TIState.NONE)).scalars())
     change_tis(conn, ti_ids, expected=TIState.NONE, to=TIState.SKIPPED, at=now, who=who, detail=detail)
     return cancelled
+
+
+def request_stop(conn: Connection, ids: Sequence[int], *, at: dt.datetime, who: str, detail: str) -> list[Any]:
+    """Ask the queued or running tries of these task instances to stop (`stop_requested_at`; the
+    replica running each try sees it and stops the job, see `scheduler.stops`). A try already asked
+    keeps its first request. Returns the rows asked now (id, dag_id, dag_run_id, task_id, try_number);
+    each gets an event (entity `stop_request`, the state unchanged)."""
+    if not ids:
+        return []
+    rows = conn.execute(
+        update(ti_t).where(ti_t.c.id.in_(list(ids)), ti_t.c.state.in_(list(TIState.ACTIVE)),
+                           ti_t.c.stop_requested_at.is_(None))
+        .values(stop_requested_at=at)
+        .returning(ti_t.c.id, ti_t.c.dag_id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.state)).all()
+    record_events(conn, [
+        {"at": at, "who": who, "entity": "stop_request", "dag_id": r.dag_id, "dag_run_id": r.dag_run_id,
+         "ti_id": r.id, "task_id": r.task_id, "try_number": r.try_number, "from_state": r.state,
+         "to_state": r.state, "detail": detail}
+        for r in rows
+    ])
+    return rows

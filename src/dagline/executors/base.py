@@ -60,6 +60,9 @@ class TaskLaunch:
     job: SparkJob
     working_dir: str | None = None  # where relative paths of the DAG file resolve (local executor)
     timeout_s: float | None = None  # executionTimeout: the executor stops the job after this long
+    streaming: bool = False  # runs until stopped (`mode: streaming`)
+    stop_grace_s: float = 30.0  # stopGracePeriod: between the stop request (SIGTERM) and the kill
+    env: tuple[tuple[str, str], ...] = ()  # extra environment of the job (local), e.g. the API's token
 
 
 @dataclasses.dataclass(frozen=True)

@@ -206,8 +206,10 @@ class LocalExecutor:
                    "--pid-file", str(pid_file_path(log_file))]  # fmt: skip
             if launch.timeout_s:
                 cmd += ["--timeout", f"{launch.timeout_s:g}"]
+            cmd += ["--grace", f"{launch.stop_grace_s:g}"]
             cmd += ["--", *spark_submit_command(launch, self._spark_submit)]
             env = dict(os.environ)
+            env.update(dict(launch.env))
             env.update(
                 SPARK_LOCAL_IP="127.0.0.1",
                 PYSPARK_PYTHON=sys.executable,

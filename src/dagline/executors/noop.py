@@ -7,6 +7,7 @@ range drawn from a seeded random generator per try), `sync()` reports 'running' 
 once that much wall time (`time.monotonic`) has passed since the launch; stamps come from the clock.
 With a `seed`, a try's duration is drawn from a generator seeded by the seed and the try's job name,
 so the same try lasts as long whichever replica launches it and in whatever order (reproducible).
+A streaming task's try (`mode: streaming`) runs until it is cancelled (a stop).
 A task whose rendered Spark conf sets `dagline.noop.outcome: failed` fails instead (the key is a
 template like any conf value, e.g. `"{{ 'failed' if try_number == 1 else 'success' }}"`), so a DAG's
 failure paths (retries, trigger rules) can be rehearsed without Spark.
@@ -141,9 +142,10 @@ class NoopExecutor:
             key = launch.key
             if key in self._active:
                 continue  # idempotent per try
-            duration = self._draw(key)
+            duration = float("inf") if launch.streaming else self._draw(key)  # streaming: until cancelled
             t = self._active[key] = _Try(launch, now, mono + duration, next(self._seq))
-            heapq.heappush(self._due, (t.due, t.seq, key))
+            if duration != float("inf"):
+                heapq.heappush(self._due, (t.due, t.seq, key))
             if duration > 0:
                 self._unannounced.append(key)
 

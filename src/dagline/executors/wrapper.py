@@ -18,8 +18,9 @@ running it a second time.
 
 Stopping a job: `spark-submit` execs a JVM that starts a Python driver, and PySpark's worker daemon
 moves itself into its own process group. So the wrapper marks itself a child subreaper (Linux),
-sends SIGTERM to the job's process group and to every other descendant, waits `KILL_GRACE_S`, then
-sends SIGKILL. When the job's main process has exited, leftover descendants are killed too: a
+sends SIGTERM to the job's process group and to every other descendant, waits `--grace` seconds
+(the task's stopGracePeriod; `KILL_GRACE_S` by default), then sends SIGKILL. When the job's main
+process has exited, leftover descendants are killed too: a
 finished try leaves nothing behind. SIGTERM, SIGINT and SIGHUP sent to the wrapper are forwarded
 the same way (that is how a try is cancelled), and the signal is recorded in the outcome.
 
@@ -133,7 +134,8 @@ def _log(message: str) -> None:
     print(f"[dagline] {message}", file=sys.stderr, flush=True)
 
 
-def run(cmd: list[str], exit_file: str, timeout_s: float | None, pid_file: str | None = None) -> int:
+def run(cmd: list[str], exit_file: str, timeout_s: float | None, pid_file: str | None = None,
+        grace_s: float = KILL_GRACE_S) -> int:
     """Run `cmd` to the end (or the timeout), write the outcome to `exit_file`, return an exit status."""
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _on_signal)
@@ -168,9 +170,9 @@ def run(cmd: list[str], exit_file: str, timeout_s: float | None, pid_file: str |
             stop_reason = f"received {signal.Signals(_received_signal).name}"
             outcome["signal"] = signal.Signals(_received_signal).name
         if stop_reason is not None and kill_at is None:
-            _log(f"{stop_reason}: stopping the job (SIGTERM, then SIGKILL after {KILL_GRACE_S:g}s)")
+            _log(f"{stop_reason}: stopping the job (SIGTERM, then SIGKILL after {grace_s:g}s)")
             _signal_job(child.pid, signal.SIGTERM)
-            kill_at = now + KILL_GRACE_S
+            kill_at = now + grace_s
         elif kill_at is not None and now >= kill_at:
             _log("the job did not stop in time: SIGKILL")
             _signal_job(child.pid, signal.SIGKILL)
@@ -203,12 +205,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exit-file", required=True, help="where the outcome JSON is written at the end")
     parser.add_argument("--pid-file", help="where {wrapper_pid, pid, started_at} is written at the start")
     parser.add_argument("--timeout", type=float, default=None, help="seconds; 0 or absent: no timeout")
+    parser.add_argument("--grace", type=float, default=KILL_GRACE_S,
+                        help="seconds between SIGTERM and SIGKILL when stopping the job (stopGracePeriod)")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
     args = parser.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         parser.error("no command given after --")
-    return run(cmd, args.exit_file, args.timeout or None, args.pid_file)
+    return run(cmd, args.exit_file, args.timeout or None, args.pid_file, args.grace)
 
 
 if __name__ == "__main__":

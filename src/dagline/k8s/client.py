@@ -2,7 +2,8 @@
 
 `load_api_client` finds credentials the way kubectl and in-cluster pods do. `SparkApplications` wraps
 the few custom-object calls the `spark-k8s` executor makes, with a request timeout on each (a hung
-API server must not hang the scheduler loop), and turns the client's exceptions into three kinds
+API server must not hang the scheduler loop), `Secrets` the per-try Secret calls (a try's signal
+token), and both turn the client's exceptions into three kinds
 the executor acts on:
 - `ApiUnavailable`: connection refused or reset, timeouts, 429 and 5xx — transient: keep state, retry;
 - `AlreadyExists` (409 on create): the deterministic name is taken — adopt the object if it is ours;
@@ -151,6 +152,48 @@ class SparkApplications:
         """Merge these labels into the object's; False if it is gone."""
         try:
             self.api.patch_namespaced_custom_object(name=name, body={"metadata": {"labels": labels}}, **self._args())
+        except CALL_ERRORS as exc:
+            if isinstance(exc, ApiException) and exc.status == 404:
+                return False
+            raise sorted_error(exc) from None
+        return True
+
+
+class Secrets:
+    """Secret calls in one namespace: the per-try Secrets holding a try's signal token."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str, *, timeout=DEFAULT_TIMEOUT):
+        self.api = client.CoreV1Api(api_client)
+        self.namespace = namespace
+        self.timeout = timeout
+
+    def put(self, body: dict) -> None:
+        """Create the Secret, or replace the data of the one of that name (a try launched again)."""
+        name = body["metadata"]["name"]
+        try:
+            self.api.create_namespaced_secret(self.namespace, body, _request_timeout=self.timeout)
+            return
+        except CALL_ERRORS as exc:
+            error = sorted_error(exc)
+            if not isinstance(error, AlreadyExists):
+                raise error from None
+        try:
+            self.api.patch_namespaced_secret(name, self.namespace, {"stringData": body["stringData"]},
+                                             _request_timeout=self.timeout)
+        except CALL_ERRORS as exc:
+            raise sorted_error(exc) from None
+
+    def set_owner(self, name: str, owner: dict) -> None:
+        """Make the Secret go with `owner` (Kubernetes' garbage collector deletes it with the application)."""
+        try:
+            self.api.patch_namespaced_secret(name, self.namespace, {"metadata": {"ownerReferences": [owner]}},
+                                             _request_timeout=self.timeout)
+        except CALL_ERRORS as exc:
+            raise sorted_error(exc) from None
+
+    def delete(self, name: str) -> bool:
+        try:
+            self.api.delete_namespaced_secret(name, self.namespace, _request_timeout=self.timeout)
         except CALL_ERRORS as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 return False

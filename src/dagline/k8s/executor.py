@@ -29,6 +29,15 @@ replica dying in between leaves an application the next one can still adopt. No
 `timeToLiveSeconds` is set: the operator would delete an application whose outcome dagline may not
 have read yet. `cancel` deletes at once; `end` stops following and deletes nothing that runs.
 
+Signals. A try with an environment (`DAGLINE_API_URL`, `DAGLINE_SIGNAL_TOKEN`) gets its Secret
+(`sparkapp.build_env_secret`) created, or its data replaced, just before its application; once the
+application exists the Secret is made its dependent (an ownerReference: Kubernetes deletes it with
+the application), and it is deleted when the try ends. A Secret that cannot be written for now
+(the API is down) delays the create like any create; a refused one (403: the chart's Role lacks
+`secrets`) fails the try with the API's message. `cancel` (a stop: `dagline tasks stop`, a stop or
+restart signal, `runs stop`) deletes the application, so the spark-operator deletes the driver pod
+and the driver gets SIGTERM, then its `terminationGracePeriodSeconds` (the task's stopGracePeriod).
+
 `adopt` looks each try's application up by name: found, it is followed (its state is reported at the
 next sync); missing, the launch is returned to the scheduler (a queued try is launched again, a
 running one is a zombie).
@@ -47,7 +56,14 @@ from dagline.clock import SystemClock
 from dagline.errors import InvalidInput
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
 from dagline.k8s import sparkapp
-from dagline.k8s.client import AlreadyExists, ApiRejected, ApiUnavailable, SparkApplications, load_api_client
+from dagline.k8s.client import (
+    AlreadyExists,
+    ApiRejected,
+    ApiUnavailable,
+    Secrets,
+    SparkApplications,
+    load_api_client,
+)
 from dagline.k8s.sparkapp import LABEL_OUTCOME, Phase
 from dagline.times import duration_seconds, parse_duration
 
@@ -178,6 +194,7 @@ class SparkK8sExecutor:
         self.retry_interval_s = retry_interval_s  # after a transient API error, no call for this long
         self._api_client = api_client
         self._apps: SparkApplications | None = None
+        self._secrets: Secrets | None = None
         self._tries: dict[TaskKey, _Try] = {}
         self._reports: list[TaskReport] = []
         self._cleanups: list[_Cleanup] = []   # run at the next sync (and retried while the API is down)
@@ -232,6 +249,7 @@ class SparkK8sExecutor:
         name = t.name if t is not None else sparkapp.application_name(key)
         self._delete_now(name, "failed")
         if t is not None:
+            self._drop_env_secret(t.launch)
             now = self.clock.now()
             self._reports.append(self._report(t.launch, "failed", now, message="cancelled: SparkApplication deleted",
                                               started_at=t.started_at or now))
@@ -292,6 +310,22 @@ class SparkK8sExecutor:
             self._apps = SparkApplications(api_client, self.settings.namespace)
         return self._apps
 
+    def _secrets_api(self) -> Secrets:
+        if self._secrets is None:
+            self._api()
+            self._secrets = Secrets(self._apps.api.api_client, self.settings.namespace)
+        return self._secrets
+
+    def _drop_env_secret(self, launch: TaskLaunch) -> None:
+        """Delete a finished try's Secret (its token is dead anyway); on failure the garbage collector
+        deletes it with the application."""
+        if not launch.env or not self._api_ready():
+            return
+        try:
+            self._secrets_api().delete(sparkapp.env_secret_name(launch.key))
+        except (ApiUnavailable, ApiRejected) as exc:
+            log.debug("could not delete the Secret of %s: %s", launch.key.job_name, exc)
+
     def _external_id(self, name: str) -> str:
         return f"{self.settings.namespace}/{name}"
 
@@ -304,8 +338,20 @@ class SparkK8sExecutor:
         )
 
     def _create(self, t: _Try) -> None:
+        secret = sparkapp.build_env_secret(t.launch, namespace=self.settings.namespace)
+        if secret is not None:
+            try:
+                self._secrets_api().put(secret)
+            except ApiUnavailable as exc:
+                t.create_error = str(exc)
+                self._api_error(f"writing Secret {secret['metadata']['name']}", exc)
+                return
+            except ApiRejected as exc:
+                self._finish(t, "failed", f"the Kubernetes API refused the Secret {secret['metadata']['name']} "
+                                          f"holding the try's signal token: {exc}", cleanup=False)
+                return
         try:
-            self._api().create(t.manifest)
+            created = self._api().create(t.manifest)
         except AlreadyExists:
             self._adopt_existing(t)
             return
@@ -319,6 +365,12 @@ class SparkK8sExecutor:
             return
         self._api_ok()
         t.created = True
+        owner = sparkapp.owner_reference(created or {})
+        if secret is not None and owner is not None:
+            try:
+                self._secrets_api().set_owner(secret["metadata"]["name"], owner)
+            except (ApiUnavailable, ApiRejected) as exc:  # it is deleted when the try ends all the same
+                log.debug("could not make Secret %s depend on %s: %s", secret["metadata"]["name"], t.name, exc)
 
     def _adopt_existing(self, t: _Try) -> None:
         """409 on create: follow the object if it is this try's, else fail the try (never touch the other)."""
@@ -401,6 +453,7 @@ class SparkK8sExecutor:
             self._tries.pop(t.launch.key, None)
             # delete even when no create succeeded: one may have, with its answer lost
             self._delete_now(t.name, "failed")
+            self._drop_env_secret(t.launch)
             self._reports.append(self._report(t.launch, "failed", now, message=message, started_at=now))
 
     def _image(self, t: _Try) -> str:
@@ -408,6 +461,7 @@ class SparkK8sExecutor:
 
     def _finish(self, t: _Try, state: str, message: str | None, *, cleanup: bool = True) -> None:
         self._tries.pop(t.launch.key, None)
+        self._drop_env_secret(t.launch)
         now = self.clock.now()
         self._reports.append(self._report(t.launch, state, now, message=message, started_at=t.started_at or now))
         if cleanup:

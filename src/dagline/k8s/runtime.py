@@ -1,4 +1,6 @@
-"""What one operator replica runs beside kopf: the scheduler loop, the status sync, the probe and metrics servers.
+"""What one operator replica runs beside kopf: the scheduler loop, the status sync, the probe and metrics
+servers, and the HTTP API (`dagline.api`, uvicorn in a thread of its own: `dagline.api.server`), so
+every replica behind the chart's Service answers `POST /api/v1/signals`.
 
 `Runtime` is built once per process, by `Runtime.from_env()` (called by `dagline operator`, and by the
 kopf startup handler under `kopf run -m dagline.k8s.handlers`), handed to the handlers in kopf's `memo`,
@@ -119,7 +121,8 @@ class Runtime:
                                who=self.who, history_limit=settings.dagrun_history_limit)
         self.scheduler = None if executor is None else InstrumentedScheduler(
             db, executor, clock=self.clock, settings=scheduler_settings or SchedulerSettings.from_env(),
-            health=self.health)
+            health=self.health, api_url=settings.try_api_url)
+        self.api = None  # the API server, once started
         self.on_fatal: Callable[[], None] | None = None  # called when the scheduler loop dies
         self.failed = False
         self.servers = None
@@ -148,11 +151,17 @@ class Runtime:
 
         metrics.watch_database(database_collector(self.db))  # the database gauges on /metrics
         self.servers = ProbeServers(self).start()
+        if self.settings.api_port >= 0:
+            from dagline.api import ApiSettings, create_app
+            from dagline.api.server import ApiServer
+
+            app = create_app(self.db, ApiSettings.from_env(), clock=self.clock)
+            self.api = ApiServer(app, host="0.0.0.0", port=self.settings.api_port).start()
         if self.scheduler is not None:
             self._spawn("dagline-scheduler", self._run_scheduler)
         self._spawn("dagline-status-sync", self._run_sync)
-        log.info("operator replica %s: health on :%s, metrics on :%s, scheduler %s", self.who,
-                 self.servers.health_port, self.servers.metrics_port,
+        log.info("operator replica %s: health on :%s, metrics on :%s, API on :%s, scheduler %s", self.who,
+                 self.servers.health_port, self.servers.metrics_port, self.api.port if self.api else "-",
                  "off" if self.scheduler is None else f"with the {self.scheduler.executor.name} executor")
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -167,6 +176,9 @@ class Runtime:
         self._threads = []
         if self.servers is not None:
             self.servers.stop()
+        if self.api is not None:
+            self.api.stop()
+            self.api = None
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)

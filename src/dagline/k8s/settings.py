@@ -11,6 +11,9 @@
 | `DAGLINE_LIVENESS_TIMEOUT` | 60 | seconds without progress of kopf or the scheduler loop before `/healthz` fails |
 | `DAGLINE_EXECUTOR` | spark-k8s | the executor of the scheduler loop (`noop` for demos and tests) |
 | `DAGLINE_PARALLELISM` | 32 | tries the executor runs at once |
+| `DAGLINE_API_PORT` | 8793 | the HTTP API (`POST`/`GET /api/v1/signals`), served by every replica; 0 picks a free port; -1: off |
+| `DAGLINE_API_URL` | `http://127.0.0.1:<api port>` | the API's address as tries reach it (the chart sets the Service's) |
+| `DAGLINE_API_ANONYMOUS_READ` | false | allow GET without a token |
 
 A bad value is an `InvalidInput` naming the variable.
 """
@@ -40,6 +43,13 @@ class OperatorSettings:
     liveness_timeout_s: float = 60.0
     executor: str = "spark-k8s"
     parallelism: int = 32
+    api_port: int = 8793          # -1: no API in this replica
+    api_url: str | None = None    # None: http://127.0.0.1:<api_port>
+
+    @property
+    def try_api_url(self) -> str:
+        """The API's address handed to every try."""
+        return self.api_url or f"http://127.0.0.1:{self.api_port if self.api_port > 0 else 8793}"
 
     def __post_init__(self):
         if self.namespace is not None and not _DNS_LABEL.fullmatch(self.namespace):
@@ -47,6 +57,11 @@ class OperatorSettings:
         for name, env in (("health_port", "DAGLINE_HEALTH_PORT"), ("metrics_port", "DAGLINE_METRICS_PORT")):
             if not 0 <= getattr(self, name) <= 65535:
                 raise InvalidInput(f"must be a port number (0-65535), got {getattr(self, name)}", field=env)
+        if not -1 <= self.api_port <= 65535:
+            raise InvalidInput(f"must be a port number (0-65535), or -1 for no API, got {self.api_port}",
+                               field="DAGLINE_API_PORT")
+        if self.api_url is not None and not re.match(r"^https?://[^\s/]+", self.api_url):
+            raise InvalidInput(f"{self.api_url!r} is not an http(s) URL", field="DAGLINE_API_URL")
         if self.dagrun_history_limit < 0:
             raise InvalidInput(f"must be 0 or more, got {self.dagrun_history_limit}",
                                field="DAGLINE_DAGRUN_HISTORY_LIMIT")
@@ -91,6 +106,8 @@ class OperatorSettings:
             "liveness_timeout_s": number("DAGLINE_LIVENESS_TIMEOUT", float),
             "executor": text("DAGLINE_EXECUTOR"),
             "parallelism": number("DAGLINE_PARALLELISM", int),
+            "api_port": number("DAGLINE_API_PORT", int),
+            "api_url": text("DAGLINE_API_URL"),
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**{key: value for key, value in values.items() if value is not None})

@@ -22,6 +22,14 @@ need not be. `label_value` replaces other characters by `_`, trims the ends, and
 authoritative. `dagline.io/outcome` is `pending` while dagline follows the application, and the
 reported outcome (`success` / `failed`) once it kept a finished one; the executor lists only
 `pending` ones, so kept applications cost nothing per sync.
+
+Signals. A try's `DAGLINE_API_URL` and `DAGLINE_SIGNAL_TOKEN` (`TaskLaunch.env`) go into a Secret of
+its own, `<application name>-env` (`build_env_secret`), which the driver and the executors read as
+environment variables through Spark's own `spark.kubernetes.{driver,executor}.secretKeyRef.<VAR>`
+settings: Spark builds the pods with them, so this needs no mutating webhook of the spark-operator,
+and the token never appears in the SparkApplication. A streaming try's driver pod gets the task's
+`stopGracePeriod` as its `terminationGracePeriodSeconds`: deleting the application (a stop) sends
+SIGTERM to the driver, which then has that long to stop its queries before the kill.
 """
 
 from __future__ import annotations
@@ -154,6 +162,8 @@ def build_manifest(
     driver: dict = {"serviceAccount": service_account, "labels": dict(labels)}
     executor: dict = {"labels": dict(labels)}
     _put(driver, cores=job.driver_cores, memory=job.driver_memory)
+    if launch.streaming:
+        driver["terminationGracePeriodSeconds"] = max(1, int(round(launch.stop_grace_s)))
     _put(executor, instances=job.executor_instances, cores=job.executor_cores, memory=job.executor_memory)
     return {
         "apiVersion": API_VERSION,
@@ -171,12 +181,50 @@ def build_manifest(
             "image": image,
             "mainApplicationFile": main,
             "arguments": [str(a) for a in job.arguments],
-            "sparkConf": {str(k): str(v) for k, v in job.conf},
+            "sparkConf": {**{str(k): str(v) for k, v in job.conf}, **env_conf(launch)},
             "restartPolicy": {"type": "Never"},  # dagline does the retrying, as a new try
             "driver": driver,
             "executor": executor,
         },
     }
+
+
+def env_secret_name(key: TaskKey) -> str:
+    """The name of the Secret holding a try's environment (at most 60 characters)."""
+    return f"{application_name(key)}-env"
+
+
+def build_env_secret(launch: TaskLaunch, *, namespace: str) -> dict | None:
+    """The Secret of a try's environment (`launch.env`), or None when it has none."""
+    if not launch.env:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": env_secret_name(launch.key), "namespace": namespace,
+                     "labels": {**try_labels(launch.key), LABEL_MANAGED: MANAGED_BY}},
+        "stringData": {name: value for name, value in launch.env},
+    }
+
+
+def env_conf(launch: TaskLaunch) -> dict[str, str]:
+    """Spark settings that make the driver and the executors read the try's Secret as environment."""
+    secret = env_secret_name(launch.key)
+    conf = {}
+    for name, _ in launch.env:
+        for role in ("driver", "executor"):
+            conf[f"spark.kubernetes.{role}.secretKeyRef.{name}"] = f"{secret}:{name}"
+    return conf
+
+
+def owner_reference(app: dict) -> dict | None:
+    """An ownerReference to this application (None if it has no uid yet)."""
+    meta = app.get("metadata") or {}
+    if not meta.get("uid"):
+        return None
+    return {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"], "uid": meta["uid"],
+            "blockOwnerDeletion": False, "controller": False}
 
 
 def _put(target: dict, **values) -> None:

@@ -38,7 +38,7 @@ from dagline.db.transitions import fail_running_tries, record_events
 from dagline.executors.base import Executor, TaskKey, TaskLaunch
 from dagline.scheduler.critical_section import QueuedTI
 from dagline.scheduler.executor_events import fail_unlaunchable
-from dagline.scheduler.launches import gather_launches, render_launches
+from dagline.scheduler.launches import DEFAULT_API_URL, gather_launches, render_launches
 from dagline.scheduler.renderer import Renderer
 from dagline.scheduler.resilience import Transactions
 from dagline.scheduler.tries import InFlight
@@ -97,8 +97,9 @@ class Adopter:
     """Claims orphans and settles them for one replica (its id, executor, host, clock)."""
 
     def __init__(self, tx: Transactions, executor: Executor, *, dags: DagCache, job_id: int, who: str,
-                 batch: int, sqlite: bool, renderer: Renderer):
+                 batch: int, sqlite: bool, renderer: Renderer, api_url: str = DEFAULT_API_URL):
         self.tx = tx
+        self.api_url = api_url
         self.renderer = renderer
         self.executor = executor
         self.dags = dags
@@ -148,7 +149,7 @@ class Adopter:
             return Settled(), cancel
         log.warning("%d task instances of this scheduler were not followed by its executor (a launch or a "
                     "report was interrupted): adopting them", len(unknown))
-        pending = self.tx.run(lambda conn: self._pending(conn, unknown), what="reconcile own task instances")
+        pending = self.tx.run(lambda conn: self._pending(conn, unknown, now), what="reconcile own task instances")
         launches = self._render(pending, now)
         return self._settle(unknown, launches, now, why="this scheduler lost track of it"), cancel
 
@@ -168,11 +169,11 @@ class Adopter:
                       f"{'scheduler ' + str(owner) if owner is not None else 'no recorded scheduler'}: ids "
                       + ", ".join(str(r.id) for r in owned[:50]) + (" ..." if len(owned) > 50 else "")}
             for owner, owned in by_owner.items()])
-        return rows, self._pending(conn, rows)
+        return rows, self._pending(conn, rows, now)
 
-    def _pending(self, conn: Connection, rows: Sequence):
+    def _pending(self, conn: Connection, rows: Sequence, now: dt.datetime):
         tis = [QueuedTI(r.id, r.dag_run_id, r.dag_id, r.task_id, r.try_number, r.dag_version_id) for r in rows]
-        return gather_launches(conn, tis, dags=self.dags)
+        return gather_launches(conn, tis, dags=self.dags, now=now, api_url=self.api_url)
 
     def _render(self, pending, now: dt.datetime) -> list[TaskLaunch]:
         """Render outside any transaction; tries whose templates no longer render fail (in a transaction)."""
@@ -190,7 +191,7 @@ class Adopter:
                      if launch.ti_id in left and by_id[launch.ti_id].state == TIState.QUEUED]
         zombies = [by_id[i] for i in sorted(left) if by_id[i].state == TIState.RUNNING]
         if zombies:
-            self.tx.run(lambda conn: _settle_zombies(conn, zombies, now=now, who=self.who, why=why),
+            self.tx.run(lambda conn: _settle_zombies(conn, zombies, now=now, who=self.who, why=why, dags=self.dags),
                         what="settle zombies")
         return Settled(followed, to_launch, len(zombies))
 
@@ -206,8 +207,11 @@ class Adopter:
         self._last_waiting = waiting
 
 
-def _settle_zombies(conn: Connection, zombies: Sequence, *, now: dt.datetime, who: str, why: str) -> None:
-    fail_running_tries(conn, zombies, at=now, who=who, detail=f"zombie: {why} and no job of this try was found")
+def _settle_zombies(conn: Connection, zombies: Sequence, *, now: dt.datetime, who: str, why: str,
+                    dags: DagCache) -> None:
+    streaming = {z.id for z in zombies if dags.get(conn, z.dag_version_id).tasks[z.task_id].streaming}
+    fail_running_tries(conn, zombies, at=now, who=who, detail=f"zombie: {why} and no job of this try was found",
+                       streaming=streaming)
 
 
 def _own_and_tracked(conn: Connection, job_id: int, tracked: set[int]) -> list:

@@ -100,7 +100,8 @@ def queue_task_instances(
     version_of = {c.id: c.dag_version_id for c in candidates}
     changed = change_tis(
         conn, [c.ti_id for c in admitted], expected=TIState.SCHEDULED, to=TIState.QUEUED, at=now, who=who,
-        values={"try_number": ti_t.c.try_number + 1, "queued_at": now, "queued_by_job_id": job_id},
+        values={"try_number": ti_t.c.try_number + 1, "queued_at": now, "queued_by_job_id": job_id,
+                "stop_requested_at": None},
     )
     ready_at = {c.id: c.scheduled_at for c in candidates}
     delays = [(now - ready_at[r.id]).total_seconds() for r in changed if ready_at[r.id] is not None]

@@ -6,6 +6,12 @@ For every run: read its TIs (and, for `dependsOnPast` tasks, the TIs of its `pre
 one walk; the run's outcome once its TIs are all finished), then write the decisions, grouped by
 (from, to) state, as compare-and-sets with events. Loop step 3 looks at the runs unlocked first and
 claims only those where the decision changes something (`examine_running_runs`).
+
+Signals: a TI for which a `start` or `restart` action is pending (`signal_action.status`) may be
+scheduled by that signal (`run_decision`); the action is then marked done with the try it starts,
+in the same transaction, and the TI records the signal (`signal_seq`, for templates) and gets its
+`retries` afresh: signal-started tries do not use up retries. A run that finishes drops the actions
+still pending for it.
 """
 
 from __future__ import annotations
@@ -15,12 +21,12 @@ import dataclasses
 import datetime as dt
 from collections.abc import Callable, Sequence
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, select, update
 from sqlalchemy.engine import Connection
 
 from dagline.dagstore import DagCache
 from dagline.db.claims import lock_running_runs, running_runs
-from dagline.db.models import dag_run_t, dag_t, ti_t
+from dagline.db.models import dag_run_t, dag_t, signal_action_t, ti_t
 from dagline.db.transitions import change_runs, change_tis
 from dagline.run_decision import RunDecision, TaskFacts, TIFacts, decide_run
 from dagline.scheduler.isolation import DagFailed, describe, is_dags_fault, isolated, record_import_error
@@ -40,16 +46,16 @@ def examine_running_runs(conn: Connection, *, limit: int, backfill_id: int | Non
     """Loop step 3: decide the running runs in this replica's scope that have something to decide.
 
     It looks first without locking (`running_runs`, then the same pure decision as below): the runs
-    where the decision changes nothing (every TI waiting on its upstream, running or done) are left
-    alone, neither locked nor written, so an examination that finds nothing is a read. The rest are
-    claimed (SKIP LOCKED) and decided again under the lock from a fresh read, which alone is written.
-    When the scope holds `limit` runs or more, they are all claimed in turn, least recently examined
-    first, as `last_scheduling_decision` orders them (no run waits behind others for ever)."""
+    where the decision changes nothing (every TI waiting on its upstream or a signal, running or done)
+    are left alone, neither locked nor written, so an examination that finds nothing is a read. The
+    rest are claimed (SKIP LOCKED) and decided again under the lock from a fresh read, which alone is
+    written. When the scope holds `limit` runs or more, they are all claimed in turn, least recently
+    examined first, as `last_scheduling_decision` orders them (no run waits behind others for ever)."""
     seen = running_runs(conn, limit, backfill_id, test_run_id)
     if len(seen) >= limit:
         return examine_runs(conn, lock_running_runs(conn, limit, backfill_id, test_run_id), now=now, dags=dags,
                             who=who)
-    decided = _decide(conn, seen, now=now, dags=dags, on_fault=lambda dag_id, exc: None)
+    decided = _decide(conn, seen, now=now, dags=dags, on_fault=lambda dag_id, exc: None).decisions
     due = [run.id for run in seen if run.id not in decided or decided[run.id].changes or decided[run.id].outcome]
     if not due:
         return ExamineResult()
@@ -66,11 +72,16 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
     def record(dag_id: str, exc: Exception) -> None:  # the run is skipped, its DAG's import error recorded
         record_import_error(conn, dag_id, describe(exc, "examining runs"), at=now, who=who)
 
+    facts = _decide(conn, runs, now=now, dags=dags, on_fault=record)
     changes: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
+    by_signal: dict[int, tuple[int, object]] = {}  # ti id -> (run id, task) started by a pending signal
     outcomes: dict[str, list[int]] = collections.defaultdict(list)
-    for run_id, decision in _decide(conn, runs, now=now, dags=dags, on_fault=record).items():
+    for run_id, decision in facts.decisions.items():
+        dag = facts.dag_by_run[run_id]
         for change in decision.changes:
             changes[(change.from_state, change.to_state)].append(change.ti_id)
+            if change.by_signal:
+                by_signal[change.ti_id] = (run_id, dag.tasks[_task_of(facts.tis_by_run[run_id], change.ti_id)])
         if decision.outcome is not None:
             outcomes[decision.outcome].append(run_id)
 
@@ -78,27 +89,45 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
         values = {"end_date": now, "start_date": now} if to in TIState.FINISHED else {}
         if to == TIState.SCHEDULED:
             values = {"next_retry_at": None, "scheduled_at": now}
-        result.tis_changed += len(change_tis(conn, ids, expected=expected, to=to, at=now, who=who, values=values))
+        changed = change_tis(conn, ids, expected=expected, to=to, at=now, who=who, values=values)
+        result.tis_changed += len(changed)
+        started = [r for r in changed if r.id in by_signal]
+        if started:
+            kinds = ("restart",) if expected == TIState.UP_FOR_RETRY else ("start", "restart")
+            _start_by_signal(conn, started, by_signal, now, kinds)
     finished = []
     for outcome, ids in outcomes.items():
         finished += change_runs(conn, ids, expected=RunState.RUNNING, to=outcome, at=now, who=who,
                                 values={"end_date": now})
     result.runs_finished = len(finished)
+    if finished:
+        conn.execute(update(signal_action_t)
+                     .where(signal_action_t.c.dag_run_id.in_([r.id for r in finished]),
+                            signal_action_t.c.status == "pending")
+                     .values(status="dropped", done_at=now, detail="the run ended first"))
     conn.execute(update(dag_run_t).where(dag_run_t.c.id.in_([run.id for run in runs]))
                  .values(last_scheduling_decision=now))
     _after_runs_finished(conn, finished, dags, now=now, who=who)
     return result
 
 
+@dataclasses.dataclass
+class _Facts:
+    decisions: dict[int, RunDecision]
+    tis_by_run: dict  # run id -> {task id: TI row}
+    dag_by_run: dict  # run id -> Dag
+
+
 def _decide(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCache,
-            on_fault: Callable[[str, Exception], None]) -> dict[int, RunDecision]:
-    """run id -> `decide_run`'s decision, from the runs' TIs as read now (reads only). A run whose
-    version cannot be read, or whose decision raises, has none: `on_fault(dag_id, error)` is told."""
+            on_fault: Callable[[str, Exception], None]) -> _Facts:
+    """Each run's `decide_run` decision, from its TIs and pending signals as read now (reads only). A
+    run whose version cannot be read, or whose decision raises, has none: `on_fault(dag_id, error)`."""
+    facts = _Facts({}, collections.defaultdict(dict), {})
     if not runs:
-        return {}
-    tis_by_run: dict[int, dict[str, object]] = collections.defaultdict(dict)
+        return facts
+    tis_by_run = facts.tis_by_run
     for ti in conn.execute(
-        select(ti_t.c.id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state, ti_t.c.next_retry_at)
+        select(ti_t.c.id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state, ti_t.c.next_retry_at, ti_t.c.try_number)
         .where(ti_t.c.dag_run_id.in_([run.id for run in runs]))
     ):
         tis_by_run[ti.dag_run_id][ti.task_id] = ti
@@ -113,49 +142,100 @@ def _decide(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCach
             return None
 
     dags.prefetch(conn, {run.dag_version_id for run in runs})
-    dag_by_run = {}
+    dag_by_run = facts.dag_by_run
     for run in runs:
         dag = guarded(run.dag_id, lambda run=run: dags.get(conn, run.dag_version_id))
         if dag is not None:
             dag_by_run[run.id] = dag
+    with_rules = [run.id for run in runs if run.id in dag_by_run and dag_by_run[run.id].has_task_rules]
+    pending = pending_signals(conn, with_rules) if with_rules else Pending.none()
     previous_states = _previous_states(conn, [run for run in runs if run.id in dag_by_run], dag_by_run)
 
-    decisions: dict[int, RunDecision] = {}
     task_facts: dict[int, list[TaskFacts]] = {}  # per DAG version
+    remembered = dags.decisions
     for run in runs:
         dag = dag_by_run.get(run.id)
         if dag is None:
             continue
         if run.dag_version_id not in task_facts:
-            task_facts[run.dag_version_id] = [TaskFacts(task_id, task.upstream, task.trigger_rule, task.depends_on_past)
+            task_facts[run.dag_version_id] = [TaskFacts(task_id, task.upstream, task.trigger_rule, task.depends_on_past,
+                                                        task.waits_for_signal)
                                               for task_id, task in dag.tasks.items()]
-        tis = tis_by_run.get(run.id, {})
+        ti_facts = {task_id: TIFacts(ti.id, ti.state, ti.next_retry_at, (run.id, task_id) in pending,
+                                     (run.id, task_id) in pending.restarts)
+                    for task_id, ti in tis_by_run.get(run.id, {}).items()}
         previous = previous_states.get(run.previous_run_id, {})
         # decide_run is pure, and reads `now` only for TIs waiting to retry: without one, the same facts
         # give the same decision, so a run nothing happened to since the last look is not decided again
-        key = None if any(ti.state == TIState.UP_FOR_RETRY for ti in tis.values()) else (
-            run.dag_version_id, tuple((task_id, ti.id, ti.state) for task_id, ti in tis.items()),
+        key = None if any(f.state == TIState.UP_FOR_RETRY for f in ti_facts.values()) else (
+            run.dag_version_id, tuple((task_id, f.ti_id, f.state, f.pending_signal, f.pending_restart)
+                                      for task_id, f in ti_facts.items()),
             tuple(sorted(previous.items())))
-        remembered = dags.decisions
         decision = remembered.get(key) if key is not None else None
         if decision is None:
-            decision = guarded(run.dag_id, lambda run=run, dag=dag, tis=tis, previous=previous: decide_run(
-                task_facts[run.dag_version_id],
-                {task_id: TIFacts(ti.id, ti.state, ti.next_retry_at) for task_id, ti in tis.items()},
-                leaves=dag.leaves,
-                previous_states=previous,
-                now=now,
-            ))
+            decision = guarded(run.dag_id, lambda run=run, dag=dag, ti_facts=ti_facts, previous=previous: decide_run(
+                task_facts[run.dag_version_id], ti_facts, leaves=dag.leaves, previous_states=previous, now=now))
             if decision is not None and key is not None:
                 if len(remembered) >= _REMEMBERED_MAX:
                     remembered.clear()
                 remembered[key] = decision
         if decision is not None:
-            decisions[run.id] = decision
-    return decisions
+            facts.decisions[run.id] = decision
+    return facts
 
 
 _REMEMBERED_MAX = 10_000  # decisions a replica remembers (`DagCache.decisions`), then it starts afresh
+
+
+class Pending(set):
+    """(run id, task id) of the TIs a start or restart signal waits for; `restarts`: those a restart waits for."""
+
+    restarts: set
+
+    @classmethod
+    def none(cls) -> Pending:
+        pending = cls()
+        pending.restarts = set()
+        return pending
+
+
+def pending_signals(conn: Connection, run_ids: Sequence[int]) -> Pending:
+    a = signal_action_t.c
+    pending = Pending.none()
+    for row in conn.execute(
+        select(a.dag_run_id, a.task_id, a.action).distinct()
+        .where(a.dag_run_id.in_(list(run_ids)), a.status == "pending", a.action.in_(("start", "restart")))
+    ):
+        pending.add((row.dag_run_id, row.task_id))
+        if row.action == "restart":
+            pending.restarts.add((row.dag_run_id, row.task_id))
+    return pending
+
+
+def _task_of(tis: dict, ti_id: int) -> str:
+    return next(task_id for task_id, ti in tis.items() if ti.id == ti_id)
+
+
+def _start_by_signal(conn: Connection, rows: Sequence, by_signal: dict, now: dt.datetime,
+                     kinds: Sequence[str] = ("start", "restart")) -> None:
+    """The TIs just scheduled by a pending signal: per TI, the oldest pending start or restart action
+    becomes `done` with the try it starts; the TI records its signal and gets its retries afresh."""
+    a = signal_action_t.c
+    for row in rows:
+        run_id, task = by_signal[row.id]
+        action = conn.execute(
+            select(a.id, a.signal_seq)
+            .where(a.dag_run_id == run_id, a.task_id == row.task_id, a.status == "pending",
+                   a.action.in_(list(kinds)))
+            .order_by(a.signal_seq, a.id).limit(1)).first()
+        if action is None:
+            continue
+        next_try = row.try_number + 1
+        conn.execute(update(signal_action_t).where(and_(a.id == action.id, a.status == "pending"))
+                     .values(status="done", try_number=next_try, done_at=now))
+        conn.execute(update(ti_t).where(ti_t.c.id == row.id).values(
+            signal_seq=action.signal_seq, max_tries=row.try_number + task.retries + 1, stop_requested_at=None,
+            start_date=None, end_date=None))
 
 
 def _guarded(conn: Connection, dag_id: str, doing: str, fn, *, now: dt.datetime, who: str):

@@ -4,10 +4,15 @@ A report names (ti id, try number). `running` moves a queued TI to running; `suc
 finish it (through `running`, so the event log always shows the try ran). A failed try becomes
 `up_for_retry` with its `next_retry_at`, or `failed` when it was the last try. Reports about an old
 try, or a TI that someone else already moved on, change nothing.
+
+A try that was asked to stop (`stop_requested_at`: `tasks stop`, `runs stop`, a stop or restart
+signal) ends `success` if its task is streaming (stopping is how a streaming task ends), whatever
+its exit code; a stopped batch try ends `failed` without a retry (someone chose to stop it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 
@@ -17,6 +22,7 @@ from sqlalchemy.engine import Connection
 from dagline.dagstore import DagCache
 from dagline.db.models import dag_run_t, ti_t
 from dagline.db.replicas import HOSTNAME
+from dagline.db.signal_log import record_task_state_signals
 from dagline.db.transitions import change_tis, change_tries_each, count_transitions, record_events, ti_events
 from dagline.deps import next_state_after_failure, retry_delay
 from dagline.executors.base import TaskReport
@@ -36,13 +42,23 @@ def apply_reports(
     rows = {
         row.id: row for row in conn.execute(
             select(ti_t.c.id, ti_t.c.state, ti_t.c.try_number, ti_t.c.max_tries, ti_t.c.dag_run_id, ti_t.c.task_id,
-                   dag_run_t.c.dag_version_id)
+                   ti_t.c.stop_requested_at, dag_run_t.c.dag_version_id)
             .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
             .where(ti_t.c.id.in_({r.ti_id for r in reports})))
     }
     current = [r for r in reports if r.ti_id in rows and rows[r.ti_id].try_number == r.try_number]
     started = {r.ti_id: r for r in current if r.state == "running"}
     finished = {r.ti_id: r for r in current if r.state in ("success", "failed")}
+    stopped: set[int] = set()  # batch tries asked to stop: failed, no retry
+    for ti_id, report in list(finished.items()):
+        row = rows[ti_id]
+        if row.stop_requested_at is None:
+            continue
+        if dags.get(conn, row.dag_version_id).tasks[row.task_id].streaming:
+            finished[ti_id] = dataclasses.replace(report, state="success", message="stopped")
+        else:
+            stopped.add(ti_id)
+            finished[ti_id] = dataclasses.replace(report, state="failed", message="stopped on request")
     affected: set[int] = set()
 
     # queued -> success at once, for quick tries that succeeded (the events still show they ran)
@@ -59,6 +75,8 @@ def apply_reports(
                                   at=max(r.at for r in quick.values()), who=who))
         count_transitions(conn, TIState.RUNNING, len(done))
         count_transitions(conn, TIState.SUCCESS, len(done))
+        record_task_state_signals(conn, done, to=TIState.RUNNING, at=min(r.at for r in quick.values()))
+        record_task_state_signals(conn, done, to=TIState.SUCCESS, at=max(r.at for r in quick.values()))
         affected.update(row.dag_run_id for row in done)
         finished = {i: r for i, r in finished.items() if i not in quick}
 
@@ -72,6 +90,7 @@ def apply_reports(
         record_events(conn, ti_events(moved, expected=TIState.QUEUED, to=TIState.RUNNING,
                                       at=min(r.at for r in starting.values()), who=who))
         count_transitions(conn, TIState.RUNNING, len(moved))
+        record_task_state_signals(conn, moved, to=TIState.RUNNING, at=min(r.at for r in starting.values()))
     succeeded = {i: r for i, r in finished.items() if r.state == "success"}
     if succeeded:
         done = change_tries_each(
@@ -80,18 +99,19 @@ def apply_reports(
         record_events(conn, ti_events(done, expected=TIState.RUNNING, to=TIState.SUCCESS,
                                       at=max(r.at for r in succeeded.values()), who=who))
         count_transitions(conn, TIState.SUCCESS, len(done))
+        record_task_state_signals(conn, done, to=TIState.SUCCESS, at=max(r.at for r in succeeded.values()))
         affected.update(row.dag_run_id for row in done)
     for ti_id, report in finished.items():
         if report.state != "failed":
             continue
         row = rows[ti_id]
-        affected.update(_fail_try(conn, row, report, dags=dags, who=who))
+        affected.update(_fail_try(conn, row, report, dags=dags, who=who, retry=ti_id not in stopped))
     return affected
 
 
-def _fail_try(conn: Connection, row, report: TaskReport, *, dags: DagCache, who: str) -> set[int]:
+def _fail_try(conn: Connection, row, report: TaskReport, *, dags: DagCache, who: str, retry: bool = True) -> set[int]:
     max_tries = row.max_tries
-    to = next_state_after_failure(report.try_number, max_tries)
+    to = next_state_after_failure(report.try_number, max_tries) if retry else TIState.FAILED
     values = {"end_date": report.at}
     if to == TIState.UP_FOR_RETRY:
         try:

@@ -6,19 +6,30 @@ In three steps, so that no transaction waits on a template: `gather_launches` re
 needs (in the caller's transaction), `render_launches` renders in the replica's renderer process (no
 transaction open), and the caller records the failures in a transaction of its own
 (`executor_events.fail_unlaunchable`).
+
+A try started by a signal renders `{{ signal.key }}`, `{{ signal.value }}`, `{{ signal.seq }}` and
+`{{ signal.source }}` from that signal (`task_instance.signal_seq`); in any other try `signal` is
+null (None).
+
+Each try also gets the environment it needs to send signals (`try_env`): `DAGLINE_API_URL` (where
+the HTTP API is, as the replica was told) and `DAGLINE_SIGNAL_TOKEN`, a token made for this try
+alone, stored hashed in the transaction that gathers it (`api_tokens.issue_try_tokens`). The
+local executor puts them in the job's environment, spark-k8s in a per-try Secret.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from collections.abc import Sequence
 
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
+from dagline.api_tokens import issue_try_tokens
 from dagline.dagstore import DagCache
-from dagline.db.models import dag_run_t, dag_version_t
+from dagline.db.models import dag_run_t, dag_version_t, signal_t, ti_t
 from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
 from dagline.scheduler.critical_section import QueuedTI
 from dagline.scheduler.isolation import describe, is_dags_fault
@@ -38,6 +49,7 @@ class PendingLaunch:
     request: RenderRequest
     working_dir: str | None
     timeout_s: float | None
+    env: tuple[tuple[str, str], ...] = ()  # DAGLINE_API_URL and the try's DAGLINE_SIGNAL_TOKEN
 
 
 @dataclasses.dataclass
@@ -53,7 +65,16 @@ class Gathered:
     broken: list[tuple[QueuedTI, str]]  # tries that cannot even be rendered (their DAG cannot be read)
 
 
-def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCache) -> Gathered:
+DEFAULT_API_URL = "http://127.0.0.1:8793"  # `dagline api`'s default address
+
+
+def try_env(api_url: str, token: str) -> tuple[tuple[str, str], ...]:
+    """What a try needs to send signals with `dagline.client.send_signal`."""
+    return (("DAGLINE_API_URL", api_url), ("DAGLINE_SIGNAL_TOKEN", token))
+
+
+def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCache, now: dt.datetime,
+                    api_url: str = DEFAULT_API_URL) -> Gathered:
     """What rendering these tries needs: their run, task, context and working folder (database reads only)."""
     if not queued:
         return Gathered([], [])
@@ -65,6 +86,8 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
             .where(dag_run_t.c.id.in_({q.dag_run_id for q in queued})))
     }
     dags.prefetch(conn, {q.dag_version_id for q in queued})
+    signals = signals_of(conn, [q.ti_id for q in queued])
+    tokens = issue_try_tokens(conn, [(q.ti_id, q.try_number) for q in queued], now=now)
     pending, broken = [], []
     for q in queued:
         run = runs[q.dag_run_id]
@@ -79,7 +102,7 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
                     dag_id=dag.dag_id, task_id=task.task_id, run_id=run.run_id, logical_date=run.logical_date,
                     data_interval_start=run.data_interval_start, data_interval_end=run.data_interval_end,
                     try_number=q.try_number, params={**dag.spec.params, **conf}, conf=conf,  # conf overrides params
-                    timezone=dag.timezone,
+                    timezone=dag.timezone, signal=signals.get(q.ti_id),
                 )
         except Exception as exc:  # this try cannot be launched; the others can (see `isolation`)
             if not is_dags_fault(exc):
@@ -88,8 +111,21 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
             continue
         timeout = duration_seconds(task.execution_timeout) if task.execution_timeout is not None else None
         pending.append(PendingLaunch(q, run.run_id, task, RenderRequest(task.task_id, templates, context),
-                                     run.source_dir, timeout))
+                                     run.source_dir, timeout, try_env(api_url, tokens[q.ti_id])))
     return Gathered(pending, broken)
+
+
+def signals_of(conn: Connection, ti_ids) -> dict[int, dict]:
+    """ti id -> the signal that started its try ({key, value, seq, source}); TIs no signal started,
+    or whose signal was pruned, are absent."""
+    by_ti = dict(conn.execute(select(ti_t.c.id, ti_t.c.signal_seq)
+                              .where(ti_t.c.id.in_(list(ti_ids)), ti_t.c.signal_seq.is_not(None))).all())
+    if not by_ti:
+        return {}
+    found = {row.seq: {"key": row.key, "value": json.loads(row.value), "seq": row.seq, "source": row.source}
+             for row in conn.execute(select(signal_t.c.seq, signal_t.c.key, signal_t.c.value, signal_t.c.source)
+                                     .where(signal_t.c.seq.in_(set(by_ti.values()))))}
+    return {ti_id: found[seq] for ti_id, seq in by_ti.items() if seq in found}
 
 
 def render_launches(gathered: Gathered, renderer: Renderer) -> Rendered:
@@ -108,7 +144,8 @@ def render_launches(gathered: Gathered, renderer: Renderer) -> Rendered:
         q = p.queued
         result.launches.append(TaskLaunch(
             ti_id=q.ti_id, key=TaskKey(q.dag_id, p.run_id, q.task_id, q.try_number), job=spark_job(p.task, values),
-            working_dir=p.working_dir, timeout_s=p.timeout_s,
+            working_dir=p.working_dir, timeout_s=p.timeout_s, streaming=p.task.streaming,
+            stop_grace_s=p.task.stop_grace_period.total_seconds(), env=p.env,
         ))
     return result
 
@@ -133,7 +170,8 @@ def spark_job(task: Task, rendered: dict[str, str]) -> SparkJob:
 
 
 def render_job(task: Task, dag, *, run_id: str, logical_date: dt.datetime,
-               data_interval: tuple[dt.datetime, dt.datetime], try_number: int, conf: dict) -> SparkJob:
+               data_interval: tuple[dt.datetime, dt.datetime], try_number: int, conf: dict,
+               signal: dict | None = None) -> SparkJob:
     """One try's Spark job rendered now (`dagline tasks render` / `tasks test`), in a renderer process of
     its own with the scheduler's budgets. Raises `RenderFailed` (a ValueError) naming the task and the
     template."""
@@ -141,6 +179,7 @@ def render_job(task: Task, dag, *, run_id: str, logical_date: dt.datetime,
         dag_id=dag.dag_id, task_id=task.task_id, run_id=run_id, logical_date=logical_date,
         data_interval_start=data_interval[0], data_interval_end=data_interval[1], try_number=try_number,
         params={**dag.spec.params, **conf}, conf=conf, timezone=dag.timezone,  # a run's conf overrides params
+        signal=signal,
     )
     renderer = Renderer()
     try:

@@ -1,8 +1,10 @@
 """One scheduler replica: the loop that runs the phases in order, each in its own short transaction.
 
-    heartbeat when due -> create runs -> start queued runs -> examine running runs -> critical section
-    -> launch -> executor reports (+ mini-scheduler) -> housekeeping on intervals (timeouts; declare
-    silent peers dead; adopt orphaned tries; reconcile this replica's own tries)
+    heartbeat when due -> react to signals -> create runs -> start queued runs -> examine running runs
+    -> critical section -> launch -> executor reports (+ mini-scheduler) -> stop the tries asked to stop
+    -> follow-up (queue, launch, store reports again while reports made tasks runnable) -> housekeeping
+    on intervals (timeouts; declare silent peers dead; adopt orphaned tries; reconcile this replica's
+    own tries)
 
 A replica also adopts orphaned tries once at start, before it launches anything.
 
@@ -36,7 +38,7 @@ import time
 from collections.abc import Callable
 
 from dagline import metrics
-
+from dagline.api_tokens import delete_ended_try_tokens
 from dagline.clock import Clock, SystemClock
 from dagline.dagstore import DagCache
 from dagline.db.claims import PoolsBusy, lock_runs_by_id
@@ -53,12 +55,14 @@ from dagline.scheduler.critical_section import queue_task_instances
 from dagline.scheduler.examine import examine_running_runs, examine_runs
 from dagline.scheduler.executor_events import apply_reports, fail_unlaunchable
 from dagline.scheduler.guard import SchedulerLock
-from dagline.scheduler.launches import gather_launches, render_launches
+from dagline.scheduler.launches import DEFAULT_API_URL, gather_launches, render_launches
 from dagline.scheduler.liveness import Liveness, ReplicaFenced
 from dagline.scheduler.renderer import Renderer
 from dagline.scheduler.resilience import Backoff, Transactions
 from dagline.scheduler.settings import SchedulerSettings
+from dagline.scheduler.signal_reactions import react_to_signals
 from dagline.scheduler.start_runs import start_queued_runs
+from dagline.scheduler.stops import tries_to_stop
 from dagline.scheduler.tries import InFlight
 from dagline.scheduler.wakeup import Wakeup
 
@@ -67,6 +71,7 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class LoopStats:
+    signals_handled: int = 0
     runs_created: int = 0
     runs_started: int = 0
     tis_decided: int = 0
@@ -74,6 +79,7 @@ class LoopStats:
     tis_queued: int = 0
     reports: int = 0
     tis_adopted: int = 0
+    tries_stopped: int = 0
 
     @property
     def work(self) -> int:
@@ -93,7 +99,7 @@ class Scheduler:
     def __init__(
         self, db: Database, executor: Executor, *, clock: Clock | None = None,
         settings: SchedulerSettings | None = None, backfill_id: int | None = None,
-        test_run_id: int | None = None,
+        test_run_id: int | None = None, api_url: str | None = None,
     ):
         self.db = db
         self.executor = executor
@@ -101,6 +107,7 @@ class Scheduler:
         self.settings = s = settings or SchedulerSettings()
         self.backfill_id = backfill_id
         self.test_run_id = test_run_id
+        self.api_url = api_url or DEFAULT_API_URL  # given to every try, with a token of its own
         self.dags = DagCache()
         self.job_id: int | None = None
         self.who = "scheduler" if test_run_id is None else f"dags-test:{os.getpid()}"
@@ -139,7 +146,8 @@ class Scheduler:
         self.who = f"scheduler:{self.job_id}"
         self.wakeup.ignore(self.who)
         self.adopter = Adopter(self.tx, self.executor, dags=self.dags, job_id=self.job_id, who=self.who,
-                               batch=self.settings.tis_per_loop, sqlite=self.db.is_sqlite, renderer=self.renderer)
+                               batch=self.settings.tis_per_loop, sqlite=self.db.is_sqlite, renderer=self.renderer,
+                               api_url=self.api_url)
         self.executor.start()
         if self.db.is_sqlite:  # the file lock proves every earlier scheduler is gone
             self.tx.run(lambda conn: declare_others_dead(conn, job_id=self.job_id, who=self.who),
@@ -289,8 +297,15 @@ class Scheduler:
                 self.liveness.beat()
         testing = self.test_run_id is not None  # a test run is created running: nothing to create or start
         if self.backfill_id is None and not testing:
+            with self._phase("signals", "reacting to signals"):
+                reacted = self.tx.run(lambda conn: react_to_signals(
+                    conn, now=now, dags=self.dags, who=self.who, limit=s.signals_per_loop), what=self._step)
+            stats.signals_handled = reacted.signals
+            stats.runs_created += reacted.runs_created
+            stats.tis_decided += reacted.tis_changed
+            stats.runs_finished += reacted.runs_finished
             with self._phase("create_runs", "creating runs"):
-                stats.runs_created = self.tx.run(lambda conn: create_scheduled_runs(
+                stats.runs_created += self.tx.run(lambda conn: create_scheduled_runs(
                     conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
                     per_dag=s.runs_created_per_dag), what=self._step)
         if not testing:
@@ -308,6 +323,7 @@ class Scheduler:
             self._queue_and_launch(stats, now)
         with self._phase("executor_sync", "storing executor reports"):
             decided = self._apply_reports(stats)
+        stats.tries_stopped = self._stop_tries()  # before the follow-up: a restart's stop waits for nothing
         self._follow_up(stats, decided, began=time.monotonic())
         if stats.runs_finished and not testing:
             with self._phase("finish_backfills", "finishing backfills"):
@@ -348,7 +364,7 @@ class Scheduler:
                 conn, now=now, dags=self.dags, who=self.who, job_id=self.job_id,
                 executor_slots=self.executor.free_slots(), limit=self.settings.tis_per_loop,
                 backfill_id=self.backfill_id, test_run_id=self.test_run_id)
-            return queued, gather_launches(conn, queued, dags=self.dags)
+            return queued, gather_launches(conn, queued, dags=self.dags, now=now, api_url=self.api_url)
 
         try:
             with self._phase("critical_section", "queueing task instances"):
@@ -426,6 +442,23 @@ class Scheduler:
             if skipped:
                 at_commit(conn, lambda: self._skipped_runs.update(skipped))
 
+    def _stop_tries(self) -> int:
+        """Stop the jobs of this replica's tries that were asked to stop (once per try); how many."""
+        mine = self.in_flight.tries()
+        if not mine:
+            return 0
+        stopped = 0
+        with self._phase("stop_tries", "stopping tries"):
+            asked = self.tx.run(lambda conn: tries_to_stop(conn, mine), what=self._step)
+            for ti_try in asked:
+                key = self.in_flight.to_cancel(ti_try)
+                if key is not None:
+                    log.info("stopping %s/%s/%s try %s on request", key.dag_id, key.run_id, key.task_id,
+                             key.try_number)
+                    self.executor.cancel(key)
+                    stopped += 1
+        return stopped
+
     # -- housekeeping ------------------------------------------------------------------------------
 
     def _housekeeping(self, stats: LoopStats, now) -> None:
@@ -446,6 +479,7 @@ class Scheduler:
             timed_out = housekeeping.time_out_tasks(conn, now=now, dags=self.dags, who=self.who)
             # Runs finished elsewhere (a cancelled backfill, a deactivated DAG, another replica) end theirs too.
             housekeeping.finish_backfills(conn, now=now, who=self.who)
+            delete_ended_try_tokens(conn)  # they authenticate no more; keep the table small
             return timed_out
 
         timed_out = self.tx.run(time_out_and_finish, what=self._step)

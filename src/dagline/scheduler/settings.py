@@ -19,6 +19,7 @@ class SchedulerSettings:
     runs_created_per_dag: int = 16     # at most this many runs of one DAG created per loop
     runs_per_loop: int = 200           # running runs examined per loop (Airflow: max_dagruns_per_loop_to_schedule)
     tis_per_loop: int = 512            # scheduled TIs considered per critical section (Airflow: max_tis_per_query)
+    signals_per_loop: int = 200        # signals reacted to per loop (one transaction)
     poll_interval_s: float = 0.5       # idle wait; on PostgreSQL a NOTIFY from any state change ends it at once
     heartbeat_interval_s: float = 5.0  # how often a replica records that it is alive (database clock)
     housekeeping_interval_s: float = 10.0  # timeouts, adoption of orphaned tries, reconciling own jobs

@@ -9,6 +9,7 @@ import difflib
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
 
+from dagline.signal_rules import rule_problems
 from dagline.spec.models import DagSpec
 from dagline.spec.problems import format_path, problems_error
 from dagline.templating import referenced_params
@@ -106,8 +107,11 @@ def _cross_field_problems(spec: DagSpec) -> list[tuple[str, str]]:
     return problems
 
 
-def check_dag_spec(spec: DagSpec, source: str | None = None) -> None:
-    """Checks that span fields (task graph, dates, params in templates); raise InvalidInput listing all."""
+def check_dag_spec(spec: DagSpec, source: str | None = None, dag_id: str | None = None) -> None:
+    """Checks that span fields (task graph, dates, params in templates, signal rules); raise
+    InvalidInput listing all."""
     problems = _cross_field_problems(spec)
+    problems += rule_problems(dag_id or "", [t.id for t in spec.tasks], spec.triggers,
+                              [(i, t.id, t.on) for i, t in enumerate(spec.tasks) if t.on])
     if problems:
         raise problems_error(problems, source)

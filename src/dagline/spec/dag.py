@@ -17,16 +17,31 @@ import pendulum
 from pydantic import ValidationError
 
 from dagline.errors import InvalidInput
+from dagline.signal_rules import SignalRule
 from dagline.spec.checks import check_dag_spec, topological_order
 from dagline.spec.fields import check_dag_id
 from dagline.spec.models import DagDocument, DagSpec, SparkSpec, TaskDefaults, TaskSpec
 from dagline.spec.problems import invalid_input
 from dagline.times import parse_duration, parse_instant
 
+# Fields added after the first release, left out of the normalized form while at their defaults, so
+# a DAG that does not use them keeps the version it had before they existed.
+_LATER_DAG_FIELDS = {"triggers": []}
+_LATER_TASK_FIELDS = {"mode": "batch", "stopGracePeriod": None, "on": []}
+
 
 def normalized_spec(spec: DagSpec) -> dict[str, Any]:
-    """The spec as JSON with every field present and defaults filled: what the database stores."""
-    return spec.model_dump(mode="json", by_alias=True)
+    """The spec as JSON with every field present and defaults filled: what the database stores
+    (fields added later appear only when set, see `_LATER_DAG_FIELDS`)."""
+    data = spec.model_dump(mode="json", by_alias=True)
+    for name, default in _LATER_DAG_FIELDS.items():
+        if data.get(name) == default:
+            data.pop(name, None)
+    for task in data.get("tasks", []):
+        for name, default in _LATER_TASK_FIELDS.items():
+            if task.get(name) == default:
+                task.pop(name, None)
+    return data
 
 
 def version_of(spec_json: Mapping[str, Any]) -> str:
@@ -60,6 +75,18 @@ class Task:
     start_date: dt.datetime | None  # None: from the DAG's start
     execution_timeout: pendulum.Duration | None
     spark: SparkSpec
+    mode: str = "batch"
+    stop_grace_period: pendulum.Duration = dataclasses.field(default_factory=lambda: pendulum.duration(seconds=30))
+    on: tuple[SignalRule, ...] = ()
+
+    @property
+    def streaming(self) -> bool:
+        return self.mode == "streaming"
+
+    @property
+    def waits_for_signal(self) -> bool:
+        """A task with a `start` rule is not started by its upstream tasks alone."""
+        return any(rule.action == "start" for rule in self.on)
 
 
 def _resolve_task(task: TaskSpec, defaults: TaskDefaults, timezone: str) -> Task:
@@ -83,6 +110,9 @@ def _resolve_task(task: TaskSpec, defaults: TaskDefaults, timezone: str) -> Task
         start_date=parse_instant(task.start_date, timezone) if task.start_date else None,
         execution_timeout=parse_duration(timeout) if timeout else None,
         spark=task.spark,
+        mode=task.mode,
+        stop_grace_period=parse_duration(task.stop_grace_period or "PT30S"),
+        on=tuple(task.on),
     )
 
 
@@ -101,6 +131,11 @@ class Dag:
     version: str
     spec_json: dict[str, Any]
     roots: tuple[str, ...]  # tasks without upstream
+
+    @property
+    def has_task_rules(self) -> bool:
+        """Whether any task has signal rules (`on`): only then can a signal wait for one of its TIs."""
+        return any(task.on for task in self.tasks.values())
 
     @classmethod
     def from_document(cls, document: DagDocument) -> Dag:
@@ -122,7 +157,7 @@ class Dag:
 
     @classmethod
     def _build(cls, dag_id: str, spec: DagSpec, *, source: str | None) -> Dag:
-        check_dag_spec(spec, source)
+        check_dag_spec(spec, source, dag_id)
         upstream = {task.id: task.upstream for task in spec.tasks}
         order, _ = topological_order([task.id for task in spec.tasks], upstream)
         by_id = {task.id: task for task in spec.tasks}

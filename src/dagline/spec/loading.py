@@ -84,7 +84,7 @@ def parse_dag_document(data: Any, source: str | None = None) -> DagDocument:
         document = DagDocument.model_validate(data)
     except ValidationError as exc:
         raise invalid_input(exc, DagDocument, label) from None
-    check_dag_spec(document.spec, label)
+    check_dag_spec(document.spec, label, document.metadata.name)
     return document
 
 

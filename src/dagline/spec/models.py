@@ -7,9 +7,10 @@ the Kubernetes CRD schemas are generated from them (`model_json_schema(by_alias=
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import to_jsonable_python
 
 from dagline.deps import TriggerRule
@@ -22,10 +23,12 @@ from dagline.limits import (
     MAX_SPARK_INSTANCES,
     MIN_PRIORITY_WEIGHT,
 )
+from dagline.signal_rules import SignalRule, SignalTrigger
 from dagline.spec.bounds import json_value_problem
 from dagline.spec.fields import (
     DagId,
     ExecutionTimeout,
+    IsoDuration,
     PoolName,
     RetryDelay,
     SparkMemory,
@@ -96,7 +99,23 @@ class TaskSpec(SpecModel):
     priority_weight: int | None = Field(None, ge=MIN_PRIORITY_WEIGHT, le=MAX_PRIORITY_WEIGHT)
     max_active_tis_per_dag: int | None = Field(None, ge=1, le=MAX_ACTIVE_LIMIT)
     execution_timeout: ExecutionTimeout | None = None
+    mode: Literal["batch", "streaming"] = Field(
+        "batch", description="streaming: runs until stopped (a stopped try ends success); batch: runs to its end")
+    stop_grace_period: IsoDuration | None = Field(
+        None, description="ISO-8601 duration between the stop request (SIGTERM) and the kill; default PT30S")
+    on: list[SignalRule] = Field([], description="signal rules acting on this task inside running runs")
     spark: SparkSpec
+
+    @model_validator(mode="before")
+    @classmethod
+    def _on_key(cls, data: Any) -> Any:
+        # YAML 1.1 (PyYAML, and kubectl's go-yaml) reads an unquoted `on:` key as the boolean true
+        if isinstance(data, Mapping) and "on" not in data:
+            for spelling in (True, "true"):
+                if spelling in data:
+                    data = {("on" if k == spelling else k): v for k, v in data.items()}
+                    break
+        return data
 
     @field_validator("start_date")
     @classmethod
@@ -124,6 +143,7 @@ class DagSpec(SpecModel):
     max_active_tasks: int = Field(16, ge=1, le=MAX_ACTIVE_LIMIT)
     params: dict[str, Any] = {}
     defaults: TaskDefaults = Field(default_factory=TaskDefaults)
+    triggers: list[SignalTrigger] = Field([], description="a new run (type signal, conf = value) per matching signal")
     tasks: list[TaskSpec] = Field(min_length=1)
 
     @field_validator("schedule")

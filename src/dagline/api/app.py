@@ -1,0 +1,97 @@
+"""The application factory: `create_app(database, settings)` returns the FastAPI app with the signal
+routes, bearer-token authentication and dagline's JSON errors.
+
+Authentication (`ApiState.principal`): `Authorization: Bearer <token>`, checked inside the request's
+own transaction (`api_tokens.authenticate`). No token, or a wrong, revoked or expired one, is 401;
+a token without the scope the route needs is 403. Without a token a GET is allowed only when
+`settings.anonymous_read` is on; writes never are. A presented token is always checked, even where
+anonymity would do. Routes do their database work in the thread pool, one transaction per request;
+a transaction PostgreSQL rolled back for a deadlock or serialization failure runs again (up to 4
+times), and a database that cannot be reached is 503 (the client retries, with the same ids).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from dagline.api import errors
+from dagline.api.settings import ApiSettings
+from dagline.api.signals import router as signals_router
+from dagline.api_tokens import Forbidden, Principal, Unauthorized, authenticate
+from dagline.clock import Clock, SystemClock
+from dagline.db.engine import Database
+from dagline.db.faults import first_line, is_transient, run_again_on_conflict
+
+log = logging.getLogger(__name__)
+
+ANONYMOUS = Principal(0, "anonymous", frozenset(), source="anonymous")
+
+
+@dataclasses.dataclass
+class ApiState:
+    database: Database
+    settings: ApiSettings
+    clock: Clock
+
+    @staticmethod
+    def bearer(request: Request) -> str | None:
+        header = request.headers.get("authorization")
+        if not header:
+            return None
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise errors.unauthorized("the Authorization header must be 'Bearer <token>'")
+        return token.strip()
+
+    def principal(self, conn, token: str | None, scope: str, *, anonymous_ok: bool = False) -> Principal:
+        if token is None and anonymous_ok:
+            return ANONYMOUS
+        try:
+            principal = authenticate(conn, token, now=self.clock.now())
+            principal.require(scope)
+        except Unauthorized as exc:
+            raise errors.unauthorized(str(exc)) from None
+        except Forbidden as exc:
+            raise errors.forbidden(str(exc)) from None
+        return principal
+
+    def in_transaction(self, work):
+        """`work()` (one transaction), run again after a conflict; an unreachable database is a 503."""
+        try:
+            return run_again_on_conflict(work, what="an API request", pause_s=0.05)
+        except errors.ApiError:
+            raise
+        except Exception as exc:
+            if not is_transient(exc) and not _unreachable(exc):
+                raise
+            raise errors.ApiError(503, f"the database failed ({first_line(exc)}); nothing was stored: try again",
+                                  headers={"Retry-After": "1"}) from None
+
+
+def _unreachable(exc: Exception) -> bool:
+    from dagline.errors import DatabaseUnreachable
+
+    return isinstance(exc, DatabaseUnreachable)
+
+
+def create_app(database: Database, settings: ApiSettings | None = None, *, clock: Clock | None = None) -> FastAPI:
+    """The dagline HTTP API on `database` (the web UI will be mounted on the same app)."""
+    app = FastAPI(title="dagline", version="1", docs_url="/api/docs", openapi_url="/api/openapi.json",
+                  redoc_url=None)
+    app.state.dagline = ApiState(database, settings or ApiSettings(), clock or SystemClock())
+    app.add_exception_handler(errors.ApiError, errors.answer)
+    app.include_router(signals_router)
+
+    @app.get("/api/v1/health")
+    def health():
+        return {"status": "ok"}
+
+    @app.exception_handler(404)
+    async def not_found(_request: Request, _exc):
+        return JSONResponse({"error": "no such path (see /api/docs)", "field": None}, status_code=404)
+
+    return app

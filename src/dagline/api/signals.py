@@ -1,0 +1,185 @@
+"""`/api/v1/signals`: sending signals (one or a batch) and reading the signal log.
+
+POST takes one object `{"key": ..., "value": ..., "id": ...}` or a list of them (`value` defaults to
+null, `id` is the sender's idempotency key). The whole request is checked first (size, JSON, every
+field of every signal); then, in one transaction, the token is checked and every signal stored
+(`signal_batches.send_signals`: the rules of `signal_store.send_signal`, in a few statements); the
+answer is sent only after the commit, so a signal answered is a signal stored. A batch is all or
+nothing: one conflicting or invalid signal stores none. The answer: 201 if any signal was new, 200
+if all were already stored (a sender's retry with the same ids), each signal with its `seq`,
+`created`, and a `warning` when no DAG listens to its key.
+
+GET answers `{"signals": [...]}`, the signals after `since` (of `key`), the newest `limit` (100 by
+default, at most 10,000), each with the actions it caused, as `dagline signals list --json` does.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from dagline.api.errors import ApiError, bad_request, conflict, too_large, unprocessable
+from dagline.api_tokens import READ, SEND
+from dagline.errors import InvalidInput, OperationFailed
+from dagline.signal_batches import send_signals
+from dagline.signal_keys import MAX_VALUE_BYTES, validate_key, validate_sender_id
+from dagline.signal_store import MAX_LIST, SignalConflict, list_signals, listeners, show_signal
+
+router = APIRouter()
+FIELDS = ("key", "value", "id")
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it is known to be over `limit` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large(f"the request body is {declared} bytes; at most {limit} are accepted (send smaller batches)")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(f"the request body is over {limit} bytes (send smaller batches)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_signals(body: bytes, *, max_batch: int) -> tuple[list[dict], bool]:
+    """The signals of a POST body, each checked; and whether it was a list. Raises ApiError."""
+    try:
+        document = json.loads(body.decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise bad_request(f"the body is not valid JSON: {exc}", field="body") from None
+    batch = isinstance(document, list)
+    items = document if batch else [document]
+    if batch and not items:
+        raise unprocessable("an empty list: send at least one signal", field="body")
+    if len(items) > max_batch:
+        raise too_large(f"{len(items)} signals in one request; at most {max_batch}", field="body")
+    signals = []
+    for i, item in enumerate(items):
+        where = f"[{i}]." if batch else ""
+        if not isinstance(item, dict):
+            raise unprocessable(f"a signal is an object with key, value and id, not {type(item).__name__}",
+                                field=f"[{i}]" if batch else "body")
+        unknown = sorted(set(item) - set(FIELDS))
+        if unknown:
+            raise unprocessable(f"unknown field {unknown[0]!r}: a signal has key, value and id",
+                                field=where + unknown[0])
+        if "key" not in item:
+            raise unprocessable("missing: every signal needs a key", field=where + "key")
+        value = item.get("value")
+        size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+        if size > MAX_VALUE_BYTES:
+            raise too_large(f"a signal value is at most {MAX_VALUE_BYTES} bytes of JSON, this one {size}",
+                            field=where + "value")
+        try:
+            validate_key(item["key"], field=where + "key")
+            validate_sender_id(item.get("id"), field=where + "id")
+        except InvalidInput as exc:
+            raise unprocessable(exc.reason, field=exc.field) from None
+        signals.append({"key": item["key"], "value": value, "id": item.get("id")})
+    return signals, batch
+
+
+def store_signals(conn, principal, signals: list[dict], *, now) -> list[dict]:
+    """Store the signals in this transaction (`signal_batches.send_signals`); one answer per signal."""
+    try:
+        stored = send_signals(conn, signals, source=principal.source, now=now,
+                              source_dag_run_id=principal.dag_run_id, source_ti_id=principal.ti_id)
+    except SignalConflict as exc:
+        index = getattr(exc, "index", 0)
+        raise conflict(str(exc), field=f"[{index}].id" if len(signals) > 1 else "id") from None
+    except InvalidInput as exc:  # checked before already
+        raise unprocessable(exc.reason, field=exc.field) from None
+    heard = {key: bool(listeners(conn, key)) for key in {s["key"] for s in signals}}
+    out = []
+    for s, (seq, created) in zip(signals, stored, strict=True):
+        row: dict[str, Any] = {"seq": seq, "key": s["key"], "id": s["id"], "created": created}
+        if not heard[s["key"]]:
+            row["warning"] = f"no DAG listens to {s['key']!r}: the signal is stored, nothing acts on it"
+        out.append(row)
+    return out
+
+
+@router.post("/api/v1/signals")
+async def post_signals(request: Request):
+    api = request.app.state.dagline
+    body = await read_body(request, api.settings.max_body_bytes)
+    try:
+        signals, batch = parse_signals(body, max_batch=api.settings.max_batch)
+        problem = None
+    except ApiError as exc:
+        signals, batch, problem = [], False, exc
+    token = api.bearer(request)
+
+    def work():
+        with api.database.begin() as conn:
+            principal = api.principal(conn, token, SEND)
+            if problem is not None:  # the caller may write: now tell them what is wrong with the body
+                raise problem
+            return store_signals(conn, principal, signals, now=api.clock.now())
+
+    rows = await run_in_threadpool(api.in_transaction, work)
+    status = 201 if any(r["created"] for r in rows) else 200
+    return JSONResponse({"signals": rows} if batch else rows[0], status_code=status)
+
+
+def _int_param(request: Request, name: str, *, minimum: int, maximum: int | None = None) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise unprocessable(f"must be an integer, got {raw!r}", field=name) from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
+        raise unprocessable(f"must be {bound}, got {value}", field=name)
+    return value
+
+
+@router.get("/api/v1/signals")
+async def get_signals(request: Request):
+    api = request.app.state.dagline
+    key = request.query_params.get("key") or None
+    if key is not None:
+        try:
+            validate_key(key, reserved_ok=True)
+        except InvalidInput as exc:
+            raise unprocessable(exc.reason, field="key") from None
+    since = _int_param(request, "since", minimum=0)
+    limit = _int_param(request, "limit", minimum=1, maximum=MAX_LIST) or 100
+    token = api.bearer(request)
+
+    def work():
+        with api.database.begin() as conn:
+            api.principal(conn, token, READ, anonymous_ok=api.settings.anonymous_read)
+            return list_signals(conn, key=key, since=since, limit=limit)
+
+    return {"signals": await run_in_threadpool(api.in_transaction, work)}
+
+
+@router.get("/api/v1/signals/{seq}")
+async def get_signal(request: Request, seq: str):
+    api = request.app.state.dagline
+    if not seq.isdigit():
+        raise unprocessable(f"a signal's seq is a number, got {seq!r}", field="seq")
+    token = api.bearer(request)
+
+    def work():
+        with api.database.begin() as conn:
+            api.principal(conn, token, READ, anonymous_ok=api.settings.anonymous_read)
+            try:
+                return show_signal(conn, int(seq))
+            except OperationFailed as exc:
+                raise ApiError(404, str(exc), field="seq") from None
+
+    return await run_in_threadpool(api.in_transaction, work)

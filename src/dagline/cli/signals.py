@@ -1,0 +1,158 @@
+"""`dagline signals` (send, list, show, prune) and the stop commands `dagline tasks stop` and
+`dagline runs stop`. Contract: shared/CLI.md; the model: README "Signals"."""
+
+from __future__ import annotations
+
+import getpass
+import json
+
+import click
+
+from dagline.cli.base import Context, emit_json, json_option, main, make_clock, now_option, print_table
+from dagline.cli.state import runs, tasks
+from dagline.errors import InvalidInput, OperationFailed
+
+
+def person() -> str:
+    """The source of a signal sent from this command line."""
+    try:
+        return f"user:{getpass.getuser()}"
+    except Exception:  # noqa: BLE001 - no user name in this environment
+        return "user:unknown"
+
+
+@main.group()
+def signals():
+    """Signals: named events with a JSON value that start, stop and restart work at once."""
+
+
+@signals.command("send")
+@click.argument("key")
+@click.option("--value", "value_text", default=None, metavar="JSON", help="The value, as JSON (default: null).")
+@click.option("--id", "sender_id", default=None, metavar="ID",
+              help="Your id for this signal: sending the same key and id again is the same signal.")
+@now_option
+@json_option
+@click.pass_obj
+def signals_send(obj: Context, key, value_text, sender_id, now, as_json):
+    """Store a signal; prints its seq. Warns when no DAG listens to KEY."""
+    from dagline.signal_keys import parse_value
+    from dagline.signal_store import SignalConflict, listeners, send_signal
+
+    value = parse_value(value_text, field="--value") if value_text is not None else None
+    at = make_clock(now).now()
+    with obj.db().begin() as conn:
+        try:
+            seq, created = send_signal(conn, key, value, sender_id=sender_id, source=person(), now=at)
+        except SignalConflict as exc:
+            raise OperationFailed(str(exc)) from None
+        listening = listeners(conn, key)
+    if as_json:
+        emit_json({"seq": seq, "created": created, "key": key, "listeners": listening})
+    else:
+        click.echo(seq)
+    if not created:
+        click.echo(f"signal {key!r} with id {sender_id!r} was already sent (seq {seq}): nothing new", err=True)
+    if not listening:
+        click.echo(f"warning: no DAG listens to {key!r}: the signal is stored, nothing acts on it", err=True)
+
+
+@signals.command("list")
+@click.option("--key", default=None, help="Only signals of this key.")
+@click.option("--since", type=click.IntRange(min=0), default=None, metavar="SEQ", help="Only signals after this seq.")
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True, help="The newest N.")
+@json_option
+@click.pass_obj
+def signals_list(obj: Context, key, since, limit, as_json):
+    """Signals in seq order, each with what it caused."""
+    from dagline.signal_store import list_signals
+
+    with obj.db().begin() as conn:
+        rows = list_signals(conn, key=key, since=since, limit=limit)
+    if as_json:
+        emit_json(rows)
+        return
+    print_table([{**r, "value": _short(r["value"]), "actions": _summary(r)} for r in rows],
+                ["seq", "key", "value", "id", "source", "sent_at", "actions"])
+
+
+@signals.command("show")
+@click.argument("seq", type=int)
+@json_option
+@click.pass_obj
+def signals_show(obj: Context, seq, as_json):
+    """One signal and every action it caused (or why nothing)."""
+    from dagline.signal_store import show_signal
+
+    with obj.db().begin() as conn:
+        row = show_signal(conn, seq)
+    if as_json:
+        emit_json(row)
+        return
+    for name in ("seq", "key", "id", "source", "sent_at", "handled_at"):
+        click.echo(f"{name}: {'' if row[name] is None else row[name]}")
+    click.echo(f"value: {json.dumps(row['value'])}")
+    if row["actions"]:
+        click.echo("actions:")
+        print_table(row["actions"], ["rule", "dag_id", "run_id", "task_id", "action", "status", "try_number",
+                                     "decided_at", "detail"])
+    else:
+        click.echo(f"actions: none ({row['why_nothing']})")
+
+
+@signals.command("prune")
+@click.option("--older-than", "older_than", required=True, metavar="DURATION",
+              help="ISO-8601 duration, e.g. P30D: signals sent longer ago than this are deleted.")
+@now_option
+@click.pass_obj
+def signals_prune(obj: Context, older_than, now):
+    """Delete old signals and their action rows (unhandled and pending ones are kept)."""
+    from dagline.signal_store import prune
+    from dagline.times import parse_duration
+
+    try:
+        duration = parse_duration(older_than)
+    except ValueError as exc:
+        raise InvalidInput(str(exc), field="--older-than") from None
+    at = make_clock(now).now()
+    with obj.db().begin() as conn:
+        deleted = prune(conn, older_than=at - duration)
+    click.echo(f"deleted {deleted} signal(s) sent before {(at - duration).isoformat()}")
+
+
+def _short(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _summary(row) -> str:
+    if not row["actions"]:
+        return f"({row['why_nothing']})"
+    return ", ".join(f"{a['action']} {a['dag_id']}/{a['run_id']}" + (f"/{a['task_id']}" if a["task_id"] else "")
+                     + (f" try {a['try_number']}" if a["try_number"] else "") + f" [{a['status']}]"
+                     for a in row["actions"])
+
+
+@tasks.command("stop")
+@click.argument("run_ref", metavar="RUN_ID")
+@click.argument("task_id")
+@now_option
+@click.pass_obj
+def tasks_stop(obj: Context, run_ref, task_id, now):
+    """Stop a task's running try (a streaming try ends success, a batch try failed, no retry)."""
+    from dagline.runs import stop_task
+
+    click.echo(stop_task(obj.db(), run_ref, task_id, now=make_clock(now).now()))
+
+
+@runs.command("stop")
+@click.argument("run_ref", metavar="RUN_ID")
+@now_option
+@click.pass_obj
+def runs_stop(obj: Context, run_ref, now):
+    """Stop a run: its running tries are asked to stop, the tasks that have not started are skipped."""
+    from dagline.runs import stop_run
+
+    stopping, skipped = stop_run(obj.db(), run_ref, now=make_clock(now).now())
+    click.echo(f"stopping {len(stopping)} try(ies): {', '.join(stopping) or '-'}; "
+               f"skipped {len(skipped)}: {', '.join(skipped) or '-'}")

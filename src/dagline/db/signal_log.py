@@ -1,0 +1,108 @@
+"""The signal log's writes: storing a signal (idempotent per key and sender id) and the signals
+dagline sends itself when a task instance changes state.
+
+`insert_signal` is the one way a signal enters the database. It takes the key's lock
+(`claims.lock_signal_key`, so `seq` order is commit order within a key), inserts with
+`ON CONFLICT DO NOTHING` on `(key, sender_id)`, and, when the row exists already, tells the caller
+whether it holds the same value (the same signal: nothing new) or another (a conflict). An insert
+announces itself (`notify.announce`): on PostgreSQL idle replicas wake at commit. Values arrive
+here already encoded and checked (`signal_keys.encode_value`).
+
+A signal no rule of any stored DAG version listens to is stored already handled (`handled_at` set):
+the reaction step never looks at it. Rules are matched when a signal is handled, so this is the
+same decision taken at once; a DAG version stored after the signal does not react to it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Text, case, cast, exists, func, insert, literal, null, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Connection
+
+from dagline.db.claims import lock_signal_key
+from dagline.db.models import UTCDateTime, dag_run_t, signal_listener_t, signal_t, ti_t
+from dagline.db.notify import announce
+from dagline.signal_keys import TASK_PREFIX, TASK_SIGNAL_STATES
+
+DAGLINE_SOURCE = "dagline"
+
+
+class SignalConflict(Exception):
+    """The same key and sender id were sent before with another value."""
+
+    def __init__(self, seq: int, key: str, sender_id: str):
+        self.seq = seq
+        super().__init__(f"signal {key!r} with id {sender_id!r} was sent before (seq {seq}) with another value")
+
+
+def insert_signal(
+    conn: Connection,
+    *,
+    key: str,
+    value_text: str,
+    sender_id: str | None,
+    source: str,
+    sent_at: dt.datetime,
+    source_dag_run_id: int | None = None,
+    source_ti_id: int | None = None,
+    same_value=None,
+) -> tuple[int, bool]:
+    """Store one signal; returns (seq, created). With a `sender_id` already stored for `key`, returns
+    the stored seq and False if `same_value(stored_text)` holds, else raises `SignalConflict`."""
+    lock_signal_key(conn, key)
+    row = dict(key=key, value=value_text, sender_id=sender_id, source=source, sent_at=sent_at,
+               source_dag_run_id=source_dag_run_id, source_ti_id=source_ti_id,
+               handled_at=None if listened(conn, key) else sent_at)
+    if sender_id is None:
+        seq = conn.execute(insert(signal_t).values(**row).returning(signal_t.c.seq)).scalar_one()
+        announce(conn, "signal")
+        return seq, True
+    dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    stmt = (dialect_insert(signal_t).values(**row)
+            .on_conflict_do_nothing(index_elements=["key", "sender_id"]).returning(signal_t.c.seq))
+    seq = conn.execute(stmt).scalar()
+    if seq is not None:
+        announce(conn, "signal")
+        return seq, True
+    stored = conn.execute(select(signal_t.c.seq, signal_t.c.value)
+                          .where(signal_t.c.key == key, signal_t.c.sender_id == sender_id)).one()
+    if same_value is not None and not same_value(stored.value):
+        raise SignalConflict(stored.seq, key, sender_id)
+    return stored.seq, False
+
+
+def record_task_state_signals(conn: Connection, rows: Sequence[Any], *, to: str, at: dt.datetime) -> None:
+    """dagline's own signals for task instances that just entered `to`: key
+    `dagline.task.<dag_id>.<task_id>.<state>`, value `{"run_id": ..., "try_number": ...}` (the run's run
+    id string), source `dagline`. One `INSERT ... SELECT` per call, whatever the number of rows: the
+    key, the value and whether any rule listens (else the signal is stored already handled) are all
+    computed by the database. Only the states in `TASK_SIGNAL_STATES` are signals. Unlike a sender's
+    signals, their commit order is not serialised per key (no `lock_signal_key`: these are written
+    inside the scheduler's own state changes, and a key lock there could wait in a circle with row
+    locks); each names its run and try, so their order across runs carries no meaning."""
+    if to not in TASK_SIGNAL_STATES or not rows:
+        return
+    ti, run = ti_t.c, dag_run_t.c
+    key = literal(TASK_PREFIX) + ti.dag_id + literal(".") + ti.task_id + literal(f".{to}")
+    if conn.dialect.name == "postgresql":
+        value = cast(func.json_build_object("run_id", run.run_id, "try_number", ti.try_number), Text)
+    else:
+        value = func.json_object("run_id", run.run_id, "try_number", ti.try_number)
+    heard = exists().where(signal_listener_t.c.key == key)
+    columns = ["key", "value", "source", "sent_at", "source_dag_run_id", "source_ti_id", "handled_at"]
+    for start in range(0, len(rows), 500):
+        ids = [r.id for r in rows[start:start + 500]]
+        conn.execute(insert(signal_t).from_select(columns, select(
+            key, value, literal(DAGLINE_SOURCE), literal(at, UTCDateTime()), ti.dag_run_id, ti.id,
+            case((heard, null()), else_=literal(at, UTCDateTime())),
+        ).join_from(ti_t, dag_run_t, run.id == ti.dag_run_id).where(ti.id.in_(ids)).order_by(ti.id)))
+
+
+def listened(conn: Connection, key: str) -> bool:
+    """Whether any stored DAG version has a rule for `key` (cheap: an index lookup)."""
+    return conn.execute(select(exists().where(signal_listener_t.c.key == key))).scalar()

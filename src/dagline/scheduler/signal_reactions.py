@@ -1,0 +1,254 @@
+"""Loop step 0: react to new signals. For each signal not yet handled, in `seq` order per key, find
+the rules that match it and act, in one transaction per batch:
+
+* a DAG `trigger` creates a run (type `signal`, conf = the value; queued, so `maxActiveRuns` holds
+  and a signal beyond the limit waits as a queued run: none is dropped);
+* a task `start` rule leaves a `pending` start action for the task instance in every running run of
+  the DAG (only runs of the sending try, with `scope: run`); the examine step (`examine_runs`, called
+  here on the same locked runs) starts a try with it as soon as the TI is free and its upstream
+  allows, marking the action `done` with that try. `handling: latest` supersedes the start actions
+  still pending for the TI; `each` keeps them, one try per signal, in order;
+* `restart` asks the running try to stop (`stop_requested_at`) and leaves a pending restart: the
+  new try starts, with this signal, once the old one has ended: one recorded action. A newer
+  restart supersedes a pending one (a restart always means "with the newest");
+* `stop` asks the running try to stop and supersedes what was pending for the TI.
+
+Exactly once: a signal is claimed (`claims.claim_unhandled_signals`, skipping what others hold)
+and marked handled in the transaction that writes its actions and the state changes they cause;
+each (signal, rule, run, task) has one `signal_action` row at most (a unique constraint: an insert
+that finds it there is a signal already acted on, and does nothing more). A replica that dies before
+its commit leaves the signals unhandled, and another replica takes them.
+
+Order: within one key, `seq` order is commit order (`claims.lock_signal_key`); a claimed signal is
+acted on only if every earlier unhandled signal of its key is in the same claim, else it is left for
+the replica that holds the earlier one. Runs are locked in id order, then DAG rows in id order, so
+two replicas reacting at once wait on each other in one direction only.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime as dt
+import functools
+import json
+import logging
+from collections.abc import Sequence
+
+from sqlalchemy import and_, func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Connection
+
+from dagline import metrics
+from dagline.dagstore import DagCache
+from dagline.db.claims import claim_unhandled_signals, lock_dag, lock_run_for_signal
+from dagline.db.models import dag_run_t, dag_t, signal_action_t, signal_listener_t, signal_t, ti_t
+from dagline.db.notify import announce
+from dagline.db.observe import at_commit
+from dagline.db.transitions import request_stop
+from dagline.scheduler.examine import examine_runs
+from dagline.states import RunState, TIState
+from dagline.timeline import NewRun, insert_runs, live_run_at, timetable_for
+
+log = logging.getLogger(__name__)
+
+BUSY = frozenset({TIState.QUEUED, TIState.RUNNING})
+
+
+@dataclasses.dataclass
+class ReactionResult:
+    signals: int = 0  # signals handled
+    actions: int = 0  # action rows written
+    runs_created: int = 0
+    tis_changed: int = 0
+    runs_finished: int = 0
+
+
+def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who: str, limit: int) -> ReactionResult:
+    result = ReactionResult()
+    claimed = claim_unhandled_signals(conn, limit)
+    if not claimed:
+        return result
+    signals = _in_key_order(conn, claimed)
+    if not signals:
+        return result
+    seqs = [s.seq for s in signals]
+    conn.execute(update(signal_t).where(signal_t.c.seq.in_(seqs)).values(handled_at=now))
+    result.signals = len(signals)
+
+    keys = sorted({s.key for s in signals})
+    lst = signal_listener_t.c
+    triggers = collections.defaultdict(list)  # key -> listener rows of current versions of active DAGs
+    for row in conn.execute(
+        select(signal_listener_t).join(dag_t, and_(dag_t.c.current_version_id == lst.dag_version_id,
+                                                   dag_t.c.is_active.is_(True)))
+        .where(lst.key.in_(keys), lst.action == "trigger").order_by(lst.dag_id, lst.rule)
+    ):
+        triggers[row.key].append(row)
+    rules = collections.defaultdict(list)  # key -> (listener, run) for running runs of the listening versions
+    for row in conn.execute(
+        select(signal_listener_t, dag_run_t.c.id.label("run_pk"), dag_run_t.c.run_id.label("run_name"))
+        .join(dag_run_t, dag_run_t.c.dag_version_id == lst.dag_version_id)
+        .where(lst.key.in_(keys), lst.action != "trigger", dag_run_t.c.state == RunState.RUNNING,
+               dag_run_t.c.is_test.is_(False))  # `dags test` runs are driven by their own process only
+        .order_by(dag_run_t.c.id, lst.rule)
+    ):
+        rules[row.key].append(row)
+
+    run_ids = sorted({r.run_pk for s in signals for r in rules.get(s.key, ()) if _in_scope(r, s)})
+    locked = {}
+    for run_pk in run_ids:  # id order: see the module docstring
+        run = lock_run_for_signal(conn, run_pk)
+        if run is not None and run.state == RunState.RUNNING:
+            locked[run_pk] = run
+    trigger_dags = sorted({t.dag_id for s in signals for t in triggers.get(s.key, ())})
+    for dag_id in trigger_dags:
+        lock_dag(conn, dag_id)
+
+    tis: dict[tuple[int, str], object] = {}
+    if locked:
+        for ti in conn.execute(select(ti_t).where(ti_t.c.dag_run_id.in_(list(locked)))):
+            tis[(ti.dag_run_id, ti.task_id)] = ti
+
+    for s in signals:
+        for listener in triggers.get(s.key, ()):
+            if _trigger(conn, s, listener, now=now, dags=dags, who=who):
+                result.runs_created += 1
+                result.actions += 1
+        for r in rules.get(s.key, ()):
+            if r.run_pk not in locked or not _in_scope(r, s):
+                continue
+            ti = tis.get((r.run_pk, r.task_id))
+            if ti is None:
+                continue  # the task did not exist at the run's logical date (a later startDate)
+            if _act(conn, s, r, ti, now=now, who=who):
+                result.actions += 1
+                if r.action != "start":  # a restart or stop changed the row (stop request, signal)
+                    tis[(r.run_pk, r.task_id)] = conn.execute(select(ti_t).where(ti_t.c.id == ti.id)).one()
+    if locked:
+        examined = examine_runs(conn, list(locked.values()), now=now, dags=dags, who=who)
+        result.tis_changed += examined.tis_changed
+        result.runs_finished += examined.runs_finished
+    announce(conn, who)
+    return result
+
+
+def _in_key_order(conn: Connection, claimed: Sequence) -> list:
+    """The claimed signals that may be acted on now: per key, the claimed ones before the first
+    unhandled signal of that key that this claim does not hold."""
+    by_key = collections.defaultdict(list)
+    for s in claimed:
+        by_key[s.key].append(s)
+    held = {s.seq for s in claimed}
+    top = max(held)
+    unhandled = collections.defaultdict(list)
+    for row in conn.execute(select(signal_t.c.key, signal_t.c.seq)
+                            .where(signal_t.c.handled_at.is_(None), signal_t.c.key.in_(list(by_key)),
+                                   signal_t.c.seq <= top).order_by(signal_t.c.seq)):
+        unhandled[row.key].append(row.seq)
+    ready = []
+    for key in by_key:
+        for seq in unhandled[key]:
+            if seq not in held:
+                break
+            ready.append(seq)
+    ready_set = set(ready)
+    return [s for s in claimed if s.seq in ready_set]
+
+
+def _in_scope(rule, signal) -> bool:
+    return rule.scope != "run" or signal.source_dag_run_id == rule.run_pk
+
+
+def _insert_action(conn: Connection, sent_at: dt.datetime, **row) -> bool:
+    """Insert one action row; False if the (signal, rule, run, task) already has one. Once the
+    transaction commits, the time from the signal's `sent_at` to this decision is observed
+    (`metrics.SIGNAL_ACTION_LATENCY`, by action)."""
+    dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    stmt = dialect_insert(signal_action_t).values(**row).on_conflict_do_nothing(
+        index_elements=["signal_seq", "rule", "dag_run_id", "task_id"]).returning(signal_action_t.c.id)
+    if conn.execute(stmt).scalar() is None:
+        return False
+    latency = max((row["decided_at"] - sent_at).total_seconds(), 0.0)  # an injected clock may be behind
+    at_commit(conn, functools.partial(metrics.SIGNAL_ACTION_LATENCY.labels(action=row["action"]).observe, latency))
+    return True
+
+
+def _supersede(conn: Connection, ti, *, actions: Sequence[str], now: dt.datetime, by: int) -> None:
+    a = signal_action_t.c
+    conn.execute(update(signal_action_t)
+                 .where(a.dag_run_id == ti.dag_run_id, a.task_id == ti.task_id, a.status == "pending",
+                        a.action.in_(list(actions)))
+                 .values(status="superseded", done_at=now, detail=f"superseded by signal {by}"))
+
+
+def _act(conn: Connection, s, r, ti, *, now: dt.datetime, who: str) -> bool:
+    """Apply one task rule to one TI; False if this signal already acted on it (nothing done)."""
+    row = dict(signal_seq=s.seq, rule=r.rule, dag_id=r.dag_id, dag_run_id=r.run_pk, run_id=r.run_name,
+               task_id=r.task_id, action=r.action, decided_at=now)
+    if r.action == "start":
+        if r.handling == "latest" and _already(conn, s, r):
+            return False
+        if r.handling == "latest":
+            _supersede(conn, ti, actions=("start",), now=now, by=s.seq)
+        return _insert_action(conn, s.sent_at, **row, status="pending",
+                              detail="waits for the task to be free" if ti.state in BUSY else None)
+    if r.action == "restart":
+        if _already(conn, s, r):
+            return False
+        _supersede(conn, ti, actions=("restart",), now=now, by=s.seq)
+        if ti.state in BUSY:
+            _request_stop(conn, ti, now=now, who=who, why=f"restart by signal {s.seq} ({s.key})")
+            return _insert_action(conn, s.sent_at, **row, status="pending", detail=f"stopping try {ti.try_number}")
+        if ti.state in (TIState.SCHEDULED, TIState.UP_FOR_RETRY):
+            # not started yet: the try about to start takes this signal (and no longer an earlier one)
+            a = signal_action_t.c
+            conn.execute(update(signal_action_t)
+                         .where(a.dag_run_id == ti.dag_run_id, a.task_id == ti.task_id, a.status == "done",
+                                a.action.in_(("start", "restart")), a.try_number == ti.try_number + 1)
+                         .values(status="superseded", detail=f"superseded by signal {s.seq} before its try started"))
+            conn.execute(update(ti_t).where(ti_t.c.id == ti.id).values(signal_seq=s.seq))
+            return _insert_action(conn, s.sent_at, **row, status="done", try_number=ti.try_number + 1, done_at=now,
+                                  detail="the next try starts with this signal")
+        return _insert_action(conn, s.sent_at, **row, status="pending")
+    # stop
+    if _already(conn, s, r):
+        return False
+    _supersede(conn, ti, actions=("start", "restart"), now=now, by=s.seq)
+    if ti.state in BUSY:
+        _request_stop(conn, ti, now=now, who=who, why=f"stop by signal {s.seq} ({s.key})")
+        return _insert_action(conn, s.sent_at, **row, status="done", try_number=ti.try_number, done_at=now,
+                              detail=f"stop requested for try {ti.try_number}")
+    return _insert_action(conn, s.sent_at, **row, status="done", done_at=now,
+                          detail=f"nothing to stop: the task is {ti.state}")
+
+
+def _already(conn: Connection, s, r) -> bool:
+    a = signal_action_t.c
+    return conn.execute(select(func.count()).select_from(signal_action_t).where(
+        a.signal_seq == s.seq, a.rule == r.rule, a.dag_run_id == r.run_pk, a.task_id == r.task_id)).scalar_one() > 0
+
+
+def _request_stop(conn: Connection, ti, *, now: dt.datetime, who: str, why: str) -> None:
+    request_stop(conn, [ti.id], at=now, who=who, detail=why)
+
+
+def _trigger(conn: Connection, s, listener, *, now: dt.datetime, dags: DagCache, who: str) -> bool:
+    """Create the run a trigger asks for; False if this signal already created it."""
+    dag = dags.get(conn, listener.dag_version_id)
+    run_name = f"signal__{s.seq}"
+    if conn.execute(select(dag_run_t.c.id).where(dag_run_t.c.dag_id == dag.dag_id,
+                                                 dag_run_t.c.run_id == run_name)).first() is not None:
+        return False
+    value = json.loads(s.value)
+    conf = value if isinstance(value, dict) else {"value": value}
+    when = s.sent_at
+    while live_run_at(conn, dag.dag_id, when) is not None:  # one live run per logical date
+        when += dt.timedelta(microseconds=1)
+    interval = timetable_for(dag).manual_interval(when)
+    [run_pk] = insert_runs(conn, dag=dag, version_id=listener.dag_version_id, run_type="signal",
+                           runs=[NewRun(when, interval, s.sent_at, conf=conf, run_id=run_name)], now=now, who=who)
+    return _insert_action(conn, s.sent_at, signal_seq=s.seq, rule=listener.rule, dag_id=dag.dag_id, dag_run_id=run_pk,
+                          run_id=run_name, task_id="", action="trigger", status="done", decided_at=now, done_at=now,
+                          detail="run created (queued: it starts within maxActiveRuns)")

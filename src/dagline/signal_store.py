@@ -1,0 +1,147 @@
+"""Signals as people and programs see them: send one, list them, show one with what it caused, prune
+old ones. Each function works inside the caller's transaction (`conn`) and validates before it
+writes; the rows are dicts whose keys are the CLI's and the API's JSON contract (shared/CLI.md).
+
+Sending is idempotent per `(key, id)`: the same key, id and value again is the same signal (its seq,
+`created` False, no second effect); the same key and id with another value is a `SignalConflict`
+(exit 1). Keys under `dagline.` are dagline's own and cannot be sent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from sqlalchemy import delete, exists, func, or_, select
+from sqlalchemy.engine import Connection
+
+from dagline.db.models import dag_run_t, dag_t, signal_action_t, signal_listener_t, signal_t
+from dagline.db.signal_log import SignalConflict, insert_signal
+from dagline.errors import InvalidInput, OperationFailed
+from dagline.signal_keys import encode_value, same_value, validate_key, validate_sender_id
+from dagline.states import RunState
+from dagline.times import isoformat
+
+__all__ = ["SignalConflict", "send_signal", "list_signals", "show_signal", "prune", "listeners"]
+
+NO_LISTENER = "no DAG listens to this key"
+MAX_LIST = 10_000
+
+
+def send_signal(
+    conn: Connection,
+    key: str,
+    value: Any = None,
+    *,
+    sender_id: str | None = None,
+    source: str,
+    now: dt.datetime,
+    source_dag_run_id: int | None = None,
+    source_ti_id: int | None = None,
+) -> tuple[int, bool]:
+    """Store a signal; returns (seq, created). Raises InvalidInput (bad key, id or value; nothing
+    stored) or SignalConflict (same key and id, another value)."""
+    validate_key(key)
+    validate_sender_id(sender_id)
+    if not isinstance(source, str) or not source or len(source) > 250:
+        raise InvalidInput("a signal's source is a string of 1 to 250 characters", field="source")
+    text = encode_value(value)
+    return insert_signal(conn, key=key, value_text=text, sender_id=sender_id, source=source, sent_at=now,
+                         source_dag_run_id=source_dag_run_id, source_ti_id=source_ti_id,
+                         same_value=lambda stored: same_value(stored, value))
+
+
+def listeners(conn: Connection, key: str) -> list[dict]:
+    """The rules that would act on a signal of `key` now: DAG triggers and task rules of the active
+    DAGs' current versions, and task rules of the versions running runs use."""
+    lst = signal_listener_t.c
+    current = select(dag_t.c.current_version_id).where(dag_t.c.is_active.is_(True))
+    running = select(dag_run_t.c.dag_version_id).where(dag_run_t.c.state.in_(RunState.ACTIVE))
+    rows = conn.execute(
+        select(lst.dag_id, lst.rule, lst.task_id, lst.action).distinct()
+        .where(lst.key == key, or_(lst.dag_version_id.in_(current), lst.dag_version_id.in_(running)))
+        .order_by(lst.dag_id, lst.rule)).all()
+    return [{"dag_id": r.dag_id, "rule": r.rule, "task_id": r.task_id or None, "action": r.action} for r in rows]
+
+
+def _action_dict(a) -> dict:
+    return {
+        "rule": a.rule, "dag_id": a.dag_id, "run_id": a.run_id, "task_id": a.task_id or None,
+        "action": a.action, "status": a.status, "try_number": a.try_number,
+        "decided_at": isoformat(a.decided_at), "done_at": isoformat(a.done_at), "detail": a.detail,
+    }
+
+
+def _signal_dict(s, actions: list[dict], why: str | None) -> dict:
+    return {
+        "seq": s.seq, "key": s.key, "value": json.loads(s.value), "id": s.sender_id, "source": s.source,
+        "sent_at": isoformat(s.sent_at), "handled_at": isoformat(s.handled_at), "actions": actions,
+        **({"why_nothing": why} if why else {}),
+    }
+
+
+def _with_actions(conn: Connection, rows) -> list[dict]:
+    seqs = [r.seq for r in rows]
+    by_seq: dict[int, list[dict]] = {seq: [] for seq in seqs}
+    for i in range(0, len(seqs), 500):
+        for a in conn.execute(select(signal_action_t).where(signal_action_t.c.signal_seq.in_(seqs[i:i + 500]))
+                              .order_by(signal_action_t.c.signal_seq, signal_action_t.c.id)):
+            by_seq[a.signal_seq].append(_action_dict(a))
+    heard = set()
+    keys = {r.key for r in rows if not by_seq[r.seq]}
+    if keys:
+        heard = set(conn.execute(select(signal_listener_t.c.key).distinct()
+                                 .where(signal_listener_t.c.key.in_(keys))).scalars())
+    out = []
+    for r in rows:
+        why = None
+        if not by_seq[r.seq]:
+            if r.handled_at is None:
+                why = "not handled yet"
+            elif r.key not in heard:
+                why = NO_LISTENER
+            else:
+                why = "no rule applied: no matching DAG was active or no run was running when it was handled"
+        out.append(_signal_dict(r, by_seq[r.seq], why))
+    return out
+
+
+def list_signals(conn: Connection, *, key: str | None = None, since: int | None = None,
+                 limit: int | None = None) -> list[dict]:
+    """Signals in seq order (after `since`, of `key`), the newest `limit` of them, each with its actions."""
+    stmt = select(signal_t)
+    if key is not None:
+        stmt = stmt.where(signal_t.c.key == key)
+    if since is not None:
+        stmt = stmt.where(signal_t.c.seq > since)
+    limit = min(limit or MAX_LIST, MAX_LIST)
+    rows = list(reversed(conn.execute(stmt.order_by(signal_t.c.seq.desc()).limit(limit)).all()))
+    return _with_actions(conn, rows)
+
+
+def show_signal(conn: Connection, seq: int) -> dict:
+    row = conn.execute(select(signal_t).where(signal_t.c.seq == seq)).first()
+    if row is None:
+        raise OperationFailed(f"no signal with seq {seq}")
+    return _with_actions(conn, [row])[0]
+
+
+def prune(conn: Connection, *, older_than: dt.datetime) -> int:
+    """Delete the handled signals sent before `older_than` and their action rows; returns how many
+    signals. Signals not handled yet and those with a `pending` action are kept: pruning never
+    loses work. Task instances keep the seq of the signal that started them."""
+    if older_than.tzinfo is None:
+        raise InvalidInput("an aware time is needed", field="--older-than")
+    pending = exists().where(signal_action_t.c.signal_seq == signal_t.c.seq, signal_action_t.c.status == "pending")
+    old = (select(signal_t.c.seq).where(signal_t.c.sent_at < older_than, signal_t.c.handled_at.is_not(None), ~pending))
+    seqs = list(conn.execute(old).scalars())
+    for i in range(0, len(seqs), 500):
+        chunk = seqs[i:i + 500]
+        conn.execute(delete(signal_action_t).where(signal_action_t.c.signal_seq.in_(chunk)))
+        conn.execute(delete(signal_t).where(signal_t.c.seq.in_(chunk)))
+    return len(seqs)
+
+
+def count_signals(conn: Connection) -> int:
+    return conn.execute(select(func.count()).select_from(signal_t)).scalar_one()
