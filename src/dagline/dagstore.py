@@ -38,6 +38,9 @@ class DagCache:
         self._by_version: collections.OrderedDict[int, Dag] = collections.OrderedDict()
         self.maxsize = maxsize
         self._lock = threading.Lock()  # one cache may serve several threads (the operator's handlers)
+        # Pure results derived from this database's versions, kept by their user (`scheduler.examine`
+        # remembers run decisions by version id and TI ids, which only mean something in one database).
+        self.decisions: dict = {}
 
     def get(self, conn: Connection, version_id: int) -> Dag:
         with self._lock:
@@ -69,6 +72,21 @@ class DagCache:
                 self._keep(row.id, Dag.from_spec_json(row.dag_id, row.spec))
         found = {v: self.get(conn, v) for v in wanted}  # marks them recently used; trims the cache
         return found
+
+    def prefetch(self, conn: Connection, version_ids) -> None:
+        """Load the versions not cached yet in one query (a replica meeting 100 DAGs reads them in one
+        round trip, not 100). A version that cannot be read is left out, never raised: the caller's
+        `get` for that DAG meets the error where the DAG's isolation handles it (`scheduler.isolation`)."""
+        with self._lock:
+            missing = sorted({v for v in version_ids if v is not None} - self._by_version.keys())
+        for start in range(0, len(missing), 500):
+            for row in conn.execute(select(dag_version_t.c.id, dag_version_t.c.dag_id, dag_version_t.c.spec)
+                                    .where(dag_version_t.c.id.in_(missing[start:start + 500]))):
+                try:
+                    dag = Dag.from_spec_json(row.dag_id, row.spec)
+                except Exception:  # noqa: BLE001 - `get` raises it again for this DAG alone
+                    continue
+                self._keep(row.id, dag)
 
     def current(self, conn: Connection, dag_id: str) -> tuple[int, Dag]:
         version_id = conn.execute(select(dag_t.c.current_version_id).where(dag_t.c.dag_id == dag_id)).scalar_one()

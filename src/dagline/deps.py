@@ -66,9 +66,10 @@ class UpstreamCounts:
     total: int = 0
 
     def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            if getattr(self, field.name) < 0:
-                raise ValueError(f"UpstreamCounts.{field.name} must be >= 0, got {getattr(self, field.name)}")
+        if min(self.success, self.skipped, self.failed, self.upstream_failed, self.total) < 0:  # cheap first
+            for field in dataclasses.fields(self):
+                if getattr(self, field.name) < 0:
+                    raise ValueError(f"UpstreamCounts.{field.name} must be >= 0, got {getattr(self, field.name)}")
         if self.done > self.total:
             raise ValueError(f"UpstreamCounts: {self.done} finished upstreams but total is {self.total}")
 

@@ -12,7 +12,7 @@ No other module writes `with_for_update`: a new lock is a new function here, wit
 | `lock_pool` | one pool | wait | resizing a pool against the critical section |
 | `lock_due_dags` | due DAGs | SKIP LOCKED | one run per interval, `maxActiveRuns` |
 | `lock_dags_with_startable_runs` | DAGs | SKIP LOCKED | `maxActiveRuns` per DAG and backfill |
-| `lock_running_runs`, `lock_runs_by_id` | runs | SKIP LOCKED | one decider per run |
+| `lock_running_runs`, `lock_runs_by_id` | runs | SKIP LOCKED | one decider per run (`running_runs` looks first) |
 | `lock_pools_nowait` | all pools | NOWAIT | pool slots and task limits (critical section) |
 | `lock_schedulable_tis` | TIs | SKIP LOCKED | one queueing per try |
 | `claim_stale_replicas` | replicas | SKIP LOCKED | a dead replica is declared dead once |
@@ -82,20 +82,33 @@ RUN_FOR_DECISION = (dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.dag_version_
                     dag_run_t.c.run_type, dag_run_t.c.backfill_id)
 
 
+def running_runs(conn: Connection, limit: int, backfill_id: int | None = None,
+                 test_run_id: int | None = None) -> list[Any]:
+    """The runs `lock_running_runs` would claim, in its order, WITHOUT locking them (a look, not a claim:
+    loop step 3 decides from it which runs are worth claiming)."""
+    return conn.execute(_running_runs_stmt(limit, backfill_id, test_run_id)).all()
+
+
 def lock_running_runs(conn: Connection, limit: int, backfill_id: int | None = None,
-                      test_run_id: int | None = None) -> list[Any]:
+                      test_run_id: int | None = None, *, run_ids: Sequence[int] | None = None) -> list[Any]:
     """Claim running runs of unpaused DAGs, least recently examined first; test runs are left out.
-    With `test_run_id`, only that test run, paused DAG or not (`dagline dags test` runs it alone).
+    With `test_run_id`, only that test run, paused DAG or not (`dagline dags test` runs it alone);
+    with `run_ids`, only those of them still in that scope.
     Protects: one replica at a time decides a run's task instances and finishes the run."""
-    stmt = (
+    stmt = _running_runs_stmt(limit, backfill_id, test_run_id)
+    if run_ids is not None:
+        stmt = stmt.where(dag_run_t.c.id.in_(list(run_ids)))
+    return conn.execute(stmt.with_for_update(of=dag_run_t, skip_locked=True)).all()
+
+
+def _running_runs_stmt(limit: int, backfill_id: int | None, test_run_id: int | None):
+    return (
         select(*RUN_FOR_DECISION)
         .join(dag_t, dag_t.c.dag_id == dag_run_t.c.dag_id)
         .where(dag_run_t.c.state == "running", *_in_scope(backfill_id, test_run_id))
         .order_by(dag_run_t.c.last_scheduling_decision.asc().nulls_first(), dag_run_t.c.id)
         .limit(limit)
-        .with_for_update(of=dag_run_t, skip_locked=True)
     )
-    return conn.execute(stmt).all()
 
 
 def _in_scope(backfill_id: int | None, test_run_id: int | None) -> list:

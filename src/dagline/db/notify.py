@@ -1,7 +1,8 @@
 """Wake-ups on PostgreSQL: every transaction that records a state change NOTIFYs, idle replicas LISTEN.
 
 Sending: `announce(conn, who)` issues `pg_notify('dagline', who)` once per transaction (it is called
-by `transitions.record_events`, which every state change goes through). PostgreSQL delivers a
+by `transitions.record_events`, which every state change goes through; it leaves out transactions
+that only queue task instances). PostgreSQL delivers a
 NOTIFY only when its transaction commits, so a listener never wakes for a change it cannot see yet,
 nor for one that was rolled back. The payload is the writer (`scheduler:7`, `cli`), so a replica
 can ignore its own announcements.

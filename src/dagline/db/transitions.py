@@ -7,7 +7,11 @@ The callbacks a change fires are written to the outbox in the same transaction (
 A task instance entering a state in `signal_keys.TASK_SIGNAL_STATES` also sends dagline's own signal
 `dagline.task.<dag_id>.<task_id>.<state>` in the same transaction (`signal_log`).
 A transaction that records events also announces them (`notify.announce`: one NOTIFY per
-transaction on PostgreSQL, delivered at commit), so idle replicas wake at once.
+transaction on PostgreSQL, delivered at commit), so idle replicas wake at once; except when all it
+did was queue task instances (`queued`, the critical section): that makes no work for any other
+replica (the queuing replica launches them), and on PostgreSQL every notifying commit waits for the
+previous one's flush, so a chain's every hop would otherwise serialise all writers once more.
+(`running` still announces: it is one of the states dagline sends a signal for, see `signal_log`.)
 """
 
 from __future__ import annotations
@@ -32,12 +36,17 @@ from dagline.deps import next_state_after_failure
 from dagline.states import RunState, TIState
 
 
+_QUIET = frozenset({TIState.QUEUED})  # task instance states no other replica acts on (and no signal's)
+
+
 def record_events(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Append events (one executemany), announce them, log the decisions among them and write the
-    callbacks they fire to the outbox; each row has at least at, who, entity."""
+    """Append events (one executemany), announce them unless every one is a task instance becoming
+    `queued`, log the decisions among them and write the callbacks they fire to the outbox; each row has
+    at least at, who, entity."""
     if rows:
         conn.execute(insert(event_t), [dict(row) for row in rows])
-        announce(conn, rows[0]["who"])
+        if any(row["entity"] != "task_instance" or row.get("to_state") not in _QUIET for row in rows):
+            announce(conn, rows[0]["who"])
         decisions.note(conn, rows)
         enqueue_for_events(conn, rows)
 

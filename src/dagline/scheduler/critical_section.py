@@ -1,6 +1,7 @@
 """Loop step 4, the critical section: queue scheduled task instances within every limit.
 
-Holding the pool rows (`NOWAIT`: if another replica holds them it is doing this very step; then
+When no task instance at all is `scheduled` it stops at that look, without locking anything. Else,
+holding the pool rows (`NOWAIT`: if another replica holds them it is doing this very step; then
 `PoolsBusy` leaves the transaction, which rolls back, and the loop queues nothing this round), it
 reads the `scheduled` TIs by priority then logical date and what is queued or running, and lets
 `dagline.admission.admit` decide (a pure function: each TI only if its pool has `poolSlots` free,
@@ -15,6 +16,7 @@ import dataclasses
 import datetime as dt
 import logging
 
+from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from dagline import metrics
@@ -50,16 +52,22 @@ def queue_task_instances(
 ) -> list[QueuedTI]:
     if executor_slots <= 0:
         return []
+    if conn.execute(select(ti_t.c.id).where(ti_t.c.state == TIState.SCHEDULED).limit(1)).first() is None:
+        return []  # nothing anywhere to queue: a look, not the pool lock (which peers would then find busy)
     pools = lock_pools_nowait(conn)  # PoolsBusy: another replica is here; the caller rolls back
     candidates = lock_schedulable_tis(conn, limit, backfill_id, test_run_id)
     if not candidates:
         return []
     dag_ids = sorted({c.dag_id for c in candidates})
     load = admission_load(conn, dag_ids)  # the same reading `dagline tasks list` explains waits with
+    current = {c.dag_id: c.current_version_id for c in candidates}  # maxActiveTasks: the current spec's
+    dags.prefetch(conn, {c.dag_version_id for c in candidates} | set(current.values()))
     max_active_tasks, broken = {}, set()
     for dag_id in dag_ids:  # a DAG whose current version cannot be read queues nothing (see `isolation`)
         try:
-            max_active_tasks[dag_id] = dags.current(conn, dag_id)[1].spec.max_active_tasks
+            version_id = current[dag_id]
+            dag = dags.get(conn, version_id) if version_id is not None else dags.current(conn, dag_id)[1]
+            max_active_tasks[dag_id] = dag.spec.max_active_tasks
         except Exception as exc:
             if not is_dags_fault(exc):
                 raise

@@ -4,7 +4,8 @@ For every run: read its TIs (and, for `dependsOnPast` tasks, the TIs of its `pre
 `dagline.run_decision.decide_run` decide (a pure function: a TI in `none` by its trigger rule and
 `dependsOnPast`, a TI in `up_for_retry` once its retry time has passed, decisions propagating within
 one walk; the run's outcome once its TIs are all finished), then write the decisions, grouped by
-(from, to) state, as compare-and-sets with events.
+(from, to) state, as compare-and-sets with events. Loop step 3 looks at the runs unlocked first and
+claims only those where the decision changes something (`examine_running_runs`).
 
 Signals: a TI for which a `start` or `restart` action is pending (`signal_action.status`) may be
 scheduled by that signal (`run_decision`); the action is then marked done with the try it starts,
@@ -18,15 +19,16 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sqlalchemy import and_, select, update
 from sqlalchemy.engine import Connection
 
 from dagline.dagstore import DagCache
+from dagline.db.claims import lock_running_runs, running_runs
 from dagline.db.models import dag_run_t, dag_t, signal_action_t, ti_t
 from dagline.db.transitions import change_runs, change_tis
-from dagline.run_decision import TaskFacts, TIFacts, decide_run
+from dagline.run_decision import RunDecision, TaskFacts, TIFacts, decide_run
 from dagline.scheduler.isolation import DagFailed, describe, is_dags_fault, isolated, record_import_error
 from dagline.states import RunState, TIState
 from dagline.timeline import refresh_next_dagrun
@@ -39,58 +41,49 @@ class ExamineResult:
     runs_finished: int = 0
 
 
+def examine_running_runs(conn: Connection, *, limit: int, backfill_id: int | None, test_run_id: int | None,
+                         now: dt.datetime, dags: DagCache, who: str) -> ExamineResult:
+    """Loop step 3: decide the running runs in this replica's scope that have something to decide.
+
+    It looks first without locking (`running_runs`, then the same pure decision as below): the runs
+    where the decision changes nothing (every TI waiting on its upstream or a signal, running or done)
+    are left alone, neither locked nor written, so an examination that finds nothing is a read. The
+    rest are claimed (SKIP LOCKED) and decided again under the lock from a fresh read, which alone is
+    written. When the scope holds `limit` runs or more, they are all claimed in turn, least recently
+    examined first, as `last_scheduling_decision` orders them (no run waits behind others for ever)."""
+    seen = running_runs(conn, limit, backfill_id, test_run_id)
+    if len(seen) >= limit:
+        return examine_runs(conn, lock_running_runs(conn, limit, backfill_id, test_run_id), now=now, dags=dags,
+                            who=who)
+    decided = _decide(conn, seen, now=now, dags=dags, on_fault=lambda dag_id, exc: None).decisions
+    due = [run.id for run in seen if run.id not in decided or decided[run.id].changes or decided[run.id].outcome]
+    if not due:
+        return ExamineResult()
+    return examine_runs(conn, lock_running_runs(conn, limit, backfill_id, test_run_id, run_ids=due), now=now,
+                        dags=dags, who=who)
+
+
 def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCache, who: str) -> ExamineResult:
     """Decide the TIs of these (locked) running runs and finish the runs that are done."""
     result = ExamineResult()
     if not runs:
         return result
-    run_ids = [run.id for run in runs]
-    tis_by_run: dict[int, dict[str, object]] = collections.defaultdict(dict)
-    for ti in conn.execute(
-        select(ti_t.c.id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state, ti_t.c.next_retry_at, ti_t.c.try_number)
-        .where(ti_t.c.dag_run_id.in_(run_ids))
-    ):
-        tis_by_run[ti.dag_run_id][ti.task_id] = ti
 
-    dag_by_run = {}
-    for run in runs:  # a run whose version cannot be read is skipped (and its DAG's import error recorded)
-        dag = _guarded(conn, run.dag_id, "examining runs", lambda run=run: dags.get(conn, run.dag_version_id),
-                       now=now, who=who)
-        if dag is not None:
-            dag_by_run[run.id] = dag
-    with_rules = [run.id for run in runs if run.id in dag_by_run and dag_by_run[run.id].has_task_rules]
-    pending = pending_signals(conn, with_rules) if with_rules else Pending.none()
-    previous_states = _previous_states(conn, [run for run in runs if run.id in dag_by_run], dag_by_run)
+    def record(dag_id: str, exc: Exception) -> None:  # the run is skipped, its DAG's import error recorded
+        record_import_error(conn, dag_id, describe(exc, "examining runs"), at=now, who=who)
 
+    facts = _decide(conn, runs, now=now, dags=dags, on_fault=record)
     changes: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
     by_signal: dict[int, tuple[int, object]] = {}  # ti id -> (run id, task) started by a pending signal
     outcomes: dict[str, list[int]] = collections.defaultdict(list)
-    task_facts: dict[int, list[TaskFacts]] = {}  # per DAG version
-    for run in runs:
-        dag = dag_by_run.get(run.id)
-        if dag is None:
-            continue
-        if run.dag_version_id not in task_facts:
-            task_facts[run.dag_version_id] = [TaskFacts(task_id, task.upstream, task.trigger_rule, task.depends_on_past,
-                                                        task.waits_for_signal)
-                                              for task_id, task in dag.tasks.items()]
-        decision = _guarded(conn, run.dag_id, "examining runs", lambda run=run, dag=dag: decide_run(
-            task_facts[run.dag_version_id],
-            {task_id: TIFacts(ti.id, ti.state, ti.next_retry_at, (run.id, task_id) in pending,
-                              (run.id, task_id) in pending.restarts)
-             for task_id, ti in tis_by_run.get(run.id, {}).items()},
-            leaves=dag.leaves,
-            previous_states=previous_states.get(run.previous_run_id, {}),
-            now=now,
-        ), now=now, who=who)
-        if decision is None:
-            continue
+    for run_id, decision in facts.decisions.items():
+        dag = facts.dag_by_run[run_id]
         for change in decision.changes:
             changes[(change.from_state, change.to_state)].append(change.ti_id)
             if change.by_signal:
-                by_signal[change.ti_id] = (run.id, dag.tasks[_task_of(tis_by_run[run.id], change.ti_id)])
+                by_signal[change.ti_id] = (run_id, dag.tasks[_task_of(facts.tis_by_run[run_id], change.ti_id)])
         if decision.outcome is not None:
-            outcomes[decision.outcome].append(run.id)
+            outcomes[decision.outcome].append(run_id)
 
     for (expected, to), ids in changes.items():
         values = {"end_date": now, "start_date": now} if to in TIState.FINISHED else {}
@@ -112,9 +105,86 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
                      .where(signal_action_t.c.dag_run_id.in_([r.id for r in finished]),
                             signal_action_t.c.status == "pending")
                      .values(status="dropped", done_at=now, detail="the run ended first"))
-    conn.execute(update(dag_run_t).where(dag_run_t.c.id.in_(run_ids)).values(last_scheduling_decision=now))
+    conn.execute(update(dag_run_t).where(dag_run_t.c.id.in_([run.id for run in runs]))
+                 .values(last_scheduling_decision=now))
     _after_runs_finished(conn, finished, dags, now=now, who=who)
     return result
+
+
+@dataclasses.dataclass
+class _Facts:
+    decisions: dict[int, RunDecision]
+    tis_by_run: dict  # run id -> {task id: TI row}
+    dag_by_run: dict  # run id -> Dag
+
+
+def _decide(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCache,
+            on_fault: Callable[[str, Exception], None]) -> _Facts:
+    """Each run's `decide_run` decision, from its TIs and pending signals as read now (reads only). A
+    run whose version cannot be read, or whose decision raises, has none: `on_fault(dag_id, error)`."""
+    facts = _Facts({}, collections.defaultdict(dict), {})
+    if not runs:
+        return facts
+    tis_by_run = facts.tis_by_run
+    for ti in conn.execute(
+        select(ti_t.c.id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state, ti_t.c.next_retry_at, ti_t.c.try_number)
+        .where(ti_t.c.dag_run_id.in_([run.id for run in runs]))
+    ):
+        tis_by_run[ti.dag_run_id][ti.task_id] = ti
+
+    def guarded(dag_id: str, fn):
+        try:
+            return fn()
+        except Exception as exc:
+            if not is_dags_fault(exc):
+                raise
+            on_fault(dag_id, exc)
+            return None
+
+    dags.prefetch(conn, {run.dag_version_id for run in runs})
+    dag_by_run = facts.dag_by_run
+    for run in runs:
+        dag = guarded(run.dag_id, lambda run=run: dags.get(conn, run.dag_version_id))
+        if dag is not None:
+            dag_by_run[run.id] = dag
+    with_rules = [run.id for run in runs if run.id in dag_by_run and dag_by_run[run.id].has_task_rules]
+    pending = pending_signals(conn, with_rules) if with_rules else Pending.none()
+    previous_states = _previous_states(conn, [run for run in runs if run.id in dag_by_run], dag_by_run)
+
+    task_facts: dict[int, list[TaskFacts]] = {}  # per DAG version
+    remembered = dags.decisions
+    for run in runs:
+        dag = dag_by_run.get(run.id)
+        if dag is None:
+            continue
+        if run.dag_version_id not in task_facts:
+            task_facts[run.dag_version_id] = [TaskFacts(task_id, task.upstream, task.trigger_rule, task.depends_on_past,
+                                                        task.waits_for_signal)
+                                              for task_id, task in dag.tasks.items()]
+        ti_facts = {task_id: TIFacts(ti.id, ti.state, ti.next_retry_at, (run.id, task_id) in pending,
+                                     (run.id, task_id) in pending.restarts)
+                    for task_id, ti in tis_by_run.get(run.id, {}).items()}
+        previous = previous_states.get(run.previous_run_id, {})
+        # decide_run is pure, and reads `now` only for TIs waiting to retry: without one, the same facts
+        # give the same decision, so a run nothing happened to since the last look is not decided again
+        key = None if any(f.state == TIState.UP_FOR_RETRY for f in ti_facts.values()) else (
+            run.dag_version_id, tuple((task_id, f.ti_id, f.state, f.pending_signal, f.pending_restart)
+                                      for task_id, f in ti_facts.items()),
+            tuple(sorted(previous.items())))
+        decision = remembered.get(key) if key is not None else None
+        if decision is None:
+            decision = guarded(run.dag_id, lambda run=run, dag=dag, ti_facts=ti_facts, previous=previous: decide_run(
+                task_facts[run.dag_version_id], ti_facts, leaves=dag.leaves, previous_states=previous, now=now))
+            if decision is not None and key is not None:
+                if len(remembered) >= _REMEMBERED_MAX:
+                    remembered.clear()
+                remembered[key] = decision
+        if decision is not None:
+            facts.decisions[run.id] = decision
+    return facts
+
+
+_REMEMBERED_MAX = 10_000  # decisions a replica remembers (`DagCache.decisions`), then it starts afresh
 
 
 class Pending(set):
@@ -189,12 +259,29 @@ def _previous_states(conn: Connection, runs: Sequence, dag_by_run: dict) -> dict
 
 def _after_runs_finished(conn: Connection, finished: Sequence, dags: DagCache, *, now: dt.datetime,
                          who: str) -> None:
-    """A finished scheduled or manual run frees a `maxActiveRuns` place: let the DAG create runs again."""
-    for dag_id in sorted({r.dag_id for r in finished if r.run_type != "backfill"}):
-        version_id = conn.execute(select(dag_t.c.current_version_id).where(dag_t.c.dag_id == dag_id)).scalar()
-        if version_id is not None:
-            try:
-                with isolated(conn, dag_id, "planning the next run", at=now, who=who):
-                    refresh_next_dagrun(conn, dag_id, dags.get(conn, version_id), now=now)
-            except DagFailed:
-                continue
+    """A finished scheduled or manual run frees a `maxActiveRuns` place: let the DAG create runs again.
+    A DAG without a schedule whose row names no next run has nothing to refresh (manual runs only)."""
+    dag_ids = sorted({r.dag_id for r in finished if r.run_type != "backfill"})
+    if not dag_ids:
+        return
+    rows = conn.execute(select(dag_t.c.dag_id, dag_t.c.current_version_id, dag_t.c.next_dagrun,
+                               dag_t.c.next_dagrun_data_interval_start, dag_t.c.next_dagrun_data_interval_end,
+                               dag_t.c.next_dagrun_create_after)
+                        .where(dag_t.c.dag_id.in_(dag_ids)).order_by(dag_t.c.dag_id)).all()
+    dags.prefetch(conn, [row.current_version_id for row in rows])
+    for row in rows:
+        if row.current_version_id is None:
+            continue
+        dag = _guarded(conn, row.dag_id, "planning the next run",
+                       lambda row=row: dags.get(conn, row.current_version_id), now=now, who=who)
+        if dag is None:
+            continue
+        if dag.spec.schedule is None and all(value is None for value in (
+                row.next_dagrun, row.next_dagrun_data_interval_start, row.next_dagrun_data_interval_end,
+                row.next_dagrun_create_after)):
+            continue  # refreshing would write these same empty values (no savepoint, no statement)
+        try:
+            with isolated(conn, row.dag_id, "planning the next run", at=now, who=who):
+                refresh_next_dagrun(conn, row.dag_id, dag, now=now)
+        except DagFailed:
+            continue

@@ -78,15 +78,14 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
     """What rendering these tries needs: their run, task, context and working folder (database reads only)."""
     if not queued:
         return Gathered([], [])
-    runs = {
+    runs = {  # with the folder of the run's DAG version (the version of every try in it)
         row.id: row for row in conn.execute(
             select(dag_run_t.c.id, dag_run_t.c.run_id, dag_run_t.c.logical_date, dag_run_t.c.data_interval_start,
-                   dag_run_t.c.data_interval_end, dag_run_t.c.conf)
+                   dag_run_t.c.data_interval_end, dag_run_t.c.conf, dag_version_t.c.source_dir)
+            .outerjoin(dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
             .where(dag_run_t.c.id.in_({q.dag_run_id for q in queued})))
     }
-    source_dirs = dict(conn.execute(
-        select(dag_version_t.c.id, dag_version_t.c.source_dir)
-        .where(dag_version_t.c.id.in_({q.dag_version_id for q in queued}))).all())
+    dags.prefetch(conn, {q.dag_version_id for q in queued})
     signals = signals_of(conn, [q.ti_id for q in queued])
     tokens = issue_try_tokens(conn, [(q.ti_id, q.try_number) for q in queued], now=now)
     pending, broken = [], []
@@ -95,22 +94,24 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
         try:
             dag = dags.get(conn, q.dag_version_id)
             task = dag.tasks[q.task_id]
-            conf = run.conf or {}
-            context = build_context(
-                dag_id=dag.dag_id, task_id=task.task_id, run_id=run.run_id, logical_date=run.logical_date,
-                data_interval_start=run.data_interval_start, data_interval_end=run.data_interval_end,
-                try_number=q.try_number, params={**dag.spec.params, **conf}, conf=conf,  # conf overrides params
-                timezone=dag.timezone, signal=signals.get(q.ti_id),
-            )
+            templates = spark_templates(task.spark)
+            context = {}  # a task with nothing to render needs no context (the dates in the DAG's zone...)
+            if templates:
+                conf = run.conf or {}
+                context = build_context(
+                    dag_id=dag.dag_id, task_id=task.task_id, run_id=run.run_id, logical_date=run.logical_date,
+                    data_interval_start=run.data_interval_start, data_interval_end=run.data_interval_end,
+                    try_number=q.try_number, params={**dag.spec.params, **conf}, conf=conf,  # conf overrides params
+                    timezone=dag.timezone, signal=signals.get(q.ti_id),
+                )
         except Exception as exc:  # this try cannot be launched; the others can (see `isolation`)
             if not is_dags_fault(exc):
                 raise
             broken.append((q, f"cannot launch: {describe(exc, f'task {q.task_id}')}"))
             continue
         timeout = duration_seconds(task.execution_timeout) if task.execution_timeout is not None else None
-        pending.append(PendingLaunch(q, run.run_id, task, RenderRequest(task.task_id, spark_templates(task.spark),
-                                                                        context),
-                                     source_dirs.get(q.dag_version_id), timeout, try_env(api_url, tokens[q.ti_id])))
+        pending.append(PendingLaunch(q, run.run_id, task, RenderRequest(task.task_id, templates, context),
+                                     run.source_dir, timeout, try_env(api_url, tokens[q.ti_id])))
     return Gathered(pending, broken)
 
 

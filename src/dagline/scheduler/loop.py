@@ -42,7 +42,7 @@ from dagline import metrics
 from dagline.api_tokens import delete_ended_try_tokens
 from dagline.clock import Clock, SystemClock
 from dagline.dagstore import DagCache
-from dagline.db.claims import PoolsBusy, lock_running_runs, lock_runs_by_id
+from dagline.db.claims import PoolsBusy, lock_runs_by_id
 from dagline.db.engine import Database
 from dagline.db.faults import first_line, is_transient
 from dagline.db.observe import at_commit
@@ -56,7 +56,7 @@ from dagline.scheduler.create_runs import create_scheduled_runs
 from dagline.scheduler.critical_section import queue_task_instances
 from dagline.scheduler.deadlines import record_missed_deadlines
 from dagline.scheduler.deliveries import CallbackSettings, Deliveries
-from dagline.scheduler.examine import examine_runs
+from dagline.scheduler.examine import examine_running_runs, examine_runs
 from dagline.scheduler.executor_events import apply_reports, fail_unlaunchable
 from dagline.scheduler.guard import SchedulerLock
 from dagline.scheduler.launches import DEFAULT_API_URL, gather_launches, render_launches
@@ -334,8 +334,8 @@ class Scheduler:
                     conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
                     backfill_id=self.backfill_id), what=self._step)
         with self._phase("examine", "examining runs"):
-            result = self.tx.run(lambda conn: examine_runs(
-                conn, lock_running_runs(conn, s.runs_per_loop, self.backfill_id, self.test_run_id), now=now,
+            result = self.tx.run(lambda conn: examine_running_runs(
+                conn, limit=s.runs_per_loop, backfill_id=self.backfill_id, test_run_id=self.test_run_id, now=now,
                 dags=self.dags, who=self.who), what=self._step)
         stats.tis_decided += result.tis_changed
         stats.runs_finished += result.runs_finished

@@ -1,17 +1,24 @@
 """Loop step 2: start queued runs whose time has come, within `maxActiveRuns` of the DAG and of their
-backfill. Scheduled and manual runs go first, so a large backfill never delays the present."""
+backfill. Scheduled and manual runs go first, so a large backfill never delays the present.
+
+Set-based: for the batch of claimed DAGs, one query reads their current versions, one counts their
+running runs, one reads their backfills, one the first queued runs of each (DAG, backfill) in start
+order, and one compare-and-set starts every chosen run: a hundred DAGs cost the same handful of
+statements as one. A DAG whose current version cannot be read starts nothing (see `isolation`).
+"""
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.engine import Connection
 
 from dagline.admission import max_active_runs_reason
 from dagline.dagstore import DagCache
 from dagline.db.claims import lock_dags_with_startable_runs
-from dagline.db.models import backfill_t, dag_run_t
+from dagline.db.models import backfill_t, dag_run_t, dag_t
 from dagline.db.transitions import change_runs
 from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
 from dagline.states import RunState
@@ -20,64 +27,116 @@ from dagline.states import RunState
 def start_queued_runs(
     conn: Connection, *, now: dt.datetime, dags: DagCache, who: str, limit: int, backfill_id: int | None = None
 ) -> int:
-    started = 0
     dag_ids = lock_dags_with_startable_runs(conn, now, limit, backfill_id)
+    if not dag_ids:
+        return 0
+    max_active = _max_active_runs(conn, dag_ids, dags, now=now, who=who)
+    if not max_active:
+        return 0
+    dag_ids = [dag_id for dag_id in dag_ids if dag_id in max_active]
+    running = _running_counts(conn, dag_ids)
+    backfills = _backfills_with_queued_runs(conn, dag_ids, backfill_id)
+    queued = _first_queued(conn, dag_ids, now, max(max_active.values()), backfill_id)
+    chosen: list[int] = []
+    for dag_id in dag_ids:
+        limit_runs, counts = max_active[dag_id], running[dag_id]
+        if max_active_runs_reason(sum(counts.values()), limit_runs) is not None:
+            continue  # `dagline tasks list` gives the same reason
+        room = limit_runs - sum(counts.values())
+        picked: list[int] = []
+        if backfill_id is None:
+            picked += queued[(dag_id, None)].forward[:room]
+        for bf in backfills[dag_id]:
+            free = room - len(picked)
+            if bf.max_active_runs is not None:
+                free = min(free, bf.max_active_runs - counts.get(bf.id, 0))
+            if free <= 0:
+                continue
+            runs = queued[(dag_id, bf.id)]
+            picked += (runs.backward if bf.run_backwards else runs.forward)[:free]
+        chosen += picked
+    if not chosen:
+        return 0
+    return len(change_runs(conn, chosen, expected=RunState.QUEUED, to=RunState.RUNNING, at=now, who=who,
+                           values={"start_date": now}))
+
+
+def _max_active_runs(conn: Connection, dag_ids: list[str], dags: DagCache, *, now: dt.datetime,
+                     who: str) -> dict[str, int]:
+    """dag_id -> `maxActiveRuns` of its current version; a DAG whose version cannot be read is left out
+    (its runs wait) after recording its import error."""
+    current = dict(conn.execute(
+        select(dag_t.c.dag_id, dag_t.c.current_version_id).where(dag_t.c.dag_id.in_(dag_ids))).all())
+    dags.prefetch(conn, current.values())
+    found = {}
     for dag_id in dag_ids:
         try:
-            _, dag = dags.current(conn, dag_id)
+            version_id = current.get(dag_id)
+            dag = dags.get(conn, version_id) if version_id is not None else dags.current(conn, dag_id)[1]
+            found[dag_id] = dag.spec.max_active_runs
         except Exception as exc:  # its runs wait; the other DAGs' start (see `isolation`)
             if not is_dags_fault(exc):
                 raise
             record_import_error(conn, dag_id, describe(exc, "starting runs"), at=now, who=who)
-            continue
-        running = _running_counts(conn, dag_id)
-        if max_active_runs_reason(sum(running.values()), dag.spec.max_active_runs) is not None:
-            continue  # `dagline tasks list` gives the same reason
-        room = dag.spec.max_active_runs - sum(running.values())
-        chosen: list[int] = []
-        if backfill_id is None:
-            chosen += _queued(conn, dag_id, now, room, backfill=None)
-        for bf in _backfills_with_queued_runs(conn, dag_id, now, backfill_id):
-            free = room - len(chosen)
-            if bf.max_active_runs is not None:
-                free = min(free, bf.max_active_runs - running.get(bf.id, 0))
-            if free <= 0:
-                continue
-            chosen += _queued(conn, dag_id, now, free, backfill=bf)
-        if chosen:
-            started += len(change_runs(conn, chosen, expected=RunState.QUEUED, to=RunState.RUNNING, at=now, who=who,
-                                       values={"start_date": now}))
-    return started
+    return found
 
 
-def _running_counts(conn: Connection, dag_id: str) -> dict[int | None, int]:
-    """Running runs of a DAG by backfill id (None for scheduled and manual runs); test runs do not count."""
-    rows = conn.execute(
-        select(dag_run_t.c.backfill_id, func.count())
-        .where(dag_run_t.c.dag_id == dag_id, dag_run_t.c.state == RunState.RUNNING, ~dag_run_t.c.is_test)
-        .group_by(dag_run_t.c.backfill_id)
-    )
-    return {row[0]: row[1] for row in rows}
+def _running_counts(conn: Connection, dag_ids: list[str]) -> dict[str, dict[int | None, int]]:
+    """Running runs of each DAG by backfill id (None for scheduled and manual runs); test runs do not count."""
+    counts: dict[str, dict[int | None, int]] = collections.defaultdict(dict)
+    for dag_id, backfill, count in conn.execute(
+        select(dag_run_t.c.dag_id, dag_run_t.c.backfill_id, func.count())
+        .where(dag_run_t.c.dag_id.in_(dag_ids), dag_run_t.c.state == RunState.RUNNING, ~dag_run_t.c.is_test)
+        .group_by(dag_run_t.c.dag_id, dag_run_t.c.backfill_id)
+    ):
+        counts[dag_id][backfill] = count
+    return counts
 
 
-def _backfills_with_queued_runs(conn: Connection, dag_id: str, now: dt.datetime, only: int | None):
+def _backfills_with_queued_runs(conn: Connection, dag_ids: list[str], only: int | None) -> dict[str, list]:
     stmt = (
-        select(backfill_t.c.id, backfill_t.c.max_active_runs, backfill_t.c.run_backwards)
-        .where(backfill_t.c.dag_id == dag_id, backfill_t.c.state == "running", backfill_t.c.is_paused.is_(False))
+        select(backfill_t.c.id, backfill_t.c.dag_id, backfill_t.c.max_active_runs, backfill_t.c.run_backwards)
+        .where(backfill_t.c.dag_id.in_(dag_ids), backfill_t.c.state == "running", backfill_t.c.is_paused.is_(False))
         .order_by(backfill_t.c.id)
     )
     if only is not None:
         stmt = stmt.where(backfill_t.c.id == only)
-    return conn.execute(stmt).all()
+    found: dict[str, list] = collections.defaultdict(list)
+    for row in conn.execute(stmt):
+        found[row.dag_id].append(row)
+    return found
 
 
-def _queued(conn: Connection, dag_id: str, now: dt.datetime, n: int, *, backfill) -> list[int]:
-    stmt = select(dag_run_t.c.id).where(
-        dag_run_t.c.dag_id == dag_id, dag_run_t.c.state == RunState.QUEUED, dag_run_t.c.run_after <= now
+class _Queued:
+    """The first due queued runs of one (DAG, backfill): oldest first, and newest first (`runBackwards`)."""
+
+    def __init__(self):
+        self.forward: list[int] = []
+        self.backward: list[int] = []
+
+
+def _first_queued(conn: Connection, dag_ids: list[str], now: dt.datetime, cap: int,
+                  only: int | None) -> dict[tuple[str, int | None], _Queued]:
+    """Up to `cap` due queued runs per (DAG, backfill) in each direction of logical date (ties by id), in
+    one query (window functions, on both databases). Test runs are never queued, so never met here."""
+    partition = (dag_run_t.c.dag_id, dag_run_t.c.backfill_id)
+    oldest = func.row_number().over(partition_by=partition, order_by=(dag_run_t.c.logical_date, dag_run_t.c.id))
+    newest = func.row_number().over(partition_by=partition,
+                                    order_by=(dag_run_t.c.logical_date.desc(), dag_run_t.c.id))
+    due = (
+        select(dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.backfill_id, oldest.label("oldest"),
+               newest.label("newest"))
+        .where(dag_run_t.c.dag_id.in_(dag_ids), dag_run_t.c.state == RunState.QUEUED, dag_run_t.c.run_after <= now)
     )
-    if backfill is None:
-        stmt = stmt.where(dag_run_t.c.backfill_id.is_(None)).order_by(dag_run_t.c.logical_date, dag_run_t.c.id)
-    else:
-        order = dag_run_t.c.logical_date.desc() if backfill.run_backwards else dag_run_t.c.logical_date
-        stmt = stmt.where(dag_run_t.c.backfill_id == backfill.id).order_by(order, dag_run_t.c.id)
-    return list(conn.execute(stmt.limit(n)).scalars())
+    if only is not None:
+        due = due.where(dag_run_t.c.backfill_id == only)
+    due = due.subquery()
+    rows = conn.execute(select(due).where(or_(due.c.oldest <= cap, due.c.newest <= cap))).all()
+    found: dict[tuple[str, int | None], _Queued] = collections.defaultdict(_Queued)
+    for row in sorted(rows, key=lambda r: r.oldest):
+        if row.oldest <= cap:
+            found[(row.dag_id, row.backfill_id)].forward.append(row.id)
+    for row in sorted(rows, key=lambda r: r.newest):
+        if row.newest <= cap:
+            found[(row.dag_id, row.backfill_id)].backward.append(row.id)
+    return found

@@ -2,7 +2,8 @@
 poll interval passes.
 
 On PostgreSQL the wait listens (`db.notify.Listener`): a trigger from the CLI, a task finished by a
-peer, any state change recorded anywhere ends it at once. Polling stays as the fallback for what no
+peer, any state change recorded anywhere ends it at once (but task instances queued: see
+`db.transitions`). Polling stays as the fallback for what no
 one announces (time passing: retry delays, a run's logical date; jobs of this replica's executor
 finishing). On SQLite (or a PostgreSQL driver other than psycopg2, the one dagline ships with) it
 is a plain timed wait. `interrupt()` is safe to call from a signal handler
