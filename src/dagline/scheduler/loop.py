@@ -291,19 +291,10 @@ class Scheduler:
         stats = LoopStats()
         now = self.clock.now()
         s = self.settings
-        # first: a replica declared dead learns it before taking work (a test run's process is no replica)
-        if self.job_id is not None and self.liveness.heartbeat_due():
-            with self._phase("heartbeat", "heartbeating"):
-                self.liveness.beat()
+        self._heartbeat_if_due()
         testing = self.test_run_id is not None  # a test run is created running: nothing to create or start
         if self.backfill_id is None and not testing:
-            with self._phase("signals", "reacting to signals"):
-                reacted = self.tx.run(lambda conn: react_to_signals(
-                    conn, now=now, dags=self.dags, who=self.who, limit=s.signals_per_loop), what=self._step)
-            stats.signals_handled = reacted.signals
-            stats.runs_created += reacted.runs_created
-            stats.tis_decided += reacted.tis_changed
-            stats.runs_finished += reacted.runs_finished
+            self._react(stats, now)
             with self._phase("create_runs", "creating runs"):
                 stats.runs_created += self.tx.run(lambda conn: create_scheduled_runs(
                     conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
@@ -330,6 +321,27 @@ class Scheduler:
                 self.tx.run(lambda conn: housekeeping.finish_backfills(conn, now=now, who=self.who), what=self._step)
         self._housekeeping(stats, now)
         return stats
+
+    def _heartbeat_if_due(self) -> None:
+        # first: a replica declared dead learns it before taking work (a test run's process is no replica)
+        if self.job_id is not None and self.liveness.heartbeat_due():
+            with self._phase("heartbeat", "heartbeating"):
+                self.liveness.beat()
+
+    def _react(self, stats: LoopStats, now) -> None:
+        """React to new signals; when that made task instances runnable, queue and launch them at once
+        (the critical section right after the reaction's commit), not after the rest of the pass: a
+        signal's try is queued one transaction after it is handled. The pass's own critical section
+        still follows, so nothing is skipped."""
+        with self._phase("signals", "reacting to signals"):
+            reacted = self.tx.run(lambda conn: react_to_signals(
+                conn, now=now, dags=self.dags, who=self.who, limit=self.settings.signals_per_loop), what=self._step)
+        stats.signals_handled += reacted.signals
+        stats.runs_created += reacted.runs_created
+        stats.tis_decided += reacted.tis_changed
+        stats.runs_finished += reacted.runs_finished
+        if reacted.tis_changed and not self._stop_requested:
+            self._queue_and_launch(stats, now)
 
     def _follow_up(self, stats: LoopStats, decided: int, *, began: float) -> None:
         """The fast path: while the reports just stored made tasks runnable (the mini-scheduler decided
