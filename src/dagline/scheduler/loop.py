@@ -222,9 +222,31 @@ class Scheduler:
                             break
                         self.wakeup.wait(wait_s)  # a NOTIFY or SIGTERM ends it early
                         continue
-                    self.wakeup.wait(self.settings.poll_interval_s)
+                    self._idle_wait()
         finally:
             self.stop()
+
+    def _idle_wait(self) -> None:
+        """Wait for a change, at most `poll_interval_s`. A wake-up for new signals alone (nothing else
+        changed) is met with the reaction step alone: the replica that claims them reacts and goes on
+        with a full pass; the others, finding them claimed, wait on until the same deadline, so the
+        full pass they owe to the poll is not put off."""
+        deadline = time.monotonic() + self.settings.poll_interval_s
+        while True:
+            why = self.wakeup.wait(max(0.0, deadline - time.monotonic()))
+            if why != "signals" or self._stop_requested:
+                return
+            if self.backfill_id is not None or self.test_run_id is not None:
+                continue  # such a replica does not react to signals
+            stats = self.iterate_safely(self._react_alone)
+            if stats is None or stats.work:
+                return
+
+    def _react_alone(self) -> LoopStats:
+        stats = LoopStats()
+        self._heartbeat_if_due()
+        self._react(stats, self.clock.now())
+        return stats
 
     def _retry_wait(self) -> float | None:
         """With nothing runnable and nothing running: seconds until the earliest retry time of a task
@@ -248,10 +270,10 @@ class Scheduler:
                  self.waiting_retry.task_id, self.waiting_retry.run_id, at.isoformat(), wait_s)
         return wait_s
 
-    def iterate_safely(self) -> LoopStats | None:
-        """One iteration; after a transient database error, a warning and a backoff, and None."""
+    def iterate_safely(self, iterate: Callable[[], LoopStats] | None = None) -> LoopStats | None:
+        """One iteration (or `iterate`); after a transient database error, a warning and a backoff, and None."""
         try:
-            stats = self.iterate()
+            stats = (iterate or self.iterate)()
         except ReplicaFenced:
             raise
         except Exception as exc:
