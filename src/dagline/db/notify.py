@@ -34,18 +34,29 @@ SIGNALS_ONLY = "signal"  # the payload of a transaction that stored new signals 
 _ANNOUNCED = "dagline_announced_in"  # key in the DBAPI connection's info: (transaction, payload) announced
 
 
-def announce(conn: Connection, who: str) -> None:
+def announce(conn: Connection, who: str, *, urgent: bool = False) -> None:
     """NOTIFY listeners that this transaction changed state (once per transaction, or twice when it
-    announced `SIGNALS_ONLY` first and then changed something else; PostgreSQL only)."""
+    announced `SIGNALS_ONLY` first and then changed something else; PostgreSQL only). `urgent`: even
+    in a transaction that holds its announcements (`hold_announcements`)."""
     if conn.dialect.name != "postgresql":
         return
     transaction = conn.get_transaction()
     done = conn.info.get(_ANNOUNCED)
-    if transaction is not None and done is not None and done[0] is transaction and (
-            done[1] == who or done[1] != SIGNALS_ONLY):
-        return
+    if transaction is not None and done is not None and done[0] is transaction:
+        held = done[2]
+        if not (held and urgent) and (held or done[1] == who or done[1] != SIGNALS_ONLY):
+            return
     conn.execute(sa.select(sa.func.pg_notify(CHANNEL, who[:100])))
-    conn.info[_ANNOUNCED] = (transaction, who)
+    conn.info[_ANNOUNCED] = (transaction, who, False)
+
+
+def hold_announcements(conn: Connection) -> None:
+    """This transaction's changes wake no one, save by an `urgent` announcement: for a writer that
+    itself goes on at once with what its changes made possible (the signal reaction step, whose
+    runnable tries the same replica queues right after), so idle peers are not woken to find nothing."""
+    transaction = conn.get_transaction()
+    if conn.dialect.name == "postgresql" and transaction is not None:
+        conn.info[_ANNOUNCED] = (transaction, "", True)
 
 
 class Listener:

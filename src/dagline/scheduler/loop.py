@@ -44,6 +44,7 @@ from dagline.dagstore import DagCache
 from dagline.db.claims import PoolsBusy, lock_running_runs, lock_runs_by_id
 from dagline.db.engine import Database
 from dagline.db.faults import first_line, is_transient
+from dagline.db.notify import announce
 from dagline.db.observe import at_commit
 from dagline.db.replicas import database_now
 from dagline.executors.base import Executor, TaskLaunch
@@ -354,7 +355,8 @@ class Scheduler:
         """React to new signals; when that made task instances runnable, queue and launch them at once
         (the critical section right after the reaction's commit), not after the rest of the pass: a
         signal's try is queued one transaction after it is handled. The pass's own critical section
-        still follows, so nothing is skipped."""
+        still follows, so nothing is skipped. The reaction wakes no peer; if this replica queues
+        nothing (no free slot, a peer in the critical section, stopping), it wakes them now."""
         with self._phase("signals", "reacting to signals"):
             reacted = self.tx.run(lambda conn: react_to_signals(
                 conn, now=now, dags=self.dags, who=self.who, limit=self.settings.signals_per_loop), what=self._step)
@@ -362,8 +364,10 @@ class Scheduler:
         stats.runs_created += reacted.runs_created
         stats.tis_decided += reacted.tis_changed
         stats.runs_finished += reacted.runs_finished
-        if reacted.tis_changed and not self._stop_requested:
-            self._queue_and_launch(stats, now)
+        if reacted.tis_changed:
+            queued = 0 if self._stop_requested else self._queue_and_launch(stats, now)
+            if not queued:  # the reaction woke no one (`hold_announcements`): a peer may queue them
+                self.tx.run(lambda conn: announce(conn, self.who), what="waking the other replicas")
 
     def _follow_up(self, stats: LoopStats, decided: int, *, began: float) -> None:
         """The fast path: while the reports just stored made tasks runnable (the mini-scheduler decided
