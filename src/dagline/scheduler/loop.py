@@ -45,6 +45,7 @@ from dagline.dagstore import DagCache
 from dagline.db.claims import PoolsBusy, lock_runs_by_id
 from dagline.db.engine import Database
 from dagline.db.faults import first_line, is_transient
+from dagline.db.notify import announce
 from dagline.db.observe import at_commit
 from dagline.db.replicas import database_now
 from dagline.executors.base import Executor, TaskLaunch
@@ -242,9 +243,31 @@ class Scheduler:
                             break
                         self.wakeup.wait(wait_s)  # a NOTIFY or SIGTERM ends it early
                         continue
-                    self.wakeup.wait(self.settings.poll_interval_s)
+                    self._idle_wait()
         finally:
             self.stop()
+
+    def _idle_wait(self) -> None:
+        """Wait for a change, at most `poll_interval_s`. A wake-up for new signals alone (nothing else
+        changed) is met with the reaction step alone: the replica that claims them reacts and goes on
+        with a full pass; the others, finding them claimed, wait on until the same deadline, so the
+        full pass they owe to the poll is not put off."""
+        deadline = time.monotonic() + self.settings.poll_interval_s
+        while True:
+            why = self.wakeup.wait(max(0.0, deadline - time.monotonic()))
+            if why != "signals" or self._stop_requested:
+                return
+            if self.backfill_id is not None or self.test_run_id is not None:
+                continue  # such a replica does not react to signals
+            stats = self.iterate_safely(self._react_alone)
+            if stats is None or stats.work:
+                return
+
+    def _react_alone(self) -> LoopStats:
+        stats = LoopStats()
+        self._heartbeat_if_due()
+        self._react(stats, self.clock.now())
+        return stats
 
     def _retry_wait(self) -> float | None:
         """With nothing runnable and nothing running: seconds until the earliest retry time of a task
@@ -268,10 +291,10 @@ class Scheduler:
                  self.waiting_retry.task_id, self.waiting_retry.run_id, at.isoformat(), wait_s)
         return wait_s
 
-    def iterate_safely(self) -> LoopStats | None:
-        """One iteration; after a transient database error, a warning and a backoff, and None."""
+    def iterate_safely(self, iterate: Callable[[], LoopStats] | None = None) -> LoopStats | None:
+        """One iteration (or `iterate`); after a transient database error, a warning and a backoff, and None."""
         try:
-            stats = self.iterate()
+            stats = (iterate or self.iterate)()
         except ReplicaFenced:
             raise
         except Exception as exc:
@@ -311,19 +334,10 @@ class Scheduler:
         stats = LoopStats()
         now = self.clock.now()
         s = self.settings
-        # first: a replica declared dead learns it before taking work (a test run's process is no replica)
-        if self.job_id is not None and self.liveness.heartbeat_due():
-            with self._phase("heartbeat", "heartbeating"):
-                self.liveness.beat()
+        self._heartbeat_if_due()
         testing = self.test_run_id is not None  # a test run is created running: nothing to create or start
         if self.backfill_id is None and not testing:
-            with self._phase("signals", "reacting to signals"):
-                reacted = self.tx.run(lambda conn: react_to_signals(
-                    conn, now=now, dags=self.dags, who=self.who, limit=s.signals_per_loop), what=self._step)
-            stats.signals_handled = reacted.signals
-            stats.runs_created += reacted.runs_created
-            stats.tis_decided += reacted.tis_changed
-            stats.runs_finished += reacted.runs_finished
+            self._react(stats, now)
             with self._phase("create_runs", "creating runs"):
                 stats.runs_created += self.tx.run(lambda conn: create_scheduled_runs(
                     conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
@@ -354,6 +368,30 @@ class Scheduler:
                 self.tx.run(lambda conn: housekeeping.finish_backfills(conn, now=now, who=self.who), what=self._step)
         self._housekeeping(stats, now)
         return stats
+
+    def _heartbeat_if_due(self) -> None:
+        # first: a replica declared dead learns it before taking work (a test run's process is no replica)
+        if self.job_id is not None and self.liveness.heartbeat_due():
+            with self._phase("heartbeat", "heartbeating"):
+                self.liveness.beat()
+
+    def _react(self, stats: LoopStats, now) -> None:
+        """React to new signals; when that made task instances runnable, queue and launch them at once
+        (the critical section right after the reaction's commit), not after the rest of the pass: a
+        signal's try is queued one transaction after it is handled. The pass's own critical section
+        still follows, so nothing is skipped. The reaction wakes no peer; if this replica queues
+        nothing (no free slot, a peer in the critical section, stopping), it wakes them now."""
+        with self._phase("signals", "reacting to signals"):
+            reacted = self.tx.run(lambda conn: react_to_signals(
+                conn, now=now, dags=self.dags, who=self.who, limit=self.settings.signals_per_loop), what=self._step)
+        stats.signals_handled += reacted.signals
+        stats.runs_created += reacted.runs_created
+        stats.tis_decided += reacted.tis_changed
+        stats.runs_finished += reacted.runs_finished
+        if reacted.tis_changed:
+            queued = 0 if self._stop_requested else self._queue_and_launch(stats, now)
+            if not queued:  # the reaction woke no one (`hold_announcements`): a peer may queue them
+                self.tx.run(lambda conn: announce(conn, self.who), what="waking the other replicas")
 
     def _follow_up(self, stats: LoopStats, decided: int, *, began: float) -> None:
         """The fast path: while the reports just stored made tasks runnable (the mini-scheduler decided
