@@ -167,4 +167,4 @@ def test_run_created_ti_queued_timeout_and_adoption_are_json_lines_from_real_loo
     assert (timeout["task_id"], timeout["to_state"], timeout["who"]) == ("slow", "up_for_retry", b.who)
     assert timeout["at"] == "2026-03-02T00:10:01+00:00" and "executionTimeout" in timeout["detail"]
     (adoption,) = [line for line in made if line["decision"] == "adoption"]
-    assert adoption["who"] == b.who and f"of scheduler {a.job_id}" in adoption["detail"]
+    assert adoption["who"] == b.who and f"of scheduler {a.replica_id}" in adoption["detail"]

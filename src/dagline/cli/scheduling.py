@@ -95,7 +95,7 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, m
             signal.signal(sig, handler)
         if server is not None:
             server.shutdown()
-    if until_idle and sched.job_id is not None:
+    if until_idle and sched.replica_id is not None:
         _report_failed_runs(obj.db(), sched.who)
 
 

@@ -205,7 +205,7 @@ def tasks_logs(obj: Context, run_ref, task_id, try_number, follow, poll_interval
     log files the wrapper rotated (oldest first), then the current one; spark-k8s tries: the driver
     pod's log through the Kubernetes API."""
     from dagline.cli.logtail import LogTail
-    from dagline.db.models import scheduler_job_t
+    from dagline.db.models import replica_t
     from dagline.executors.base import TaskKey
     from dagline.executors.try_files import log_files, log_path
     from dagline.runs import find_run
@@ -233,8 +233,8 @@ def tasks_logs(obj: Context, run_ref, task_id, try_number, follow, poll_interval
         raise InvalidInput(f"task {task_id!r} has had {ti.try_number} tries", field="--try")
     key = TaskKey(run.dag_id, run.run_id, task_id, number)
     with database.begin() as conn:
-        executor = None if ti.queued_by_job_id is None else conn.execute(
-            select(scheduler_job_t.c.executor).where(scheduler_job_t.c.id == ti.queued_by_job_id)).scalar()
+        executor = None if ti.queued_by_replica_id is None else conn.execute(
+            select(replica_t.c.executor).where(replica_t.c.id == ti.queued_by_replica_id)).scalar()
     if executor == "spark-k8s":
         _follow_driver_log(key, ti, follow=follow, look=look, poll_interval=poll_interval)
         return

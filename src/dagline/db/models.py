@@ -245,7 +245,7 @@ class TaskInstance(Base):
     end_date: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     next_retry_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     external_id: Mapped[str | None] = mapped_column(String(250))
-    queued_by_job_id: Mapped[int | None] = mapped_column(Id, ForeignKey("scheduler_job.id"))
+    queued_by_replica_id: Mapped[int | None] = mapped_column(Id, ForeignKey("replica.id"))
     hostname: Mapped[str | None] = mapped_column(String(250))
     last_heartbeat: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     deadline_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)  # the task's `deadline`, fixed at creation
@@ -267,13 +267,13 @@ class TaskInstance(Base):
     )
 
 
-class SchedulerJob(Base):
+class Replica(Base):
     """A scheduler replica: registered at start (`running`), heartbeating while it runs, then `stopped`
     (a graceful stop) or `dead` (marked by a peer that saw its heartbeat go stale). Every time here is the
     database's clock, never a replica's. `alive_since` is when its current unbroken run of heartbeats
     began: a replica only judges its peers once it has itself been alive for a whole timeout."""
 
-    __tablename__ = "scheduler_job"
+    __tablename__ = "replica"
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     hostname: Mapped[str] = mapped_column(String(250), nullable=False)
@@ -330,7 +330,7 @@ class CallbackOutbox(Base):
     state: Mapped[str] = mapped_column(String(16), nullable=False, default="pending")
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     next_attempt_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
-    claimed_by: Mapped[int | None] = mapped_column(Id)  # the replica (scheduler_job id) of the latest attempt
+    claimed_by: Mapped[int | None] = mapped_column(Id)  # the replica that made the latest attempt
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     delivered_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
@@ -463,7 +463,7 @@ pool_t = Pool.__table__
 backfill_t = Backfill.__table__
 dag_run_t = DagRun.__table__
 ti_t = TaskInstance.__table__
-scheduler_job_t = SchedulerJob.__table__
+replica_t = Replica.__table__
 event_t = Event.__table__
 callback_outbox_t = CallbackOutbox.__table__
 signal_t = Signal.__table__

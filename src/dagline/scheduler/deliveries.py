@@ -84,11 +84,11 @@ class Deliveries:
     """The outbox deliverer of one replica (`channels`: channel name -> deliver function)."""
 
     def __init__(self, tx: Transactions, channels: Mapping[str, Callable[[Callback], None]], *,
-                 job_id: int | None, clock, settings: CallbackSettings | None = None,
+                 replica_id: int | None, clock, settings: CallbackSettings | None = None,
                  on_done: Callable[[], None] | None = None):
         self.tx = tx
         self.channels = dict(channels)
-        self.job_id = job_id
+        self.replica_id = replica_id
         self.clock = clock
         self.settings = settings or CallbackSettings()
         self.on_done = on_done  # called from a worker when an attempt ends (wakes the loop)
@@ -110,7 +110,7 @@ class Deliveries:
         if free > 0 and (force or time.monotonic() >= self._next_claim):
             claimed = self.tx.run(lambda conn: claim_due_callbacks(
                 conn, now=now, limit=min(free, self.settings.batch), channels=sorted(self.channels),
-                job_id=self.job_id, lease_s=self.settings.lease_s), what="claiming callbacks")
+                replica_id=self.replica_id, lease_s=self.settings.lease_s), what="claiming callbacks")
             for row in claimed:
                 callback = Callback(row.id, row.delivery_id, row.channel, row.event, row.target, row.payload,
                                     row.attempts)

@@ -119,7 +119,7 @@ class Scheduler:
         self.test_run_id = test_run_id
         self.api_url = api_url or DEFAULT_API_URL  # given to every try, with a token of its own
         self.dags = DagCache()
-        self.job_id: int | None = None
+        self.replica_id: int | None = None
         self.who = "scheduler" if test_run_id is None else f"dags-test:{os.getpid()}"
         self.tx = Transactions(db)
         self.liveness = Liveness(self.tx, executor=executor.name, heartbeat_interval_s=s.heartbeat_interval_s,
@@ -158,21 +158,21 @@ class Scheduler:
             return
         self._lock.acquire()
         self.wakeup.start()  # listen before the first look at the database
-        self.job_id = self.liveness.register()
-        self.who = f"scheduler:{self.job_id}"
+        self.replica_id = self.liveness.register()
+        self.who = f"scheduler:{self.replica_id}"
         self.wakeup.ignore(self.who)
-        self.adopter = Adopter(self.tx, self.executor, dags=self.dags, job_id=self.job_id, who=self.who,
+        self.adopter = Adopter(self.tx, self.executor, dags=self.dags, replica_id=self.replica_id, who=self.who,
                                batch=self.settings.tis_per_loop, sqlite=self.db.is_sqlite, renderer=self.renderer,
                                api_url=self.api_url)
-        self.deliveries = Deliveries(self.tx, self.callback_channels, job_id=self.job_id, clock=self.clock,
+        self.deliveries = Deliveries(self.tx, self.callback_channels, replica_id=self.replica_id, clock=self.clock,
                                      settings=self.callback_settings, on_done=self.wakeup.interrupt)
         self.executor.start()
         if self.db.is_sqlite:  # the file lock proves every earlier scheduler is gone
-            self.tx.run(lambda conn: declare_others_dead(conn, job_id=self.job_id, who=self.who),
+            self.tx.run(lambda conn: declare_others_dead(conn, replica_id=self.replica_id, who=self.who),
                         what="declare earlier schedulers gone")
         self._adopt_at_start()
         scope = f", backfill {self.backfill_id} only" if self.backfill_id is not None else ""
-        log.info("scheduler %s started: %s executor, parallelism %s%s", self.job_id, self.executor.name,
+        log.info("scheduler %s started: %s executor, parallelism %s%s", self.replica_id, self.executor.name,
                  self.executor.parallelism, scope)
 
     def _adopt_at_start(self) -> None:
@@ -192,7 +192,7 @@ class Scheduler:
             if self.test_run_id is not None:
                 self.executor.end()  # a test run's jobs end with it (normally none is left)
                 self._apply_reports(LoopStats())
-            if self.job_id is not None:
+            if self.replica_id is not None:
                 try:
                     self._apply_reports(LoopStats())
                 except Exception as exc:  # noqa: BLE001 - a peer or the next start reads them from the jobs
@@ -201,10 +201,10 @@ class Scheduler:
                 self._detach_executor()
                 try:
                     if self.liveness.deregister():
-                        log.info("scheduler %s stopped", self.job_id)
+                        log.info("scheduler %s stopped", self.replica_id)
                 except Exception as exc:  # noqa: BLE001 - peers will find the heartbeat stale instead
                     log.warning("scheduler %s stopped without deregistering (%s); peers will declare it dead",
-                                self.job_id, first_line(exc))
+                                self.replica_id, first_line(exc))
         finally:
             if self.deliveries is not None:
                 self.deliveries.close()
@@ -371,7 +371,7 @@ class Scheduler:
 
     def _heartbeat_if_due(self) -> None:
         # first: a replica declared dead learns it before taking work (a test run's process is no replica)
-        if self.job_id is not None and self.liveness.heartbeat_due():
+        if self.replica_id is not None and self.liveness.heartbeat_due():
             with self._phase("heartbeat", "heartbeating"):
                 self.liveness.beat()
 
@@ -423,7 +423,7 @@ class Scheduler:
         """The critical section and the launches; returns how many TIs it queued."""
         def queue(conn):
             queued = queue_task_instances(
-                conn, now=now, dags=self.dags, who=self.who, job_id=self.job_id,
+                conn, now=now, dags=self.dags, who=self.who, replica_id=self.replica_id,
                 executor_slots=self.executor.free_slots(), limit=self.settings.tis_per_loop,
                 backfill_id=self.backfill_id, test_run_id=self.test_run_id)
             return queued, gather_launches(conn, queued, dags=self.dags, now=now, api_url=self.api_url)
@@ -460,7 +460,7 @@ class Scheduler:
         if not launches:
             return
         with self._phase("launch", "launching"):
-            if self.job_id is not None:
+            if self.replica_id is not None:
                 self.liveness.check_before_launch()
             self.executor.launch(launches)
             self.in_flight.add(launches)
@@ -593,7 +593,7 @@ class Scheduler:
             now = database_now(conn)
             if not self.liveness.may_judge_peers(now):
                 return []
-            return declare_stale_replicas_dead(conn, job_id=self.job_id, timeout_s=self.settings.replica_timeout_s,
+            return declare_stale_replicas_dead(conn, replica_id=self.replica_id, timeout_s=self.settings.replica_timeout_s,
                                                who=self.who, now=now)
 
         dead = self.tx.run(declare, what=self._step)
