@@ -22,9 +22,10 @@ demo: $(STAMP)
 demo-signals: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash examples/ml-signals/demo.sh
 
-test: $(STAMP)   # the import contracts (pyproject.toml [tool.importlinter]), the pinned helm, then the suite
+test: $(STAMP)   # the import contracts (pyproject.toml [tool.importlinter]), the pinned helm and Chromium, then the suite
 	$(VENV)/bin/lint-imports
 	$(PY) tests/tools/fetch_helm.py
+	$(PY) tests/tools/install_chromium.py
 	$(PY) -m pytest
 
 bench: $(STAMP)
@@ -34,6 +35,7 @@ bench: $(STAMP)
 	$(PY) bench/wakeup.py --db postgres
 	$(PY) bench/wakeup.py --db sqlite
 	$(PY) bench/k8s_mirror.py
+	$(PY) bench/ui_grid.py --db sqlite
 
 # 3 replicas killed at random for 10 minutes, a throwaway PostgreSQL restarted once; JSON, exit 1 on a violation
 .PHONY: chaos

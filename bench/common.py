@@ -14,7 +14,7 @@ import uuid
 from sqlalchemy import create_engine, func, select, text
 
 from dagline.db.engine import Database, normalize_url, upgrade
-from dagline.db.models import scheduler_job_t
+from dagline.db.models import replica_t
 
 PG_URL = os.environ.get("DAGLINE_TEST_POSTGRES_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
 
@@ -111,7 +111,7 @@ def stop_processes(procs) -> None:
 
 
 def running_replicas(db: Database) -> int:
-    return count_rows(db, select(func.count()).select_from(scheduler_job_t).where(scheduler_job_t.c.state == "running"))
+    return count_rows(db, select(func.count()).select_from(replica_t).where(replica_t.c.state == "running"))
 
 
 def count_rows(db: Database, stmt) -> int:

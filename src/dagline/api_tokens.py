@@ -6,8 +6,10 @@ and the hash of a presented secret is compared with `hmac.compare_digest` (const
 without a salt or key stretching is right for random secrets of 256 bits (nothing to guess; a slow
 hash would only slow down every request). The `dgl_` prefix lets secret scanners recognise one.
 
-Scopes (space-separated in `api_token.scope`): `signals:send` (POST signals), `read` (GET the
-signal log), `admin` (everything, including what later versions add). Named tokens are made by
+Scopes (space-separated in `api_token.scope`): `signals:send` (POST signals, the web UI's "send a
+signal"), `read` (GET the signal log, every page of the web UI), `operate` (the web UI's actions on
+DAGs and runs: pause, trigger, clear, stop, backfill), `admin` (everything, including what later
+versions add). Named tokens are made by
 `dagline tokens create NAME [--scope ...]` (default `signals:send`) and end with `tokens revoke`.
 
 A try's token (`issue_try_tokens`, called when a try is launched) has the scope `signals:send`,
@@ -38,8 +40,9 @@ from dagline.times import isoformat
 
 SEND = "signals:send"
 READ = "read"
+OPERATE = "operate"
 ADMIN = "admin"
-SCOPES = (SEND, READ, ADMIN)
+SCOPES = (SEND, READ, OPERATE, ADMIN)
 PREFIX = "dgl_"
 TRY_NAME_PREFIX = "try:"
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")

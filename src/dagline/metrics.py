@@ -59,6 +59,8 @@ PHASES = (
     "launch",             #    hand the queued TIs to the executor (after the commit)
     "executor_sync",      # 5. store the executor's reports and run the mini-scheduler
     "stop_tries",         #    stop this replica's jobs whose tries were asked to stop
+    "callbacks",          #    settle finished callback deliveries, claim due ones (the sending is in threads)
+    "deadlines",          #    record missed deadlines (every deadline_check_interval_s)
     "finish_backfills",   #    complete backfills whose runs all ended
     "housekeeping",       # 6. timeouts, silent peers, adoption, reconciling own tries
 )
@@ -155,7 +157,8 @@ DEADLINE_MISSES = Counter(
     ["kind"], registry=REGISTRY)
 CALLBACK_DELIVERIES = Counter(
     "dagline_callback_deliveries_total",
-    "Callback delivery attempts from the outbox, by channel (webhook, event, log) and outcome (delivered, failed).",
+    "Callback delivery attempts from the outbox, by channel (webhook, log, kubernetes_event) "
+    "and outcome (delivered, failed).",
     ["channel", "outcome"], registry=REGISTRY)
 CALLBACK_DELIVERY_SECONDS = Histogram(
     "dagline_callback_delivery_duration_seconds", "Time one callback delivery attempt took, by channel.",

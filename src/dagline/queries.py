@@ -43,6 +43,7 @@ def run_dict(r) -> dict:
         "run_type": r.run_type, "state": r.state, "previous_run_id": r.previous_run_id, "dag_version": r.version,
         "backfill_id": r.backfill_id, "start_date": isoformat(r.start_date), "end_date": isoformat(r.end_date),
         "is_test": bool(r.is_test), "duration_s": _seconds(r.start_date, r.end_date),
+        "deadline": isoformat(r.deadline_at), "deadline_missed_at": isoformat(r.deadline_missed_at),
     }
 
 
@@ -121,6 +122,7 @@ def list_tasks(conn: Connection, run_pk: int) -> list[dict]:
         "task_id": r.task_id, "state": r.state, "try_number": r.try_number, "max_tries": r.max_tries,
         "pool": r.pool, "start_date": isoformat(r.start_date), "end_date": isoformat(r.end_date),
         "external_id": r.external_id, "message": latest.get(r.id), "duration_s": _seconds(r.start_date, r.end_date),
+        "deadline": isoformat(r.deadline_at), "deadline_missed_at": isoformat(r.deadline_missed_at),
         "signal_seq": r.signal_seq, "stop_requested_at": isoformat(r.stop_requested_at),
     } for r in rows]
 

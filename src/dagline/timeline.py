@@ -29,6 +29,7 @@ from dagline import metrics
 from dagline.db.models import dag_run_t, dag_t, ti_t
 from dagline.db.observe import at_commit
 from dagline.db.transitions import change_runs, record_events
+from dagline.deadlines import deadline_at
 from dagline.spec import Dag
 from dagline.states import RunState, TIState
 from dagline.times import isoformat
@@ -104,9 +105,15 @@ def insert_runs(
             "run_after": r.run_after, "run_type": run_type, "state": RunState.QUEUED,
             "dag_version_id": version_id, "backfill_id": backfill_id, "conf": r.conf,
             "created_at": now, "queued_at": now, "is_test": is_test,
+            "deadline_at": deadline_at(dag.spec.deadline, logical_date=r.logical_date,
+                                       data_interval_end=r.data_interval.end, queued_at=now),
         }
         for r, run_id in zip(runs, run_ids, strict=True)
     ]
+    if run_type == "backfill" or is_test:  # reprocessing the past (its deadlines passed long ago), or a rehearsal
+        for row in rows:
+            row["deadline_at"] = None
+    _without_unset_deadlines(rows)
     ids = [row.id for row in conn.execute(
         insert(dag_run_t).returning(dag_run_t.c.id, sort_by_parameter_order=True), rows)]
     ti_rows = []
@@ -118,8 +125,11 @@ def insert_runs(
                 "dag_run_id": run_pk, "dag_id": dag.dag_id, "task_id": task.task_id, "state": TIState.NONE,
                 "try_number": 0, "max_tries": task.retries + 1, "pool": task.pool,
                 "pool_slots": task.pool_slots, "priority_weight": task.priority_weight,
+                "deadline_at": None if run_type == "backfill" or is_test else deadline_at(
+                    task.deadline, logical_date=r.logical_date, data_interval_end=r.data_interval.end, queued_at=now),
             })
     if ti_rows:
+        _without_unset_deadlines(ti_rows)
         conn.execute(insert(ti_t), ti_rows)
     record_events(conn, [
         {"at": now, "who": who, "entity": "dag_run", "dag_id": dag.dag_id, "dag_run_id": run_pk,
@@ -139,6 +149,14 @@ def _count_created(run_type: str, count: int, delays: list[float]) -> None:
     metrics.RUNS_CREATED.labels(run_type=run_type).inc(count)
     for delay in delays:
         metrics.RUN_SCHEDULE_DELAY.observe(max(delay, 0.0))
+
+
+def _without_unset_deadlines(rows: list[dict]) -> None:
+    """Leave `deadline_at` out of an insert where no row has one (the column defaults to NULL), so a DAG
+    without deadlines writes exactly the columns it always wrote."""
+    if all(row.get("deadline_at") is None for row in rows):
+        for row in rows:
+            row.pop("deadline_at", None)
 
 
 def relink(conn: Connection, dag_id: str, from_date: dt.datetime) -> int:

@@ -14,7 +14,7 @@ from sqlalchemy.exc import OperationalError
 
 from dagline.dagstore import DagCache
 from dagline.db import claims, replicas
-from dagline.db.models import scheduler_job_t, ti_t
+from dagline.db.models import replica_t, ti_t
 from dagline.runs import trigger_run
 from dagline.scheduler.critical_section import queue_task_instances
 from dagline.scheduler.examine import examine_runs
@@ -144,16 +144,16 @@ def test_lock_schedulable_tis_gives_two_sessions_disjoint_task_instances(two_dag
 
 def _replica(db, *, stale: bool) -> int:
     with db.begin() as conn:
-        job_id, _ = replicas.register(conn, executor="noop")
+        replica_id, _ = replicas.register(conn, executor="noop")
         if stale:
-            conn.execute(update(scheduler_job_t).where(scheduler_job_t.c.id == job_id)
+            conn.execute(update(replica_t).where(replica_t.c.id == replica_id)
                          .values(latest_heartbeat=replicas.database_now(conn) - dt.timedelta(hours=1)))
-    return job_id
+    return replica_id
 
 
-def _job_states(db) -> dict[int, str]:
+def _replica_states(db) -> dict[int, str]:
     with db.begin() as conn:
-        return dict(conn.execute(select(scheduler_job_t.c.id, scheduler_job_t.c.state)).all())
+        return dict(conn.execute(select(replica_t.c.id, replica_t.c.state)).all())
 
 
 def test_claim_stale_replicas_skips_a_replica_heartbeating_right_now_and_declares_each_once(pg_db):
@@ -162,21 +162,21 @@ def test_claim_stale_replicas_skips_a_replica_heartbeating_right_now_and_declare
         assert replicas.heartbeat(a, beating, gap_s=15).alive
         with session(pg_db) as b:
             now = replicas.database_now(b)
-            assert [r.id for r in claims.claim_stale_replicas(b, job_id=me, now=now, timeout_s=30)] == [silent]
+            assert [r.id for r in claims.claim_stale_replicas(b, replica_id=me, now=now, timeout_s=30)] == [silent]
     with session(pg_db) as a:
         now = replicas.database_now(a)
-        assert [r.id for r in claims.claim_stale_replicas(a, job_id=me, now=now, timeout_s=30)] == [beating, silent]
+        assert [r.id for r in claims.claim_stale_replicas(a, replica_id=me, now=now, timeout_s=30)] == [beating, silent]
         with session(pg_db) as b:  # a second replica judging at the same moment gets nothing
-            assert claims.claim_stale_replicas(b, job_id=_replica(pg_db, stale=False), now=now, timeout_s=30) == []
-    assert _job_states(pg_db)[me] == "running"
+            assert claims.claim_stale_replicas(b, replica_id=_replica(pg_db, stale=False), now=now, timeout_s=30) == []
+    assert _replica_states(pg_db)[me] == "running"
 
 
 def test_claim_stale_replicas_never_declares_a_fresh_replica_or_itself(pg_db):
     me, fresh = _replica(pg_db, stale=True), _replica(pg_db, stale=False)
     with pg_db.begin() as conn:
         now = replicas.database_now(conn)
-        assert claims.claim_stale_replicas(conn, job_id=me, now=now, timeout_s=30) == []
-    assert _job_states(pg_db) == {me: "running", fresh: "running"}
+        assert claims.claim_stale_replicas(conn, replica_id=me, now=now, timeout_s=30) == []
+    assert _replica_states(pg_db) == {me: "running", fresh: "running"}
 
 
 def _orphans(db, count: int) -> tuple[int, list[int]]:
@@ -184,9 +184,9 @@ def _orphans(db, count: int) -> tuple[int, list[int]]:
     dead = _replica(db, stale=True)
     ids = _scheduled_tis(db)[:count]
     with db.begin() as conn:
-        queue_task_instances(conn, now=NOW, dags=DagCache(), who="test", job_id=dead, executor_slots=count,
+        queue_task_instances(conn, now=NOW, dags=DagCache(), who="test", replica_id=dead, executor_slots=count,
                              limit=count)
-        conn.execute(update(scheduler_job_t).where(scheduler_job_t.c.id == dead).values(state="dead"))
+        conn.execute(update(replica_t).where(replica_t.c.id == dead).values(state="dead"))
     return dead, ids
 
 
@@ -195,11 +195,11 @@ def test_claim_orphaned_tis_gives_each_orphan_to_one_replica(pg_db, tmp_path):
     dead, (first, second) = _orphans(pg_db, 2)
     one, two = _replica(pg_db, stale=False), _replica(pg_db, stale=False)
     with session(pg_db) as a:
-        claimed = claims.claim_orphaned_tis(a, job_id=one, limit=1)
-        assert [(r.id, r.state, r.try_number, r.previous_job_id) for r in claimed] == [(first, "queued", 1, dead)]
+        claimed = claims.claim_orphaned_tis(a, replica_id=one, limit=1)
+        assert [(r.id, r.state, r.try_number, r.previous_replica_id) for r in claimed] == [(first, "queued", 1, dead)]
         with session(pg_db) as b:
-            assert [r.id for r in claims.claim_orphaned_tis(b, job_id=two, limit=10)] == [second]
-            owners = dict(b.execute(select(ti_t.c.id, ti_t.c.queued_by_job_id).where(ti_t.c.id.in_([first, second]))).all())
+            assert [r.id for r in claims.claim_orphaned_tis(b, replica_id=two, limit=10)] == [second]
+            owners = dict(b.execute(select(ti_t.c.id, ti_t.c.queued_by_replica_id).where(ti_t.c.id.in_([first, second]))).all())
             assert owners == {first: dead, second: two}  # A's claim is not committed: B sees the old owner
 
 
@@ -208,17 +208,17 @@ def test_claim_orphaned_tis_takes_only_what_this_replica_can_follow(pg_db, tmp_p
     dead, ids = _orphans(pg_db, 2)
     me = _replica(pg_db, stale=False)
     with pg_db.begin() as conn:
-        assert claims.claim_orphaned_tis(conn, job_id=me, limit=10, executor="local") == []  # theirs was noop
-        assert claims.claim_orphaned_tis(conn, job_id=me, limit=10, executor="noop", hostname="elsewhere") == []
-        taken = claims.claim_orphaned_tis(conn, job_id=me, limit=10, executor="noop", hostname=replicas.HOSTNAME)
+        assert claims.claim_orphaned_tis(conn, replica_id=me, limit=10, executor="local") == []  # theirs was noop
+        assert claims.claim_orphaned_tis(conn, replica_id=me, limit=10, executor="noop", hostname="elsewhere") == []
+        taken = claims.claim_orphaned_tis(conn, replica_id=me, limit=10, executor="noop", hostname=replicas.HOSTNAME)
         assert [r.id for r in taken] == ids
     with pg_db.begin() as conn:
-        assert claims.claim_orphaned_tis(conn, job_id=me, limit=10) == []  # they are its own now, not orphans
+        assert claims.claim_orphaned_tis(conn, replica_id=me, limit=10) == []  # they are its own now, not orphans
 
 
 def test_a_live_replicas_task_instances_are_not_orphans(pg_db, tmp_path):
     apply(pg_db, write(tmp_path, daily("d1")))
     owner, _ = _orphans(pg_db, 2)
     with pg_db.begin() as conn:
-        conn.execute(update(scheduler_job_t).where(scheduler_job_t.c.id == owner).values(state="running"))
-        assert claims.claim_orphaned_tis(conn, job_id=_replica(pg_db, stale=False), limit=10) == []
+        conn.execute(update(replica_t).where(replica_t.c.id == owner).values(state="running"))
+        assert claims.claim_orphaned_tis(conn, replica_id=_replica(pg_db, stale=False), limit=10) == []

@@ -87,12 +87,13 @@ def test_trigger_schedule_list_runs_and_tasks(db, applied):
     runs = json.loads(cli(db, "runs", "list", "sales", "--json").output)
     assert list(runs[0]) == ["id", "dag_id", "run_id", "logical_date", "data_interval_start", "data_interval_end",
                              "run_type", "state", "previous_run_id", "dag_version", "backfill_id", "start_date",
-                             "end_date", "is_test", "duration_s"]
+                             "end_date", "is_test", "duration_s", "deadline", "deadline_missed_at"]
     assert [(r["run_type"], r["state"]) for r in runs] == [("scheduled", "success"), ("scheduled", "success"),
                                                           ("manual", "queued")]
     tasks = json.loads(cli(db, "tasks", "list", runs[0]["run_id"], "--json").output)
     assert list(tasks[0]) == ["task_id", "state", "try_number", "max_tries", "pool", "start_date", "end_date",
-                              "external_id", "message", "duration_s", "signal_seq", "stop_requested_at", "reason"]
+                              "external_id", "message", "duration_s", "deadline", "deadline_missed_at",
+                              "signal_seq", "stop_requested_at", "reason"]
     assert [t["state"] for t in tasks] == ["success", "success"]
     failed_runs = json.loads(cli(db, "runs", "list", "--state", "failed", "--json").output)
     assert failed_runs == []

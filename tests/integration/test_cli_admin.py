@@ -231,13 +231,12 @@ def test_tasks_logs_follow_prints_until_the_try_ends(db, tmp_path):
                                   text=True)
         go.touch()
         out, err = follow.communicate(timeout=120)
-        scheduler.wait(120)
+        scheduler.communicate(timeout=120)  # waits for it and closes its stderr pipe
     finally:
         for process in (follow, scheduler):
             if process is not None and process.poll() is None:
                 process.kill()
-                process.wait(30)
-        scheduler.stderr.close()
+                process.communicate()
     assert follow.returncode == 0, err
     assert out.index("first line") < out.index("second line")
     assert "try 1 of talk ended: success" in err

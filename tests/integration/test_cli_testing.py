@@ -217,7 +217,7 @@ def test_dags_test_runs_beside_a_running_scheduler(db, dag_file):
     import subprocess
     import sys
 
-    from dagline.db.models import scheduler_job_t
+    from dagline.db.models import replica_t
     from tests.polling import wait_for
 
     cli(db, "dags", "apply", str(dag_file))
@@ -229,7 +229,7 @@ def test_dags_test_runs_beside_a_running_scheduler(db, dag_file):
         def registered():  # on SQLite the replica holds the file lock by then
             assert scheduler.poll() is None, scheduler.stderr.read()
             with db.begin() as conn:
-                return conn.execute(select(scheduler_job_t.c.id).where(scheduler_job_t.c.state == "running")).first()
+                return conn.execute(select(replica_t.c.id).where(replica_t.c.state == "running")).first()
 
         wait_for(registered, "the scheduler replica to register", timeout=60)
         out = cli(db, "dags", "test", "sales", "2026-03-02", "--executor", "noop").output

@@ -160,7 +160,7 @@ def test_tries_a_replica_queued_but_lost_track_of_are_launched_once_by_its_own_r
     try:
         sched.iterate()  # runs started, first tasks scheduled... and queued and launched normally
         lost = sched.tx.run(lambda conn: loop_module.queue_task_instances(
-            conn, now=t(NOW), dags=sched.dags, who=sched.who, job_id=sched.job_id, executor_slots=8, limit=8),
+            conn, now=t(NOW), dags=sched.dags, who=sched.who, replica_id=sched.replica_id, executor_slots=8, limit=8),
             what="queue behind the replica's back")
         assert lost and not any((q.ti_id, q.try_number) in sched.in_flight for q in lost)
         for _ in range(20):

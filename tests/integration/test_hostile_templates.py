@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from dagline.cli import main
 from dagline.clock import FixedClock
-from dagline.db.models import scheduler_job_t
+from dagline.db.models import replica_t
 from dagline.executors.noop import NoopExecutor
 from dagline.runs import trigger_run
 from dagline.scheduler.loop import Scheduler
@@ -115,7 +115,7 @@ spec:
             proc.wait(30)
     assert ti_states(pg_db, run.id) == {"spin": "queued"}  # left for the next replica, which renders it again
     with pg_db.begin() as conn:
-        [job] = conn.execute(select(scheduler_job_t)).all()
+        [job] = conn.execute(select(replica_t)).all()
     assert job.state == "stopped"
     with proc.stderr:
         assert "left unrendered" in proc.stderr.read()

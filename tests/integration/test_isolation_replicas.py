@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from sqlalchemy import select, update
 
 from dagline.cli import main
-from dagline.db.models import dag_t, dag_version_t, scheduler_job_t
+from dagline.db.models import dag_t, dag_version_t, replica_t
 
 from .harness import events, runs, ti_states, write_dag
 
@@ -97,5 +97,5 @@ def test_hostile_dags_next_to_a_healthy_one_leave_it_on_schedule_with_two_replic
     assert listed["healthy"]["import_error"] is None and listed["endless"]["import_error"] is None
     assert listed["broken"]["import_error"].startswith("creating runs: ") and "spec.tasks" in listed["broken"]["import_error"]
     with pg_db.begin() as conn:
-        states = sorted(row.state for row in conn.execute(select(scheduler_job_t)))
+        states = sorted(row.state for row in conn.execute(select(replica_t)))
     assert states == ["stopped", "stopped"]

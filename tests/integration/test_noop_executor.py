@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from sqlalchemy import func, select
 
 from dagline.cli import main
-from dagline.db.models import scheduler_job_t, ti_t
+from dagline.db.models import replica_t, ti_t
 from dagline.errors import InvalidInput
 from dagline.executors import make_executor
 from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
@@ -42,7 +42,7 @@ def test_a_bad_value_is_refused_naming_the_variable_and_nothing_starts(sqlite_db
     result = _cli(sqlite_db, "scheduler", "--executor", "noop", "--until-idle", env={name: value})
     assert result.exit_code == 2 and name in result.output and repr(value) in result.output
     with sqlite_db.begin() as conn:
-        assert conn.execute(select(func.count()).select_from(scheduler_job_t)).scalar_one() == 0
+        assert conn.execute(select(func.count()).select_from(replica_t)).scalar_one() == 0
 
 
 def test_with_a_seed_a_try_lasts_the_same_whichever_replica_launches_it_in_whatever_order():

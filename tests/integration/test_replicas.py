@@ -28,7 +28,7 @@ from dagline.cli import main
 from dagline.clock import FixedClock
 from dagline.db import replicas
 from dagline.db.engine import head_revision, migrations_config, upgrade
-from dagline.db.models import backfill_t, dag_run_t, scheduler_job_t, ti_t
+from dagline.db.models import backfill_t, dag_run_t, replica_t, ti_t
 from dagline.executors.base import TaskKey
 from dagline.executors.local import LocalExecutor
 from dagline.executors.noop import NoopExecutor
@@ -51,10 +51,10 @@ FAST = SchedulerSettings(heartbeat_interval_s=1.0, replica_timeout_s=2.0, poll_i
 
 def _jobs(db) -> dict[int, object]:
     with db.begin() as conn:
-        return {r.id: r for r in conn.execute(select(scheduler_job_t))}
+        return {r.id: r for r in conn.execute(select(replica_t))}
 
 
-def _backdate(db, job_id: int, *, heartbeat: dt.timedelta | None = None, alive_since: dt.timedelta | None = None):
+def _backdate(db, replica_id: int, *, heartbeat: dt.timedelta | None = None, alive_since: dt.timedelta | None = None):
     """Move a replica's heartbeat (it went silent) or the start of its alive streak back in time."""
     values = {}
     if heartbeat is not None:
@@ -62,12 +62,12 @@ def _backdate(db, job_id: int, *, heartbeat: dt.timedelta | None = None, alive_s
     if alive_since is not None:
         values["alive_since"] = text(f"now() - interval '{int(alive_since.total_seconds())} seconds'")
     with db.begin() as conn:
-        conn.execute(update(scheduler_job_t).where(scheduler_job_t.c.id == job_id).values(**values))
+        conn.execute(update(replica_t).where(replica_t.c.id == replica_id).values(**values))
 
 
 def _long_alive(sched: Scheduler) -> None:
     """The replica has been alive for an hour (so it may judge its peers); a heartbeat makes it know it."""
-    _backdate(sched.db, sched.job_id, alive_since=dt.timedelta(hours=1))
+    _backdate(sched.db, sched.replica_id, alive_since=dt.timedelta(hours=1))
     sched.liveness.beat()
 
 
@@ -104,12 +104,12 @@ def test_heartbeats_use_the_database_clock_so_replicas_hours_apart_never_declare
         for sched in (early, late, early):
             sched.iterate()  # housekeeping: each judges its peers
         jobs = _jobs(chain)
-        assert [jobs[s.job_id].state for s in (early, late)] == ["running", "running"]
+        assert [jobs[s.replica_id].state for s in (early, late)] == ["running", "running"]
         assert events(chain, entity="scheduler", to_state="dead") == []
         with chain.begin() as conn:
             db_now = replicas.database_now(conn)
         for sched in (early, late):  # written on the database's clock, not 2020 or 2035
-            assert abs((jobs[sched.job_id].latest_heartbeat - db_now).total_seconds()) < 60
+            assert abs((jobs[sched.replica_id].latest_heartbeat - db_now).total_seconds()) < 60
     finally:
         early.stop()
         late.stop()
@@ -121,7 +121,7 @@ def test_a_silent_replica_is_declared_dead_once_and_its_task_instances_are_adopt
     victim = _replica_running_a(chain, clock, FAST)
     assert ti_states(chain, run.id) == {"a": "running", "b": "none"}
     _abandon(victim)  # killed with its job; its heartbeat stops
-    _backdate(chain, victim.job_id, heartbeat=dt.timedelta(minutes=5))
+    _backdate(chain, victim.replica_id, heartbeat=dt.timedelta(minutes=5))
 
     peers = [Scheduler(chain, NoopExecutor(4, clock=clock), clock=clock, settings=FAST) for _ in range(2)]
     for peer in peers:
@@ -146,9 +146,9 @@ def test_a_silent_replica_is_declared_dead_once_and_its_task_instances_are_adopt
             th.join(30)
         assert errors == []
         dead = events(chain, entity="scheduler", to_state="dead")
-        assert len(dead) == 1 and dead[0].detail.startswith(f"scheduler {victim.job_id} ")
+        assert len(dead) == 1 and dead[0].detail.startswith(f"scheduler {victim.replica_id} ")
         assert "no heartbeat since" in dead[0].detail
-        assert _jobs(chain)[victim.job_id].state == "dead"
+        assert _jobs(chain)[victim.replica_id].state == "dead"
 
         adoption = [e for e in events(chain, entity="scheduler") if e.detail and " adopts " in e.detail]
         assert len(adoption) == 1  # one adopter (the other may queue the retry at once: they run side by side)
@@ -174,17 +174,17 @@ def test_a_replica_declared_dead_while_it_still_runs_stops_before_taking_any_wor
     stalled.start()
     peer.start()
     try:
-        _backdate(chain, stalled.job_id, heartbeat=dt.timedelta(minutes=5))  # it stalled for 5 minutes
+        _backdate(chain, stalled.replica_id, heartbeat=dt.timedelta(minutes=5))  # it stalled for 5 minutes
         _long_alive(peer)
         peer.iterate()
-        assert _jobs(chain)[stalled.job_id].state == "dead"
+        assert _jobs(chain)[stalled.replica_id].state == "dead"
         trigger_run(chain, "chain", now=t(NOW))
         wait_for(stalled.liveness.heartbeat_due, "its next heartbeat to be due")
         with pytest.raises(ReplicaFenced, match="declared dead by its peers"):
             stalled.iterate()  # its heartbeat comes first: it learns it before it queues or launches anything
         assert events(chain, entity="task_instance", to_state="queued") == []
         stalled.stop()
-        assert _jobs(chain)[stalled.job_id].state == "dead"  # its stop does not bring it back
+        assert _jobs(chain)[stalled.replica_id].state == "dead"  # its stop does not bring it back
     finally:
         peer.stop()
 
@@ -196,13 +196,13 @@ def test_after_an_outage_a_replica_judges_no_peer_until_it_has_been_alive_for_a_
     judge.start()
     try:
         for sched in (quiet, judge):  # the database was unreachable for 5 minutes: nobody could heartbeat
-            _backdate(chain, sched.job_id, heartbeat=dt.timedelta(minutes=5), alive_since=dt.timedelta(hours=1))
+            _backdate(chain, sched.replica_id, heartbeat=dt.timedelta(minutes=5), alive_since=dt.timedelta(hours=1))
         judge.liveness.beat()  # the first heartbeat after the outage starts a new alive streak
         judge.iterate()
-        assert _jobs(chain)[quiet.job_id].state == "running"
+        assert _jobs(chain)[quiet.replica_id].state == "running"
         _long_alive(judge)  # a whole timeout later the quiet one would have had its chances
         judge.iterate()
-        assert _jobs(chain)[quiet.job_id].state == "dead"
+        assert _jobs(chain)[quiet.replica_id].state == "dead"
     finally:
         judge.stop()
         _abandon(quiet)
@@ -214,14 +214,14 @@ def test_a_running_try_whose_job_is_gone_is_a_zombie_and_a_queued_one_without_tr
     run = trigger_run(chain, "chain", now=t(NOW))
     with chain.begin() as conn:
         gone, _ = replicas.register(conn, executor="local")
-        conn.execute(update(scheduler_job_t).where(scheduler_job_t.c.id == gone).values(state="dead"))
+        conn.execute(update(replica_t).where(replica_t.c.id == gone).values(state="dead"))
         ids = dict(conn.execute(select(ti_t.c.task_id, ti_t.c.id).where(ti_t.c.dag_run_id == run.id)).all())
     clock = FixedClock(t(NOW))
     _replica_running_a(chain, clock).stop()
     with chain.begin() as conn:  # as the ended local replica left them: `a` running, `b` queued (try 1)
-        conn.execute(update(ti_t).where(ti_t.c.id == ids["a"]).values(queued_by_job_id=gone))
+        conn.execute(update(ti_t).where(ti_t.c.id == ids["a"]).values(queued_by_replica_id=gone))
         conn.execute(update(ti_t).where(ti_t.c.id == ids["b"]).values(state="queued", try_number=1,
-                                                                      queued_by_job_id=gone))
+                                                                      queued_by_replica_id=gone))
     executor = LocalExecutor(parallelism=2, log_folder=str(tmp_path / "logs"))
     adopter = Scheduler(chain, executor, clock=clock)
     try:
@@ -230,7 +230,7 @@ def test_a_running_try_whose_job_is_gone_is_a_zombie_and_a_queued_one_without_tr
         assert (a.state, a.try_number) == ("up_for_retry", 1)
         [zombie] = events(chain, entity="task_instance", ti_id=ids["a"], to_state="up_for_retry")
         assert zombie.detail == "zombie: the scheduler that ran it ended and no job of this try was found"
-        assert (b.state, b.try_number, b.queued_by_job_id) == ("queued", 1, adopter.job_id)
+        assert (b.state, b.try_number, b.queued_by_replica_id) == ("queued", 1, adopter.replica_id)
         assert executor.has_work()  # b's try 1 was launched now, as try 1
         assert log_path(tmp_path / "logs", TaskKey("chain", run.run_id, "b", 1)).exists()
     finally:
@@ -278,13 +278,13 @@ def test_a_stopped_replicas_task_instances_are_adopted_by_a_peer_at_once(chain):
     leaving = _replica_running_a(chain, clock)
     leaving.request_stop()
     leaving.stop()
-    assert _jobs(chain)[leaving.job_id].state == "stopped"
+    assert _jobs(chain)[leaving.replica_id].state == "stopped"
     assert ti_states(chain, run.id) == {"a": "running", "b": "none"}  # left running for a peer
 
     peer = Scheduler(chain, NoopExecutor(4, clock=clock), clock=clock)  # no staleness to wait for
     peer.run(until_idle=True)
     assert ti_states(chain, run.id) == {"a": "success", "b": "success"}
-    assert tis(chain, run.id)["a"].queued_by_job_id == peer.job_id
+    assert tis(chain, run.id)["a"].queued_by_replica_id == peer.replica_id
     # the noop job did not outlive its replica (a local one does, see below): a zombie, retried at once
     [zombie] = events(chain, entity="task_instance", task_id="a", to_state="up_for_retry")
     assert zombie.who == peer.who and zombie.detail.startswith("zombie: the scheduler that ran it ended")
@@ -365,17 +365,17 @@ def test_a_database_with_replicas_and_their_task_instances_upgrades_to_this_sche
     apply(db, write(tmp_path, CHAIN))
     run = trigger_run(db, "chain", now=t(NOW))
     with db.begin() as conn:
-        job = conn.execute(text("INSERT INTO scheduler_job (hostname, pid, executor, state, started_at, "
+        job = conn.execute(text("INSERT INTO replica (hostname, pid, executor, state, started_at, "
                                 "latest_heartbeat) VALUES ('h', 1, 'noop', 'running', :at, :at) RETURNING id"),
                            {"at": t(NOW)}).scalar_one()
         conn.execute(update(ti_t).where(ti_t.c.dag_run_id == run.id, ti_t.c.task_id == "a")
-                     .values(state="running", try_number=1, queued_by_job_id=job))
+                     .values(state="running", try_number=1, queued_by_replica_id=job))
     cfg = migrations_config(db)
     with db.engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0001")
     assert upgrade(db) == ("0001", head_revision(db))
-    assert tis(db, run.id)["a"].queued_by_job_id == job and _jobs(db)[job].state == "running"
+    assert tis(db, run.id)["a"].queued_by_replica_id == job and _jobs(db)[job].state == "running"
 
 
 # -- real processes and real jobs: the local executor's jobs outlive their replica -----------------
@@ -415,7 +415,7 @@ def test_a_job_outlives_its_replica_and_a_peer_on_the_host_follows_it_to_the_end
         ti = tis(pg_db, run.id)["slow"]
         assert (ti.state, ti.try_number) == ("success", 1)  # the same try, followed to its end
         assert len(events(pg_db, entity="task_instance", to_state="queued")) == 1  # launched once
-        assert ti.queued_by_job_id != first_job
+        assert ti.queued_by_replica_id != first_job
         assert _jobs(pg_db)[first_job].state == {"SIGKILL": "dead", "SIGTERM": "stopped"}[how]
         assert "done" in log_path(logs, TaskKey("slow", run.run_id, "slow", 1)).read_text()
     finally:

@@ -15,6 +15,11 @@ default and validate the custom objects (the content rules themselves are in `te
 Everything runs in the event loop of the thread that serves it (`tests.k8s.cluster`); handlers are
 synchronous between awaits, so each request is atomic. Objects keep kmock's history of versions:
 `emulator.objects[resource, namespace, name].history`.
+
+Pod logs: `GET /api/v1/namespaces/{ns}/pods/{name}/log` (CoreV1 `read_namespaced_pod_log`) answers
+the log's bytes from `emulator.pod_logs[(namespace, pod)]` (a str, or a `pathlib.Path` read at request time,
+so a growing file shows its latest content; `tailLines` and `limitBytes` are honoured), 404 for a pod
+that does not exist, 400 for a pod that exists but has no log yet (as a container still being created).
 """
 
 from __future__ import annotations
@@ -273,6 +278,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
     _watchers: list[Watcher] = attrs.field(factory=list, init=False)
     _orphaning: set[str] = attrs.field(factory=set, init=False)  # uids deleted with propagationPolicy=Orphan
     schemas: dict[tuple[str, str, str], dict[str, Any]] = attrs.field(factory=dict, init=False)
+    pod_logs: dict[tuple[str, str], Any] = attrs.field(factory=dict, init=False)  # (ns, pod) -> str | Path
 
     def __attrs_post_init__(self) -> None:
         # Discovery and error rendering come from the scaffold; every object URL is served here (as the
@@ -643,6 +649,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({request.url.path})")
         method, params, name, sub = request.method.value, dict(request.params), request.name, request.subresource
         namespace = request.namespace
+        if (res.group, res.plural, sub, method) == ("", "pods", "log", "GET") and name and namespace:
+            return self._pod_log(res, namespace, name, params)
         if (namespace is not None and not res.namespaced) or sub not in (None, "status") or (
                 sub == "status" and not res.status_subresource):
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({request.url.path})")
@@ -677,6 +685,23 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 self.delete(res, meta.get("namespace"), meta["name"], body, propagation=params.get("propagationPolicy"))
             return kmock.Response(status=200, payload=gone)
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {request.url.path}")
+
+    def _pod_log(self, res: ApiResource, namespace: str, name: str, params: dict[str, str]) -> kmock.Response:
+        if self.current(res, namespace, name) is None:
+            raise not_found(res, name)
+        source = self.pod_logs.get((namespace, name))
+        if source is None:
+            raise ApiError(400, "BadRequest", f'container "spark-kubernetes-driver" in pod "{name}" is waiting to '
+                                              "start: ContainerCreating")
+        text = source.read_text(errors="replace") if hasattr(source, "read_text") else str(source)
+        if params.get("tailLines"):
+            text = "".join(text.splitlines(keepends=True)[-int(params["tailLines"]):])
+        data = text.encode()
+        if params.get("limitBytes"):
+            data = data[:int(params["limitBytes"])]
+        # No Content-Type header: kmock would keep it for the responses that follow (every later JSON
+        # answer would read as text/plain to the client); a log reader does not look at it anyway.
+        return kmock.Response(status=200, payload=data)
 
     @staticmethod
     def _body(request: kmock.Request) -> Any:

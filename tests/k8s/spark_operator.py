@@ -345,6 +345,7 @@ class SparkOperator:
             return
         self._write(app, SUBMITTED, submissionID=str(uuid.uuid4()),
                     driverInfo={"podName": f"{app.name}-driver"}, **common)
+        self._driver_pod(app, obj)
         if behaviour.stay == SUBMITTED:
             return
         self._timer(app, 0.0, RUNNING)
@@ -384,6 +385,33 @@ class SparkOperator:
                                "spec": app.spec})
             return
         self._write(app, FAILED, error=error, terminationTime=_now())
+
+    def _driver_pod(self, app: App, obj: dict[str, Any]) -> None:
+        """The driver Pod the real operator's spark-submit creates (owned by the application, so deleting
+        the application collects it), with its log: the job's output in pyspark mode, else a few lines."""
+        pod = f"{app.name}-driver"
+        uid = (obj.get("metadata") or {}).get("uid") or app.uid
+        body = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": pod, "namespace": app.namespace,
+                             "labels": {"spark-role": "driver", "sparkoperator.k8s.io/app-name": app.name},
+                             "ownerReferences": [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "SparkApplication",
+                                                  "name": app.name, "uid": uid, "controller": True}]},
+                "spec": {"containers": [{"name": "spark-kubernetes-driver", "image": app.spec.get("image") or "spark"}]}}
+        try:
+            self.cluster.request("POST", f"/api/v1/namespaces/{app.namespace}/pods", body)
+        except Exception as exc:  # noqa: BLE001 - a rerun finds its pod there already
+            if getattr(exc, "status", None) != 409:
+                raise
+        behaviour = app.behaviour
+        if behaviour.pyspark:
+            self.cluster.emulator.pod_logs[(app.namespace, pod)] = self.log_of(app.namespace, app.name)
+        else:
+            outcome = "exits with an error: " + behaviour.error if behaviour.outcome == FAILED else "completes"
+            self.cluster.emulator.pod_logs[(app.namespace, pod)] = (
+                f"[spark-operator stand-in] driver of {app.namespace}/{app.name} (run {app.run})\n"
+                f"main application file: {app.spec.get('mainApplicationFile')}\n"
+                f"arguments: {' '.join(str(a) for a in app.spec.get('arguments') or ())}\n"
+                f"the job {outcome}\n")
 
     # ---------------------------------------------------------------------------------- pyspark
     def _launch(self, app: App) -> None:

@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from dagline.api_tokens import create_token
 from dagline.client import send_signal
-from dagline.db.models import scheduler_job_t
+from dagline.db.models import replica_t
 from tests import prometheus
 from tests.k8s.operator_harness import NS, dag_manifest, dagrun_manifest, http_get, is_ready
 
@@ -95,7 +95,7 @@ def test_the_operator_process_serves_probes_and_metrics_and_stops_on_sigterm(kub
         process.kill_if_running()
     assert "Traceback" not in process.text(), process.text()
     with pg_db.begin() as conn:
-        assert conn.execute(select(scheduler_job_t.c.state)).scalars().all() == ["stopped"]
+        assert conn.execute(select(replica_t.c.state)).scalars().all() == ["stopped"]
 
 
 def test_kopf_run_serves_the_handlers_with_a_replica_built_from_the_environment(kube, pg_db):
@@ -117,7 +117,7 @@ def test_kopf_run_serves_the_handlers_with_a_replica_built_from_the_environment(
     finally:
         process.kill_if_running()
     with pg_db.begin() as conn:
-        assert conn.execute(select(scheduler_job_t.c.state)).scalars().all() == ["stopped"]
+        assert conn.execute(select(replica_t.c.state)).scalars().all() == ["stopped"]
 
 
 def test_the_operator_refuses_to_start_without_a_database_or_with_a_bad_setting(tmp_path):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -548,6 +550,81 @@ def test_a_failed_try_is_retried_as_a_new_application_and_succeeds(db, kube, spa
     assert versions[0]["metadata"]["labels"]["dagline.io/try"] == "2"
     assert sparkapp.application_state(versions[-2]) == "COMPLETED" and versions[-1] is None
     assert_invariants(db)
+
+
+def test_tasks_logs_reads_the_driver_pods_log_through_the_api(db, kube, spark_operator, make_executor, clock, tmp_path):
+    from click.testing import CliRunner
+
+    from dagline.cli import main
+
+    spark_operator.on({"dagline.io/try": "1"}, Behaviour.fail("Traceback: ValueError: flaky input"))
+    apply(db, write_dag(tmp_path, FLAKY_DAG))
+    trigger_run(db, "flaky", now=clock.now())
+    run = run_until_done(db, make_executor(), clock, "flaky")
+    url = db.engine.url.render_as_string(hide_password=False)
+    cli = CliRunner()
+
+    first = cli.invoke(main, ["--db", url, "tasks", "logs", run["run_id"], "load", "--try", "1"])
+    name = sparkapp.application_name(TaskKey("flaky", run["run_id"], "load", 1))
+    assert first.exit_code == 0, first.output
+    assert f"driver of default/{name}" in first.output and "arguments: --try 1" in first.output
+    assert "exits with an error: Traceback: ValueError: flaky input" in first.output
+    # try 2 succeeded and the default retention deleted its application, and with it the driver pod
+    second = cli.invoke(main, ["--db", url, "tasks", "logs", run["run_id"], "load"])
+    assert second.exit_code == 1 and "no longer exists" in second.output and "DAGLINE_SPARK_RETENTION" in second.output
+    # a driver pod whose container has not started: the API's own message
+    kube.create("pods", NS, {"metadata": {"name": f"{name}-driver-2"}, "spec": {"containers": [{"name": "d"}]}})
+    kube.patch_status(APPS, NS, name, {"driverInfo": {"podName": f"{name}-driver-2"}})
+    waiting = cli.invoke(main, ["--db", url, "tasks", "logs", run["run_id"], "load", "--try", "1"])
+    assert waiting.exit_code == 1 and "ContainerCreating" in waiting.output
+
+
+FOLLOWED_DAG = """\
+    apiVersion: dagline.io/v1alpha1
+    kind: DAG
+    metadata: {name: followed}
+    spec:
+      paused: false
+      schedule: null
+      tasks:
+        - id: drive
+          spark:
+            mainApplicationFile: local:///opt/jobs/drive.py
+    """
+
+
+def test_tasks_logs_follow_reads_the_driver_log_as_it_grows_until_the_try_ends(
+        db, kube, spark_operator, make_executor, clock, tmp_path):
+    spark_operator.on({"dagline.io/try": "1"}, Behaviour.hang("RUNNING"))
+    apply(db, write_dag(tmp_path, FOLLOWED_DAG))
+    run = trigger_run(db, "followed", now=clock.now())
+    scheduler = Scheduler(db, make_executor(), clock=clock)
+    scheduler.start()
+    follow = None
+    try:
+        iterate_until(scheduler, lambda: tis(db, run.id)["drive"].state == "running", "drive running")
+        name = sparkapp.application_name(TaskKey("followed", run.run_id, "drive", 1))
+        log = tmp_path / "driver.log"
+        log.write_text("first line\n")
+        kube.emulator.pod_logs[(NS, f"{name}-driver")] = log  # read at each request, as a growing log is
+        url = db.engine.url.render_as_string(hide_password=False)
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "dagline.cli", "--db", url, "tasks", "logs", run.run_id, "drive", "--follow",
+             "--poll-interval", "0.05"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert follow.stdout.readline() == "first line\n"  # printed while the try runs
+        with log.open("a") as fh:
+            fh.write("second line\n")
+        set_state(kube, name, "FAILED", error="driver container failed")  # failed applications are kept
+        iterate_until(scheduler, lambda: tis(db, run.id)["drive"].state == "failed", "drive failed")
+        out, err = follow.communicate(timeout=60)
+    finally:
+        scheduler.stop()
+        if follow is not None and follow.poll() is None:
+            follow.kill()
+            follow.communicate()
+    assert follow.returncode == 0, err
+    assert out == "second line\n"  # the rest, each line once
+    assert "try 1 of drive ended: failed" in err
 
 
 def test_a_try_whose_driver_never_starts_fails_at_the_pending_timeout_and_the_retry_runs(

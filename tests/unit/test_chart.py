@@ -254,6 +254,7 @@ EXPECTED_ENV = {
     "DAGLINE_PARALLELISM": "32",
     "DAGLINE_STATUS_INTERVAL": "2",
     "DAGLINE_LIVENESS_TIMEOUT": "60",
+    "DAGLINE_LOG_FORMAT": "text",
     "DAGLINE_API_PORT": "8793",
     "DAGLINE_API_URL": "http://dagline-api.dataplat.svc:8793",
 }
@@ -335,6 +336,26 @@ def test_every_replica_serves_the_api_behind_one_service():
         "DAGLINE_API_URL": "https://signals.example",
         "DAGLINE_SIGNAL_TOKEN": {"secretKeyRef": {"name": "dagline-api-token", "key": "token"}}}
     assert "send_signal" in sender["command"][-1]
+
+
+def test_the_web_ui_gets_an_ingress_only_when_asked():
+    assert [m for m in render_chart() if m["kind"] == "Ingress"] == []  # off by default
+    manifests = render_chart({"ingress": {
+        "enabled": True, "className": "nginx", "host": "dagline.example.com",
+        "annotations": {"nginx.ingress.kubernetes.io/proxy-buffering": "off"},
+        "tls": [{"hosts": ["dagline.example.com"], "secretName": "dagline-tls"}]}})
+    ingress = one(manifests, "Ingress", "dagline")
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    assert ingress["metadata"]["annotations"] == {"nginx.ingress.kubernetes.io/proxy-buffering": "off"}
+    assert ingress["spec"]["tls"] == [{"hosts": ["dagline.example.com"], "secretName": "dagline-tls"}]
+    [rule] = ingress["spec"]["rules"]
+    assert rule["host"] == "dagline.example.com"
+    [path] = rule["http"]["paths"]
+    assert (path["path"], path["pathType"]) == ("/", "Prefix")
+    assert path["backend"]["service"] == {"name": "dagline-api", "port": {"name": "api"}}
+    one(manifests, "Service", "dagline-api")  # the Service it points at exists
+    any_host = one(render_chart({"ingress": {"enabled": True}}), "Ingress", "dagline")
+    assert "host" not in any_host["spec"]["rules"][0] and "ingressClassName" not in any_host["spec"]
 
 
 def test_database_is_migrated_once_by_a_hook_job():
@@ -433,6 +454,11 @@ def granted(manifests: list[dict]) -> set[tuple[str, str, str, str]]:
         where = binding["metadata"].get("namespace") or "cluster"
         role = roles[(ref["kind"], None if ref["kind"] == "ClusterRole" else where, ref["name"])]
         for rule in role["rules"]:
+            if "resourceNames" in rule:  # only the callbacks' Secrets are granted by name
+                assert set(rule) == {"apiGroups", "resources", "verbs", "resourceNames"}
+                assert rule["resources"] == ["secrets"] and rule["verbs"] == ["get"] and rule["resourceNames"]
+                grants |= {(where, "", f"secrets/{name}", "get") for name in rule["resourceNames"]}
+                continue
             assert set(rule) == {"apiGroups", "resources", "verbs"}, "no resourceNames or nonResourceURLs"
             grants |= {(where, group, resource, verb) for group in rule["apiGroups"]
                        for resource in rule["resources"] for verb in rule["verbs"]}
@@ -457,6 +483,19 @@ def test_rbac_follows_the_watched_and_spark_namespaces():
     assert granted(all_namespaces) == expected
 
 
+def test_callback_secrets_are_granted_by_name_and_only_when_listed():
+    manifests = render_chart({"callbacks": {"secretNames": ["sales-hooks", "ops-hooks"]}})
+    expected = ({("cluster", *rule) for rule in DISCOVERY_RULES} | {("dataplat", *rule) for rule in CONTROLLER_RULES}
+                | {("dataplat", *rule) for rule in SPARK_RULES}
+                | {("dataplat", "", "secrets/sales-hooks", "get"), ("dataplat", "", "secrets/ops-hooks", "get")})
+    assert granted(manifests) == expected
+    # without names, no Secret is readable (the per-try token Secrets are only written)
+    assert not any("secrets" in r and verb == "get" for _, _, r, verb in granted(render_chart()))
+    env = {e["name"]: e.get("value") for e in one(render_chart({"logFormat": "json"}), "Deployment")
+           ["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["DAGLINE_LOG_FORMAT"] == "json"
+
+
 def test_a_widened_rule_is_caught():
     manifests = render_chart()
     one(manifests, "Role", "dagline-spark")["rules"][0]["verbs"].append("watch")
@@ -473,7 +512,7 @@ def test_chart_readme_gives_the_reason_for_every_rule():
         if len(cells) == 4 and cells[3]:
             group, resource, verbs = cells[0], cells[1], cells[2]
             listed |= {("" if group == "core" else group, resource, verb.strip("` ")) for verb in verbs.split(",")}
-    assert listed == CONTROLLER_RULES | DISCOVERY_RULES | SPARK_RULES
+    assert listed == CONTROLLER_RULES | DISCOVERY_RULES | SPARK_RULES | {("", "secrets", "get")}
 
 
 # --- NOTES.txt --------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """serve: streaming predictions with one model. Structured Streaming from the `rate` source; every
 micro-batch predicts with the model it was started with and appends a line to <root>/serving.log
 naming that model (and one when the job starts), so the log shows which model served when. Started
-with `--model none` (no model validated yet) it serves nothing but says so. Stops cleanly when dagline asks (a restart with a new
-model stops it first).
+with `--model none` (no model validated yet) it serves nothing but says so. Stops cleanly when
+dagline asks (a restart with a new model stops it first).
 
     spark-submit serve.py --root /tmp/dagline-ml-signals --model /tmp/dagline-ml-signals/models/v2.json
 """

@@ -1,5 +1,5 @@
 """The application factory: `create_app(database, settings)` returns the FastAPI app with the signal
-routes, bearer-token authentication and dagline's JSON errors.
+routes, bearer-token authentication and dagline's JSON errors, and the web UI's pages (`dagline.web`).
 
 Authentication (`ApiState.principal`): `Authorization: Bearer <token>`, checked inside the request's
 own transaction (`api_tokens.authenticate`). No token, or a wrong, revoked or expired one, is 401;
@@ -25,6 +25,7 @@ from dagline.api_tokens import Forbidden, Principal, Unauthorized, authenticate
 from dagline.clock import Clock, SystemClock
 from dagline.db.engine import Database
 from dagline.db.faults import first_line, is_transient, run_again_on_conflict
+from dagline.web import mount as mount_web_ui
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +80,13 @@ def _unreachable(exc: Exception) -> bool:
 
 
 def create_app(database: Database, settings: ApiSettings | None = None, *, clock: Clock | None = None) -> FastAPI:
-    """The dagline HTTP API on `database` (the web UI will be mounted on the same app)."""
+    """The dagline HTTP API on `database`, and the web UI on the same app (`dagline.web`)."""
     app = FastAPI(title="dagline", version="1", docs_url="/api/docs", openapi_url="/api/openapi.json",
                   redoc_url=None)
     app.state.dagline = ApiState(database, settings or ApiSettings(), clock or SystemClock())
     app.add_exception_handler(errors.ApiError, errors.answer)
     app.include_router(signals_router)
+    mount_web_ui(app)
 
     @app.get("/api/v1/health")
     def health():

@@ -16,11 +16,13 @@ import time
 import uvicorn
 
 log = logging.getLogger(__name__)
+GRACE_S = 5  # at a stop, requests still open after this long (the web UI's event streams) are cancelled
 
 
 def serve(app, *, host: str, port: int) -> None:
     """Run until SIGINT or SIGTERM (uvicorn's own handling: finish the requests in flight, then exit)."""
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, server_header=False)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, server_header=False,
+                timeout_graceful_shutdown=GRACE_S)
 
 
 class ApiServer:
@@ -32,7 +34,9 @@ class ApiServer:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))  # bound here, so a taken port is an error at start, not in the thread
         self.port = self.sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", access_log=False, server_header=False, lifespan="off")
+        config = uvicorn.Config(app, log_level="warning", access_log=False, server_header=False, lifespan="off",
+                                timeout_graceful_shutdown=GRACE_S)
+        self.app = app
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._run, name="dagline-api", daemon=True)
 
@@ -53,6 +57,9 @@ class ApiServer:
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
+        live = getattr(getattr(self.app, "state", None), "dagline_live", None)
+        if live is not None:
+            live.close()  # ends the web UI's event streams, so the stop does not wait for them
         self.server.should_exit = True
         self.thread.join(timeout)
         self.sock.close()

@@ -2,7 +2,8 @@
 
 Defaults: a request body of at most 2 MiB (`DAGLINE_API_MAX_BODY_BYTES`) and at most 1,000 signals in
 one batch (`DAGLINE_API_MAX_BATCH`); a single signal's value is at most 64 KiB of JSON whatever the
-body limit. Anything larger is answered 413 before anything is stored.
+body limit. Anything larger is answered 413 before anything is stored. The web UI reads task logs from
+`log_folder` (`--log-folder`, else `$DAGLINE_LOG_FOLDER`, else `./logs`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class ApiSettings:
     anonymous_read: bool = False       # GET without a token (writes always need one)
     max_body_bytes: int = 2 * 1024 * 1024
     max_batch: int = 1000
+    log_folder: str | None = None      # where the web UI reads task logs (default: $DAGLINE_LOG_FOLDER, ./logs)
 
     def __post_init__(self):
         if self.max_body_bytes < 64 * 1024 + 1024:

@@ -4,7 +4,8 @@
 registers itself on import.
 """
 
-from dagline.cli import api, dags, scheduling, signals, state, system, testing  # noqa: F401  (register the commands)
+# importing a command group registers its commands
+from dagline.cli import api, callbacks, dags, scheduling, signals, state, system, testing  # noqa: F401
 from dagline.cli.base import main
 
 __all__ = ["main"]

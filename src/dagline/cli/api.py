@@ -5,23 +5,25 @@ from __future__ import annotations
 
 import click
 
-from dagline.cli.base import Context, emit_json, json_option, main, make_clock, now_option, print_table
+from dagline.cli.base import Context, emit_json, json_option, log_folder_option, main, make_clock, now_option, print_table
 
 
 @main.command("api", retry_conflicts=False)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every one).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8793, show_default=True)
-@click.option("--anonymous-read", is_flag=True, help="Allow GET requests without a token (writes always need one).")
+@click.option("--anonymous-read", is_flag=True,
+              help="Allow reading (GET, the web UI's pages) without a token; writes and actions always need one.")
+@log_folder_option
 @click.pass_obj
-def api_cmd(obj: Context, host, port, anonymous_read):
-    """Serve the HTTP API: POST/GET /api/v1/signals with bearer tokens (`dagline tokens create`).
-    SIGTERM or Ctrl-C finishes the requests in flight, then stops."""
+def api_cmd(obj: Context, host, port, anonymous_read, log_folder):
+    """Serve the HTTP API (POST/GET /api/v1/signals with bearer tokens, `dagline tokens create`) and the
+    web UI (http://HOST:PORT/). SIGTERM or Ctrl-C finishes the requests in flight, then stops."""
     from dagline.api import ApiSettings, create_app
     from dagline.api.server import serve
 
-    settings = ApiSettings.from_env(anonymous_read=anonymous_read or None)
+    settings = ApiSettings.from_env(anonymous_read=anonymous_read or None, log_folder=log_folder)
     database = obj.db()
-    click.echo(f"dagline API on http://{host}:{port}/api/v1/signals"
+    click.echo(f"dagline API on http://{host}:{port}/api/v1/signals, web UI on http://{host}:{port}/"
                + (" (anonymous reads allowed)" if settings.anonymous_read else ""), err=True)
     serve(create_app(database, settings), host=host, port=port)
 
@@ -34,7 +36,7 @@ def tokens():
 @tokens.command("create")
 @click.argument("name")
 @click.option("--scope", "scopes", multiple=True, metavar="SCOPE",
-              help="signals:send (the default), read or admin; repeat for several.")
+              help="signals:send (the default), read, operate or admin; repeat for several.")
 @now_option
 @json_option
 @click.pass_obj

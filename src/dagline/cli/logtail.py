@@ -14,17 +14,41 @@ class LogTail:
         self.path = path
         self.offset = 0
         self._partial = b""
+        self._rotated = self._rotated_identity()  # rotations before we started are not ours to replay
 
     def read(self) -> bytes:
-        """The bytes appended since the last read."""
+        """The bytes appended since the last read. A rotation (the local executor's wrapper copies the
+        file to `<file>.1`, a new file each time, and truncates it) is seen by `<file>.1` changing: the
+        rest of what the file held then comes from the copy, and reading starts again at 0."""
+        rotated = self._rotated_identity()
+        rest = b""
+        if rotated != self._rotated and rotated is not None:
+            rest = self._rotated_rest()
+            self.offset = 0
+        self._rotated = rotated
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(self.offset)
                 data = fh.read()
         except FileNotFoundError:
-            return b""
+            return rest
         self.offset += len(data)
-        return data
+        return rest + data
+
+    def _rotated_identity(self):
+        try:
+            st = os.stat(f"{os.fspath(self.path)}.1")
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_mtime_ns
+
+    def _rotated_rest(self) -> bytes:
+        try:
+            with open(f"{os.fspath(self.path)}.1", "rb") as fh:
+                fh.seek(self.offset)
+                return fh.read()
+        except FileNotFoundError:
+            return b""
 
     def lines(self, *, final: bool = False) -> list[str]:
         """The whole lines appended since the last call; with `final`, the last line even without its

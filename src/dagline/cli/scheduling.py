@@ -39,26 +39,33 @@ from dagline.times import isoformat
 @executor_option
 @parallelism_option
 @click.option("--until-idle", is_flag=True, help="Return once nothing is runnable or running.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one JSON object per line, and a line per decision (run created, task queued, ...).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port at /metrics (0: any free port; default: none).")
 @log_folder_option
 @now_option
 @click.pass_obj
-def scheduler_cmd(obj: Context, executor, parallelism, until_idle, metrics_port, log_folder, now):
+def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, metrics_port, log_folder, now):
     """Run one scheduler replica.
 
     SIGTERM or Ctrl-C stops it gracefully: it finishes the step it is in, queues nothing more, records
     itself stopped and leaves its running jobs running, for another replica (or the next start) to
     adopt. A second Ctrl-C stops it at once."""
     logging.getLogger("dagline.scheduler").setLevel(logging.INFO)  # say what it does, even without -v
+    logging.getLogger("dagline.callbacks").setLevel(logging.INFO)  # `log` callbacks are this log's lines
+    from dagline import logformat
+    from dagline.scheduler.deliveries import CallbackSettings
     from dagline.scheduler.loop import Scheduler
     from dagline.scheduler.settings import SchedulerSettings
 
+    logformat.configure(log_format)
     clock = make_clock(now)
     settings = SchedulerSettings.from_env()
     database = obj.db()
     sched = Scheduler(database, make_cli_executor(executor, parallelism, log_folder, clock), clock=clock,
-                      settings=settings, api_url=os.environ.get("DAGLINE_API_URL"))  # handed on to every try
+                      settings=settings, callback_settings=CallbackSettings.from_env(),
+                      api_url=os.environ.get("DAGLINE_API_URL"))  # handed on to every try
     server = None
     if metrics_port is not None:
         from dagline import metrics
@@ -88,7 +95,7 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, metrics_port,
             signal.signal(sig, handler)
         if server is not None:
             server.shutdown()
-    if until_idle and sched.job_id is not None:
+    if until_idle and sched.replica_id is not None:
         _report_failed_runs(obj.db(), sched.who)
 
 

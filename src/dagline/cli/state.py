@@ -59,9 +59,20 @@ def runs_list(obj: Context, dag_id, dag_option, state, limit, as_json):
         rows = list_runs(conn, dag_id, state, limit=limit)
         zones = dag_timezones(conn, [r["dag_id"] for r in rows])
     if not as_json:
-        rows = [{**r, "run_type": r["run_type"] + (" (test)" if r["is_test"] else "")} for r in rows]
+        rows = [{**r, "run_type": r["run_type"] + (" (test)" if r["is_test"] else ""),
+                 "deadline": _deadline_text(r, zones.get(r["dag_id"], "UTC"))} for r in rows]
     show_rows(rows, ["id", "dag_id", "run_id", "run_type", "state", "logical_date", "duration", "previous_run_id",
-                     "dag_version", "backfill_id"], as_json, timezones=zones)
+                     "dag_version", "backfill_id", "deadline"], as_json, timezones=zones)
+
+
+def _deadline_text(row: dict, timezone: str) -> str | None:
+    """The deadline in the DAG's time zone, prefixed MISSED once it was missed (the human listings)."""
+    from dagline.cli.display import local_time
+
+    if row["deadline"] is None:
+        return None
+    due = local_time(row["deadline"], timezone)
+    return f"MISSED {due}" if row["deadline_missed_at"] else due
 
 
 @runs.command("show")
@@ -145,8 +156,10 @@ def tasks_list(obj: Context, run_ref, limit, as_json, now):
         zone = dag_timezone_of(conn, run.dag_id)
         reasons = task_reasons(conn, run, now=make_clock(now).now())  # the scheduler's own words
     rows = [{**row, "reason": reasons.get(row["task_id"])} for row in rows]
+    if not as_json:
+        rows = [{**r, "deadline": _deadline_text(r, zone)} for r in rows]
     show_rows(rows, ["task_id", "state", "try_number", "max_tries", "pool", "start_date", "end_date", "duration",
-                     "reason", "message"], as_json, limit=limit, timezones=zone)
+                     "reason", "deadline", "message"], as_json, limit=limit, timezones=zone)
 
 
 @tasks.command("clear")
@@ -188,10 +201,13 @@ def tasks_clear(obj: Context, run_ref, task_ids, downstream, failed_only, yes, n
 @log_folder_option
 @click.pass_obj
 def tasks_logs(obj: Context, run_ref, task_id, try_number, follow, poll_interval, log_folder):
-    """Print a task's log; with --follow, keep printing as it grows until the try ends."""
+    """Print a task's log; with --follow, keep printing as it grows until the try ends. Local tries: the
+    log files the wrapper rotated (oldest first), then the current one; spark-k8s tries: the driver
+    pod's log through the Kubernetes API."""
     from dagline.cli.logtail import LogTail
+    from dagline.db.models import replica_t
     from dagline.executors.base import TaskKey
-    from dagline.executors.try_files import log_path
+    from dagline.executors.try_files import log_files, log_path
     from dagline.runs import find_run
 
     database = obj.db()
@@ -215,13 +231,24 @@ def tasks_logs(obj: Context, run_ref, task_id, try_number, follow, poll_interval
         raise OperationFailed(f"task {task_id!r} of run {run.run_id!r} has not run yet (state {ti.state})")
     if number > ti.try_number:
         raise InvalidInput(f"task {task_id!r} has had {ti.try_number} tries", field="--try")
-    path = log_path(resolve_log_folder(log_folder), TaskKey(run.dag_id, run.run_id, task_id, number))
+    key = TaskKey(run.dag_id, run.run_id, task_id, number)
+    with database.begin() as conn:
+        executor = None if ti.queued_by_replica_id is None else conn.execute(
+            select(replica_t.c.executor).where(replica_t.c.id == ti.queued_by_replica_id)).scalar()
+    if executor == "spark-k8s":
+        _follow_driver_log(key, ti, follow=follow, look=look, poll_interval=poll_interval)
+        return
+    path = log_path(resolve_log_folder(log_folder), key)
+    for older in log_files(path)[:-1] if os.path.exists(path) else log_files(path):
+        with open(older, "rb") as fh:  # what the wrapper rotated away, oldest first
+            while chunk := fh.read(1 << 16):
+                sys.stdout.buffer.write(chunk)
     tail = LogTail(path)
 
     def running() -> bool:
         return ti.try_number == number and ti.state in TIState.ACTIVE
 
-    if not (follow and running()) and not os.path.exists(path):
+    if not (follow and running()) and not log_files(path):
         raise OperationFailed(f"no log at {path} (logs live where the scheduler that ran the task wrote them; "
                               "see --log-folder)")
     while True:
@@ -236,6 +263,38 @@ def tasks_logs(obj: Context, run_ref, task_id, try_number, follow, poll_interval
     if follow:
         state = ti.state if ti.try_number == number else f"{ti.state} (now on try {ti.try_number})"
         click.echo(f"try {number} of {task_id} ended: {state}", err=True)
+
+
+def _follow_driver_log(key, ti, *, follow: bool, look, poll_interval: float) -> None:
+    """A spark-k8s try's driver log; with --follow, read again each poll (printing only what is new)
+    until the try ends. While it runs, a driver pod not readable yet (not created, container starting)
+    is waited for, said once on stderr; once it has ended, such an error is the command's."""
+    from dagline.k8s.pod_logs import driver_log
+
+    namespace = (ti.external_id or "").partition("/")[0] or os.environ.get("DAGLINE_SPARK_NAMESPACE") or "default"
+    printed, said = 0, None
+    while True:
+        ended = not (follow and ti.try_number == key.try_number and ti.state in TIState.ACTIVE)
+        try:
+            for chunk in driver_log(key, namespace, skip=printed):
+                sys.stdout.buffer.write(chunk)
+                printed += len(chunk)
+        except OperationFailed as exc:
+            if ended and not (follow and printed):
+                raise
+            if ended:  # printed what there was; the application went with the try's end (retention)
+                click.echo(f"the driver log is no longer readable: {exc}", err=True)
+            elif str(exc) != said:
+                said = str(exc)
+                click.echo(f"waiting for the driver log: {exc}", err=True)
+        sys.stdout.flush()
+        if ended:
+            break
+        time.sleep(poll_interval)
+        _, ti = look()
+    if follow:
+        state = ti.state if ti.try_number == key.try_number else f"{ti.state} (now on try {ti.try_number})"
+        click.echo(f"try {key.try_number} of {key.task_id} ended: {state}", err=True)
 
 
 @main.group()

@@ -17,6 +17,7 @@ No other module writes `with_for_update`: a new lock is a new function here, wit
 | `lock_schedulable_tis` | TIs | SKIP LOCKED | one queueing per try |
 | `claim_stale_replicas` | replicas | SKIP LOCKED | a dead replica is declared dead once |
 | `claim_orphaned_tis` | TIs | SKIP LOCKED | one adopter per orphaned try |
+| `claim_due_callbacks` | outbox rows | SKIP LOCKED + lease | one deliverer per callback at a time |
 | `lock_signal_key` | one signal key (advisory) | wait | per key, `seq` order is commit order |
 | `claim_unhandled_signals` | signals | SKIP LOCKED | one reaction per signal, in `seq` order per key |
 | `lock_run_for_signal` | one run | wait | a signal's action against the run's own decisions |
@@ -32,7 +33,7 @@ from sqlalchemy import and_, func, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from dagline.db.models import dag_run_t, dag_t, pool_t, scheduler_job_t, signal_t, ti_t
+from dagline.db.models import callback_outbox_t, dag_run_t, dag_t, pool_t, replica_t, signal_t, ti_t
 
 
 def lock_dag(conn: Connection, dag_id: str) -> Any | None:
@@ -184,60 +185,93 @@ def lock_schedulable_tis(conn: Connection, limit: int, backfill_id: int | None =
     return conn.execute(stmt).all()
 
 
-def claim_stale_replicas(conn: Connection, *, job_id: int, now: dt.datetime, timeout_s: float) -> list[Any]:
-    """Declare dead every `running` replica (other than `job_id`) whose latest heartbeat is older than
+def claim_stale_replicas(conn: Connection, *, replica_id: int, now: dt.datetime, timeout_s: float) -> list[Any]:
+    """Declare dead every `running` replica (other than `replica_id`) whose latest heartbeat is older than
     `timeout_s` at database time `now`; returns the rows changed (id, hostname, pid, latest_heartbeat).
     Protects: a replica is declared dead once, by one peer, with one event (SKIP LOCKED, then a
     compare-and-set on `state = 'running'`: a replica heartbeating at this moment holds its row and is
     skipped; one whose heartbeat waited on ours finds its row `dead` and stops).
     The caller checks first that it has itself been alive for `timeout_s` (`alive_since`), so that
     after a database outage nobody judges peers that had no chance to heartbeat."""
-    job = scheduler_job_t.c
+    replica = replica_t.c
     stale = (
-        select(job.id)
-        .where(job.state == "running", job.id != job_id, job.latest_heartbeat < now - dt.timedelta(seconds=timeout_s))
-        .order_by(job.id)
+        select(replica.id)
+        .where(replica.state == "running", replica.id != replica_id,
+               replica.latest_heartbeat < now - dt.timedelta(seconds=timeout_s))
+        .order_by(replica.id)
         .with_for_update(skip_locked=True)
     )
     return conn.execute(
-        update(scheduler_job_t).where(job.id.in_(stale.scalar_subquery()), job.state == "running")
+        update(replica_t).where(replica.id.in_(stale.scalar_subquery()), replica.state == "running")
         .values(state="dead", ended_at=now)
-        .returning(job.id, job.hostname, job.pid, job.latest_heartbeat)
+        .returning(replica.id, replica.hostname, replica.pid, replica.latest_heartbeat)
     ).all()
 
 
 def claim_orphaned_tis(
-    conn: Connection, *, job_id: int, limit: int, executor: str | None = None, hostname: str | None = None
+    conn: Connection, *, replica_id: int, limit: int, executor: str | None = None, hostname: str | None = None
 ) -> list[Any]:
     """Take over `queued` and `running` task instances whose replica has ended (`dead` or `stopped`, or
     none recorded; test runs' task instances are their `dagline dags test` process's alone): they
-    become `job_id`'s (`queued_by_job_id`), in id order, at most `limit`.
+    become `replica_id`'s (`queued_by_replica_id`), in id order, at most `limit`.
     Returns (id, dag_run_id, dag_id, task_id, try_number, state, max_tries, dag_version_id,
-    previous_job_id). Protects: one replica adopts each orphaned try, so a try is followed, launched
+    previous_replica_id). Protects: one replica adopts each orphaned try, so a try is followed, launched
     again or settled by one replica only (SKIP LOCKED; the state and the owner are checked under the
     lock by the query itself). With `executor`, only tries of replicas that used that executor (a
     replica can only follow jobs of its own kind); with `hostname`, only those of replicas on that
     host (the local executor's jobs can be found on their host only)."""
-    job = scheduler_job_t.alias("owner")
+    owner = replica_t.alias("owner")
     stmt = (
         select(ti_t.c.id, ti_t.c.dag_run_id, ti_t.c.dag_id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.state,
-               ti_t.c.max_tries, dag_run_t.c.dag_version_id, ti_t.c.queued_by_job_id.label("previous_job_id"))
+               ti_t.c.max_tries, dag_run_t.c.dag_version_id,
+               ti_t.c.queued_by_replica_id.label("previous_replica_id"))
         .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
-        .outerjoin(job, job.c.id == ti_t.c.queued_by_job_id)
+        .outerjoin(owner, owner.c.id == ti_t.c.queued_by_replica_id)
         .where(ti_t.c.state.in_(("queued", "running")), ~dag_run_t.c.is_test,
-               ti_t.c.queued_by_job_id.is_(None) | job.c.state.in_(("dead", "stopped")))
+               ti_t.c.queued_by_replica_id.is_(None) | owner.c.state.in_(("dead", "stopped")))
         .order_by(ti_t.c.id)
         .limit(limit)
         .with_for_update(of=ti_t, skip_locked=True)
     )
     if executor is not None:
-        stmt = stmt.where(job.c.executor == executor)
+        stmt = stmt.where(owner.c.executor == executor)
     if hostname is not None:
-        stmt = stmt.where(job.c.hostname == hostname)
+        stmt = stmt.where(owner.c.hostname == hostname)
     rows = conn.execute(stmt).all()
     if rows:
-        conn.execute(update(ti_t).where(ti_t.c.id.in_([r.id for r in rows])).values(queued_by_job_id=job_id))
+        conn.execute(update(ti_t).where(ti_t.c.id.in_([r.id for r in rows])).values(queued_by_replica_id=replica_id))
     return rows
+
+
+def claim_due_callbacks(
+    conn: Connection, *, now: dt.datetime, limit: int, channels: Sequence[str], replica_id: int | None, lease_s: float,
+) -> list[Any]:
+    """Claim `pending` outbox rows due for an attempt (`next_attempt_at <= now`) on `channels`, oldest
+    first, at most `limit`: each gets `attempts + 1`, `claimed_by = replica_id` and a lease
+    (`next_attempt_at = now + lease_s`). Returns (id, delivery_id, channel, event, target, payload,
+    attempts). Protects: one replica delivers a callback at a time (SKIP LOCKED, then the lease keeps
+    the row from every claimer once the claim commits), so the sending happens outside any transaction
+    and never twice at once. At least once: a replica that dies mid-delivery leaves the row pending, and
+    once its lease has passed another replica claims it again, with the same delivery id; the caller
+    reports the outcome with `outbox.settle_*` for the attempt number it claimed, so a late outcome of
+    an expired lease cannot undo a newer attempt's."""
+    box = callback_outbox_t.c
+    due = (
+        select(box.id)
+        .where(box.state == "pending", box.next_attempt_at <= now, box.channel.in_(list(channels)))
+        .order_by(box.next_attempt_at, box.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    ids = list(conn.execute(due).scalars())
+    if not ids:
+        return []
+    rows = conn.execute(
+        update(callback_outbox_t).where(box.id.in_(ids), box.state == "pending")
+        .values(attempts=box.attempts + 1, claimed_by=replica_id, next_attempt_at=now + dt.timedelta(seconds=lease_s))
+        .returning(box.id, box.delivery_id, box.channel, box.event, box.target, box.payload, box.attempts)
+    ).all()
+    return sorted(rows, key=lambda row: row.id)
 
 
 SIGNAL_KEY_LOCK_CLASS = 0x5167  # the advisory-lock namespace of signal keys ("Sg")
@@ -277,3 +311,4 @@ def lock_run_for_signal(conn: Connection, run_id: int) -> Any | None:
     started by a signal is seen by the next decision. Waiting, not skipping: signals of one key
     must be applied in order, so this one cannot be left for later."""
     return conn.execute(select(dag_run_t).where(dag_run_t.c.id == run_id).with_for_update()).first()
+

@@ -4,6 +4,7 @@ Invariants are also constraints, so a bug in Python cannot break them silently:
 - a task instance always belongs to a run (`task_instance.dag_run_id` is NOT NULL);
 - at most one run per `(dag_id, logical_date)` that is not `overridden` nor a test run (a partial unique index);
 - one task instance per `(dag_run_id, task_id)`; one version row per `(dag_id, version)`;
+- one outbox row per callback delivery id (`callback_outbox.delivery_id`);
 - one signal per `(key, sender_id)` (a sender's retry is the same signal), at most 64 KiB of value;
 - at most one action per `(signal, rule, run, task)`: the exactly-once guard of signal reactions.
 Every stored time is UTC (`UTCDateTime` returns aware datetimes on both databases).
@@ -84,6 +85,15 @@ LIVE_RUN_SQL = "state != 'overridden' AND NOT is_test"
 
 def _in(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+# Runs and task instances whose deadline may still be missed: the partial indexes hold only these, so
+# the housekeeping query that finds missed deadlines reads only rows that are due.
+RUN_DEADLINE_OPEN_STATES = ("queued", "running")
+TI_DEADLINE_OPEN_STATES = ("none", "scheduled", "queued", "running", "up_for_retry")
+_DEADLINE_DUE = "deadline_at IS NOT NULL AND deadline_missed_at IS NULL"
+_RUN_DEADLINE_OPEN = f"{_DEADLINE_DUE} AND {_in('state', RUN_DEADLINE_OPEN_STATES)}"
+_TI_DEADLINE_OPEN = f"{_DEADLINE_DUE} AND {_in('state', TI_DEADLINE_OPEN_STATES)}"
 
 
 class Base(DeclarativeBase):
@@ -193,11 +203,15 @@ class DagRun(Base):
     start_date: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     end_date: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     last_scheduling_decision: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    deadline_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)  # `deadline` of the DAG, fixed at creation
+    deadline_missed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)  # set once (compare-and-set)
     # a run of `dagline dags test`: not on the timeline, run only by the process that made it
     is_test: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False, server_default=false())
 
     __table_args__ = (
         UniqueConstraint("dag_id", "run_id"),
+        Index("ix_dag_run_deadline_due", "deadline_at",
+              sqlite_where=text(_RUN_DEADLINE_OPEN), postgresql_where=text(_RUN_DEADLINE_OPEN)),
         Index(
             "uq_dag_run_live_logical_date", "dag_id", "logical_date", unique=True,
             sqlite_where=text(LIVE_RUN_SQL), postgresql_where=text(LIVE_RUN_SQL),
@@ -231,9 +245,11 @@ class TaskInstance(Base):
     end_date: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     next_retry_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     external_id: Mapped[str | None] = mapped_column(String(250))
-    queued_by_job_id: Mapped[int | None] = mapped_column(Id, ForeignKey("scheduler_job.id"))
+    queued_by_replica_id: Mapped[int | None] = mapped_column(Id, ForeignKey("replica.id"))
     hostname: Mapped[str | None] = mapped_column(String(250))
     last_heartbeat: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    deadline_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)  # the task's `deadline`, fixed at creation
+    deadline_missed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)  # set once (compare-and-set)
     # -> signal.seq: the signal that started the current try (null: no signal started it); no foreign
     # key, so pruning old signals never touches task instances
     signal_seq: Mapped[int | None] = mapped_column(Id)
@@ -242,6 +258,8 @@ class TaskInstance(Base):
 
     __table_args__ = (
         UniqueConstraint("dag_run_id", "task_id"),
+        Index("ix_task_instance_deadline_due", "deadline_at",
+              sqlite_where=text(_TI_DEADLINE_OPEN), postgresql_where=text(_TI_DEADLINE_OPEN)),
         Index(None, "state", "pool"),
         Index(None, "dag_id", "state"),
         CheckConstraint(_in("state", TI_STATES), name="state_known"),
@@ -249,13 +267,13 @@ class TaskInstance(Base):
     )
 
 
-class SchedulerJob(Base):
+class Replica(Base):
     """A scheduler replica: registered at start (`running`), heartbeating while it runs, then `stopped`
     (a graceful stop) or `dead` (marked by a peer that saw its heartbeat go stale). Every time here is the
     database's clock, never a replica's. `alive_since` is when its current unbroken run of heartbeats
     began: a replica only judges its peers once it has itself been alive for a whole timeout."""
 
-    __tablename__ = "scheduler_job"
+    __tablename__ = "replica"
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     hostname: Mapped[str] = mapped_column(String(250), nullable=False)
@@ -289,6 +307,41 @@ class Event(Base):
     detail: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (Index(None, "entity", "dag_run_id"),)
+
+
+class CallbackOutbox(Base):
+    """Callbacks to deliver, written in the transaction of the state change (or deadline miss) that
+    fires them, so none is lost and none is sent for a change that rolled back. A deliverer claims due
+    rows (`claims.claim_due_callbacks`: `attempts` + 1, `next_attempt_at` pushed out by a lease), sends
+    them outside any transaction, then marks them `delivered`, or due again after a backoff, or `failed`
+    after the last attempt. `delivery_id` is in the body: receivers deduplicate on it."""
+
+    __tablename__ = "callback_outbox"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    delivery_id: Mapped[str] = mapped_column(String(36), nullable=False, unique=True)
+    channel: Mapped[str] = mapped_column(String(20), nullable=False)
+    event: Mapped[str] = mapped_column(String(20), nullable=False)
+    dag_id: Mapped[str] = mapped_column(String(63), nullable=False)
+    dag_run_id: Mapped[int | None] = mapped_column(Id)
+    task_id: Mapped[str | None] = mapped_column(String(250))
+    target: Mapped[dict] = mapped_column(JSON, nullable=False)  # the channel's settings: references, never secrets
+    payload: Mapped[dict] = mapped_column(JSON, nullable=False)  # the body, the same on every attempt
+    state: Mapped[str] = mapped_column(String(16), nullable=False, default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    next_attempt_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    claimed_by: Mapped[int | None] = mapped_column(Id)  # the replica that made the latest attempt
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    delivered_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        Index("ix_callback_outbox_due", "next_attempt_at", "id",
+              sqlite_where=text("state = 'pending'"), postgresql_where=text("state = 'pending'")),
+        Index(None, "dag_run_id"),
+        CheckConstraint(_in("state", ("pending", "delivered", "failed")), name="state_known"),
+        CheckConstraint(_in("channel", ("webhook", "log", "kubernetes_event")), name="channel_known"),
+    )
 
 
 MAX_SIGNAL_VALUE_BYTES = 64 * 1024
@@ -410,9 +463,11 @@ pool_t = Pool.__table__
 backfill_t = Backfill.__table__
 dag_run_t = DagRun.__table__
 ti_t = TaskInstance.__table__
-scheduler_job_t = SchedulerJob.__table__
+replica_t = Replica.__table__
 event_t = Event.__table__
+callback_outbox_t = CallbackOutbox.__table__
 signal_t = Signal.__table__
 signal_listener_t = SignalListener.__table__
 signal_action_t = SignalAction.__table__
 api_token_t = ApiToken.__table__
+

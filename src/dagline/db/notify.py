@@ -5,7 +5,10 @@ by `transitions.record_events`, which every state change goes through; it leaves
 that only queue task instances). PostgreSQL delivers a
 NOTIFY only when its transaction commits, so a listener never wakes for a change it cannot see yet,
 nor for one that was rolled back. The payload is the writer (`scheduler:7`, `cli`), so a replica
-can ignore its own announcements.
+can ignore its own announcements. A transaction that only stored new signals announces `signal`
+(`SIGNALS_ONLY`): a replica woken by that alone only has signals to claim, and need not look at
+anything else (`Listener.wait` says `signals`). Should the same transaction change anything else
+afterwards, it announces a second time with that writer's name.
 
 Listening: a `Listener` holds one dedicated connection outside the pool (autocommit, `LISTEN
 dagline`) and waits on its socket with `select`. A lost connection is reopened on the next wait;
@@ -28,18 +31,33 @@ from dagline.db.faults import first_line
 log = logging.getLogger(__name__)
 
 CHANNEL = "dagline"
-_ANNOUNCED = "dagline_announced_in"  # key in the DBAPI connection's info: the transaction announced in
+SIGNALS_ONLY = "signal"  # the payload of a transaction that stored new signals and changed nothing else
+_ANNOUNCED = "dagline_announced_in"  # key in the DBAPI connection's info: (transaction, payload) announced
 
 
-def announce(conn: Connection, who: str) -> None:
-    """NOTIFY listeners that this transaction changed state (once per transaction; PostgreSQL only)."""
+def announce(conn: Connection, who: str, *, urgent: bool = False) -> None:
+    """NOTIFY listeners that this transaction changed state (once per transaction, or twice when it
+    announced `SIGNALS_ONLY` first and then changed something else; PostgreSQL only). `urgent`: even
+    in a transaction that holds its announcements (`hold_announcements`)."""
     if conn.dialect.name != "postgresql":
         return
     transaction = conn.get_transaction()
-    if transaction is not None and conn.info.get(_ANNOUNCED) is transaction:
-        return
+    done = conn.info.get(_ANNOUNCED)
+    if transaction is not None and done is not None and done[0] is transaction:
+        held = done[2]
+        if not (held and urgent) and (held or done[1] == who or done[1] != SIGNALS_ONLY):
+            return
     conn.execute(sa.select(sa.func.pg_notify(CHANNEL, who[:100])))
-    conn.info[_ANNOUNCED] = transaction
+    conn.info[_ANNOUNCED] = (transaction, who, False)
+
+
+def hold_announcements(conn: Connection) -> None:
+    """This transaction's changes wake no one, save by an `urgent` announcement: for a writer that
+    itself goes on at once with what its changes made possible (the signal reaction step, whose
+    runnable tries the same replica queues right after), so idle peers are not woken to find nothing."""
+    transaction = conn.get_transaction()
+    if conn.dialect.name == "postgresql" and transaction is not None:
+        conn.info[_ANNOUNCED] = (transaction, "", True)
 
 
 class Listener:
@@ -91,8 +109,9 @@ class Listener:
 
     def wait(self, timeout: float, interrupt_fd: int | None = None) -> str:
         """Wait up to `timeout` seconds. Returns 'notified' (another writer committed a change),
-        'reconnected' (the connection was reopened: changes may have been missed), 'interrupted'
-        (`interrupt_fd` became readable) or 'timeout'."""
+        'signals' (writers committed new signals and nothing else), 'reconnected' (the connection was
+        reopened: changes may have been missed), 'interrupted' (`interrupt_fd` became readable) or
+        'timeout'."""
         was_lost = self._conn is None and self._opened > 0
         if not self.open():
             _sleep(timeout, interrupt_fd)
@@ -105,8 +124,9 @@ class Listener:
             # The socket can be readable with no notification for us: our own announcement, or the
             # server's goodbye arriving before the connection's end. Keep waiting until the deadline.
             while True:
-                if self._drain():
-                    return "notified"
+                woke = self._drain()
+                if woke is not None:
+                    return woke
                 if self._conn.closed:
                     raise ConnectionError("the server closed the connection")
                 readable, _, _ = select.select(fds, [], [], max(0.0, deadline - time.monotonic()))
@@ -121,14 +141,17 @@ class Listener:
             return "reconnected"
         return "timeout"
 
-    def _drain(self) -> bool:
-        """Read pending notifications; True if one came from another writer."""
+    def _drain(self) -> str | None:
+        """Read pending notifications: 'notified' if one came from another writer, 'signals' if all
+        that came were new signals, None if none or only this replica's own."""
         self._conn.poll()
-        woke = False
+        woke = None
         while self._conn.notifies:
             note = self._conn.notifies.pop(0)
-            if note.payload != self.ignore:
-                woke = True
+            if note.payload == SIGNALS_ONLY:
+                woke = woke or "signals"
+            elif note.payload != self.ignore:
+                woke = "notified"
         return woke
 
     def close(self) -> None:

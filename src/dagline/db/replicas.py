@@ -1,4 +1,4 @@
-"""Replica liveness as data: the `scheduler_job` rows of scheduler replicas, on the database's clock.
+"""Replica liveness as data: the `replica` rows of scheduler replicas, on the database's clock.
 
 A replica registers (`running`), heartbeats, and ends `stopped` (a graceful stop) or `dead` (a peer
 saw its heartbeat go stale, see `claims.claim_stale_replicas`). Every time written here comes from
@@ -22,7 +22,7 @@ import socket
 from sqlalchemy import case, func, insert, select, type_coerce, update
 from sqlalchemy.engine import Connection
 
-from dagline.db.models import UTCDateTime, scheduler_job_t
+from dagline.db.models import UTCDateTime, replica_t
 
 HOSTNAME = socket.gethostname()
 
@@ -35,11 +35,11 @@ def database_now(conn: Connection) -> dt.datetime:
 def register(conn: Connection, *, executor: str) -> tuple[int, dt.datetime]:
     """Register a running replica on this host; returns its id and the database time of registration."""
     now = database_now(conn)
-    job_id = conn.execute(insert(scheduler_job_t).values(
+    replica_id = conn.execute(insert(replica_t).values(
         hostname=HOSTNAME, pid=os.getpid(), executor=executor, state="running",
         started_at=now, latest_heartbeat=now, alive_since=now,
-    ).returning(scheduler_job_t.c.id)).scalar_one()
-    return job_id, now
+    ).returning(replica_t.c.id)).scalar_one()
+    return replica_id, now
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,41 +49,41 @@ class Beat:
     alive_since: dt.datetime | None  # start of the unbroken run of heartbeats this one belongs to
 
 
-def heartbeat(conn: Connection, job_id: int, *, gap_s: float) -> Beat:
-    """Record that replica `job_id` is alive, if it still is `running`."""
+def heartbeat(conn: Connection, replica_id: int, *, gap_s: float) -> Beat:
+    """Record that replica `replica_id` is alive, if it still is `running`."""
     now = database_now(conn)
     row = conn.execute(
-        update(scheduler_job_t)
-        .where(scheduler_job_t.c.id == job_id, scheduler_job_t.c.state == "running")
+        update(replica_t)
+        .where(replica_t.c.id == replica_id, replica_t.c.state == "running")
         .values(
             alive_since=case(
-                (scheduler_job_t.c.latest_heartbeat < now - dt.timedelta(seconds=gap_s), now),
-                (scheduler_job_t.c.alive_since.is_(None), now),
-                else_=scheduler_job_t.c.alive_since,
+                (replica_t.c.latest_heartbeat < now - dt.timedelta(seconds=gap_s), now),
+                (replica_t.c.alive_since.is_(None), now),
+                else_=replica_t.c.alive_since,
             ),
             latest_heartbeat=now,
         )
-        .returning(scheduler_job_t.c.alive_since)
+        .returning(replica_t.c.alive_since)
     ).first()
     return Beat(alive=row is not None, at=now, alive_since=row.alive_since if row else None)
 
 
-def deregister(conn: Connection, job_id: int) -> bool:
+def deregister(conn: Connection, replica_id: int) -> bool:
     """A graceful stop: `running` -> `stopped`. False if peers had already declared the replica dead."""
     now = database_now(conn)
     return conn.execute(
-        update(scheduler_job_t).where(scheduler_job_t.c.id == job_id, scheduler_job_t.c.state == "running")
-        .values(state="stopped", ended_at=now).returning(scheduler_job_t.c.id)
+        update(replica_t).where(replica_t.c.id == replica_id, replica_t.c.state == "running")
+        .values(state="stopped", ended_at=now).returning(replica_t.c.id)
     ).first() is not None
 
 
-def mark_all_others_dead(conn: Connection, job_id: int) -> list:
+def mark_all_others_dead(conn: Connection, replica_id: int) -> list:
     """Every other `running` replica is dead: only true where this one is provably the only one (SQLite,
     whose file lock the replica holds). Returns the rows changed (id, hostname, pid, ended_at)."""
     now = database_now(conn)
     return conn.execute(
-        update(scheduler_job_t).where(scheduler_job_t.c.id != job_id, scheduler_job_t.c.state == "running")
+        update(replica_t).where(replica_t.c.id != replica_id, replica_t.c.state == "running")
         .values(state="dead", ended_at=now)
-        .returning(scheduler_job_t.c.id, scheduler_job_t.c.hostname, scheduler_job_t.c.pid,
-                   scheduler_job_t.c.latest_heartbeat, scheduler_job_t.c.ended_at)
+        .returning(replica_t.c.id, replica_t.c.hostname, replica_t.c.pid,
+                   replica_t.c.latest_heartbeat, replica_t.c.ended_at)
     ).all()

@@ -5,8 +5,9 @@ dagline sends itself when a task instance changes state.
 (`claims.lock_signal_key`, so `seq` order is commit order within a key), inserts with
 `ON CONFLICT DO NOTHING` on `(key, sender_id)`, and, when the row exists already, tells the caller
 whether it holds the same value (the same signal: nothing new) or another (a conflict). An insert
-announces itself (`notify.announce`): on PostgreSQL idle replicas wake at commit. Values arrive
-here already encoded and checked (`signal_keys.encode_value`).
+announces itself (`notify.announce`, payload `SIGNALS_ONLY`) unless it is stored already handled: on
+PostgreSQL idle replicas wake at commit. Values arrive here already encoded and checked
+(`signal_keys.encode_value`).
 
 A signal no rule of any stored DAG version listens to is stored already handled (`handled_at` set):
 the reaction step never looks at it. Rules are matched when a signal is handled, so this is the
@@ -26,7 +27,7 @@ from sqlalchemy.engine import Connection
 
 from dagline.db.claims import lock_signal_key
 from dagline.db.models import UTCDateTime, dag_run_t, signal_listener_t, signal_t, ti_t
-from dagline.db.notify import announce
+from dagline.db.notify import SIGNALS_ONLY, announce
 from dagline.signal_keys import TASK_PREFIX, TASK_SIGNAL_STATES
 
 DAGLINE_SOURCE = "dagline"
@@ -60,20 +61,26 @@ def insert_signal(
                handled_at=None if listened(conn, key) else sent_at)
     if sender_id is None:
         seq = conn.execute(insert(signal_t).values(**row).returning(signal_t.c.seq)).scalar_one()
-        announce(conn, "signal")
+        _announce(conn, row)
         return seq, True
     dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
     stmt = (dialect_insert(signal_t).values(**row)
             .on_conflict_do_nothing(index_elements=["key", "sender_id"]).returning(signal_t.c.seq))
     seq = conn.execute(stmt).scalar()
     if seq is not None:
-        announce(conn, "signal")
+        _announce(conn, row)
         return seq, True
     stored = conn.execute(select(signal_t.c.seq, signal_t.c.value)
                           .where(signal_t.c.key == key, signal_t.c.sender_id == sender_id)).one()
     if same_value is not None and not same_value(stored.value):
         raise SignalConflict(stored.seq, key, sender_id)
     return stored.seq, False
+
+
+def _announce(conn: Connection, row: dict) -> None:
+    """Wake the replicas for a signal they have to handle (one stored already handled needs no one)."""
+    if row["handled_at"] is None:
+        announce(conn, SIGNALS_ONLY)
 
 
 def record_task_state_signals(conn: Connection, rows: Sequence[Any], *, to: str, at: dt.datetime) -> None:

@@ -3,6 +3,7 @@
 `UPDATE ... WHERE id IN (...) AND state = <expected> RETURNING ...` changes only the rows still in the
 expected state, so two replicas acting on the same row cannot both win, and replaying a report is a
 no-op. The rows actually changed are what gets an event; callers learn which ids they won.
+The callbacks a change fires are written to the outbox in the same transaction (`outbox`).
 A task instance entering a state in `signal_keys.TASK_SIGNAL_STATES` also sends dagline's own signal
 `dagline.task.<dag_id>.<task_id>.<state>` in the same transaction (`signal_log`).
 A transaction that records events also announces them (`notify.announce`: one NOTIFY per
@@ -25,9 +26,11 @@ from sqlalchemy import bindparam, case, insert, literal, select, text, tuple_, u
 from sqlalchemy.engine import Connection
 
 from dagline import metrics
+from dagline.db import decisions
 from dagline.db.models import dag_run_t, event_t, ti_t
 from dagline.db.notify import announce
 from dagline.db.observe import at_commit
+from dagline.db.outbox import enqueue_for_events
 from dagline.db.signal_log import record_task_state_signals
 from dagline.deps import next_state_after_failure
 from dagline.states import RunState, TIState
@@ -37,12 +40,15 @@ _QUIET = frozenset({TIState.QUEUED})  # task instance states no other replica ac
 
 
 def record_events(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Append events (one executemany) and announce them, unless every one is a task instance
-    becoming `queued`; each row has at least at, who, entity."""
+    """Append events (one executemany), announce them unless every one is a task instance becoming
+    `queued`, log the decisions among them and write the callbacks they fire to the outbox; each row has
+    at least at, who, entity."""
     if rows:
         conn.execute(insert(event_t), [dict(row) for row in rows])
         if any(row["entity"] != "task_instance" or row.get("to_state") not in _QUIET for row in rows):
             announce(conn, rows[0]["who"])
+        decisions.note(conn, rows)
+        enqueue_for_events(conn, rows)
 
 
 def change_tis(

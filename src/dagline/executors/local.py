@@ -7,7 +7,8 @@ each try starts at once as
         -- <spark_home>/bin/spark-submit --master local[*] --name <job name> --conf ... <app file> <args...>
 
 with its working directory set to the DAG file's folder and stdout + stderr appended to the try's log
-file `log_path(log_folder, key)` (a file, never a pipe: a job printing megabytes cannot block). The
+file `log_path(log_folder, key)` (a file, never a pipe: a job printing megabytes cannot block), which
+the wrapper rotates past `DAGLINE_LOG_MAX_BYTES` (10 MiB), keeping `DAGLINE_LOG_FILES` (5) per try. The
 wrapper (see `dagline.executors.wrapper`) owns the job's process group, enforces executionTimeout and
 writes the outcome to `<log>.exit`; `sync` polls the wrappers and turns exit files into reports:
 one 'running' per try, then 'success' or 'failed' with a short reason and the job's last
@@ -51,6 +52,7 @@ from dagline.executors.try_files import (
     read_outcome,
     wrapper_alive,
 )
+from dagline.executors.try_files import log_limits as read_log_limits
 
 _END_WAIT_S = 15.0  # how long `end` waits for wrappers to stop their jobs before SIGKILL
 
@@ -114,9 +116,10 @@ class LocalExecutor:
     name = "local"
     host_bound = True  # its jobs can be found (and adopted) only on the host that started them
 
-    def __init__(self, parallelism: int, log_folder: str, clock=None):
+    def __init__(self, parallelism: int, log_folder: str, clock=None, log_limits: tuple[int, int] | None = None):
         if parallelism < 1:
             raise ValueError("parallelism must be at least 1")
+        self.log_limits = log_limits or read_log_limits()  # (bytes per file, files per try): the wrapper rotates
         self.parallelism = parallelism
         self.log_folder = Path(os.path.abspath(log_folder))  # jobs run in their DAG's folder, not ours
         self.clock = clock or SystemClock()
@@ -202,8 +205,10 @@ class LocalExecutor:
             log_file.parent.mkdir(parents=True, exist_ok=True)
             if self._spark_submit is None:
                 self._spark_submit = find_spark_submit()
+            max_bytes, files = self.log_limits
             cmd = [sys.executable, "-m", "dagline.executors.wrapper", "--exit-file", str(t.exit_file),
-                   "--pid-file", str(pid_file_path(log_file))]  # fmt: skip
+                   "--pid-file", str(pid_file_path(log_file)), "--log-file", str(log_file),
+                   "--log-max-bytes", str(max_bytes), "--log-files", str(files)]  # fmt: skip
             if launch.timeout_s:
                 cmd += ["--timeout", f"{launch.timeout_s:g}"]
             cmd += ["--grace", f"{launch.stop_grace_s:g}"]

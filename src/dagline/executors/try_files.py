@@ -47,6 +47,42 @@ def log_path(log_folder: str | os.PathLike, key: TaskKey) -> Path:
     )
 
 
+# Rotation of a try's log (done by the wrapper): at most LOG_FILES files of about LOG_MAX_BYTES each,
+# `try-<n>.log` (the newest) and `try-<n>.log.1` ... `.<LOG_FILES - 1>` (the oldest). Settings:
+# DAGLINE_LOG_MAX_BYTES and DAGLINE_LOG_FILES in the scheduler's environment.
+LOG_MAX_BYTES = 10 * 1024 * 1024
+LOG_FILES = 5
+
+
+def log_limits(environ=None) -> tuple[int, int]:
+    """(max bytes per file, files per try) from DAGLINE_LOG_MAX_BYTES / DAGLINE_LOG_FILES."""
+    from dagline.errors import InvalidInput
+
+    environ = os.environ if environ is None else environ
+    limits = []
+    for name, default, least in (("DAGLINE_LOG_MAX_BYTES", LOG_MAX_BYTES, 1024), ("DAGLINE_LOG_FILES", LOG_FILES, 1)):
+        raw = environ.get(name)
+        try:
+            value = default if raw is None else int(raw)
+        except ValueError:
+            raise InvalidInput(f"must be an integer, got {raw!r}", field=name) from None
+        if value < least:
+            raise InvalidInput(f"must be at least {least}, got {value}", field=name)
+        limits.append(value)
+    return limits[0], limits[1]
+
+
+def log_files(log_file: Path) -> list[Path]:
+    """Every file of a try's log that exists, oldest first (rotated copies, then the current file)."""
+    rotated = []
+    for path in log_file.parent.glob(log_file.name + ".*"):
+        suffix = path.name[len(log_file.name) + 1:]
+        if suffix.isdigit():
+            rotated.append((int(suffix), path))
+    found = [path for _, path in sorted(rotated, reverse=True)]
+    return found + ([log_file] if log_file.exists() else [])
+
+
 def exit_file_path(log_file: Path) -> Path:
     return log_file.with_name(log_file.name + ".exit")
 

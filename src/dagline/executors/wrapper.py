@@ -1,6 +1,7 @@
 """The task wrapper: runs one try's command on the host and records its outcome in a file.
 
-    python -m dagline.executors.wrapper --exit-file PATH [--pid-file PATH] [--timeout SECONDS] -- CMD...
+    python -m dagline.executors.wrapper --exit-file PATH [--pid-file PATH] [--timeout SECONDS]
+        [--log-file PATH --log-max-bytes N --log-files N] -- CMD...
 
 The local executor starts every try through this wrapper instead of running `spark-submit` itself.
 The wrapper starts CMD in a new session and process group (stdout and stderr are inherited: the
@@ -24,6 +25,14 @@ process has exited, leftover descendants are killed too: a
 finished try leaves nothing behind. SIGTERM, SIGINT and SIGHUP sent to the wrapper are forwarded
 the same way (that is how a try is cancelled), and the signal is recorded in the outcome.
 
+Log rotation (`--log-file`): the job writes its log file directly (O_APPEND, never through a pipe, so
+it neither blocks on a slow reader nor dies with the wrapper). Whenever the wrapper sees the file past
+`--log-max-bytes` (it looks every `POLL_S`, and once more at the end), it rotates it the way
+logrotate's `copytruncate` does: `<log>.<n>` becomes `<log>.<n+1>` (the oldest beyond `--log-files`
+minus one is deleted), the file is copied to `<log>.1` and truncated; the job's appends go on at the
+new end. A file can overshoot the limit by what the job writes in one poll interval, and lines written
+during the copy itself (microseconds) can be lost: the price of never blocking the job.
+
 `exit_code` is the main process's return code as `subprocess` reports it: negative when a signal
 ended it (-9 for SIGKILL), 127 when CMD could not be started. `pid` is CMD's process id, which is
 also its process group id. The wrapper uses only the standard library, so it starts fast.
@@ -35,6 +44,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -130,12 +140,38 @@ def _on_signal(signum, frame) -> None:  # noqa: ARG001 - signal handler signatur
         _received_signal = signum
 
 
+def rotate_log(log_file: str, keep: int) -> None:
+    """Copy-truncate `log_file` into `<log_file>.1`, shifting older copies up; at most `keep` files in all."""
+    if keep <= 1:
+        os.truncate(log_file, 0)
+        return
+    oldest = f"{log_file}.{keep - 1}"
+    if os.path.exists(oldest):
+        os.remove(oldest)
+    for number in range(keep - 2, 0, -1):
+        if os.path.exists(f"{log_file}.{number}"):
+            os.replace(f"{log_file}.{number}", f"{log_file}.{number + 1}")
+    shutil.copyfile(log_file, f"{log_file}.1")
+    os.truncate(log_file, 0)
+
+
+def _rotate_if_large(log_file: str | None, max_bytes: int | None, keep: int) -> None:
+    if not log_file or not max_bytes:
+        return
+    try:
+        if os.path.getsize(log_file) > max_bytes:
+            rotate_log(log_file, keep)
+    except OSError as exc:  # a full disk or a removed folder must not end the try
+        _log(f"could not rotate {log_file}: {exc}")
+
+
 def _log(message: str) -> None:
     print(f"[dagline] {message}", file=sys.stderr, flush=True)
 
 
 def run(cmd: list[str], exit_file: str, timeout_s: float | None, pid_file: str | None = None,
-        grace_s: float = KILL_GRACE_S) -> int:
+        grace_s: float = KILL_GRACE_S, *, log_file: str | None = None, log_max_bytes: int | None = None,
+        log_files: int = 5) -> int:
     """Run `cmd` to the end (or the timeout), write the outcome to `exit_file`, return an exit status."""
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _on_signal)
@@ -162,6 +198,7 @@ def run(cmd: list[str], exit_file: str, timeout_s: float | None, pid_file: str |
             break
         except subprocess.TimeoutExpired:
             pass
+        _rotate_if_large(log_file, log_max_bytes, log_files)
         now = time.monotonic()
         if stop_reason is None and deadline is not None and now >= deadline:
             stop_reason = f"timed out after {timeout_s:g}s"
@@ -188,6 +225,7 @@ def run(cmd: list[str], exit_file: str, timeout_s: float | None, pid_file: str |
     if leftovers or group_alive:
         _signal_job(child.pid, signal.SIGKILL)
     _reap()
+    _rotate_if_large(log_file, log_max_bytes, log_files)
 
     outcome["exit_code"] = returncode
     outcome["finished_at"] = _now_iso()
@@ -205,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exit-file", required=True, help="where the outcome JSON is written at the end")
     parser.add_argument("--pid-file", help="where {wrapper_pid, pid, started_at} is written at the start")
     parser.add_argument("--timeout", type=float, default=None, help="seconds; 0 or absent: no timeout")
+    parser.add_argument("--log-file", help="the try's log file (the job's stdout and stderr), to rotate")
+    parser.add_argument("--log-max-bytes", type=int, default=None, help="rotate the log file past this size")
+    parser.add_argument("--log-files", type=int, default=5, help="files kept per try, the current one included")
     parser.add_argument("--grace", type=float, default=KILL_GRACE_S,
                         help="seconds between SIGTERM and SIGKILL when stopping the job (stopGracePeriod)")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
@@ -212,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         parser.error("no command given after --")
-    return run(cmd, args.exit_file, args.timeout or None, args.pid_file, args.grace)
+    return run(cmd, args.exit_file, args.timeout or None, args.pid_file, args.grace, log_file=args.log_file,
+               log_max_bytes=args.log_max_bytes, log_files=max(1, args.log_files))
 
 
 if __name__ == "__main__":

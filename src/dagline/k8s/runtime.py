@@ -22,16 +22,20 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from dagline import metrics
+from dagline import logformat, metrics
+from dagline.callbacks import Channel
 from dagline.clock import Clock, SystemClock
 from dagline.db.engine import Database, open_database
 from dagline.errors import InvalidInput
 from dagline.executors.base import Executor
 from dagline.k8s.cache import ObjectCache
+from dagline.k8s.callback_events import kubernetes_event_channel, secret_reader
 from dagline.k8s.mirror import StatusSync, SyncStopped
 from dagline.k8s.objects import DaglineObjects
 from dagline.k8s.settings import OperatorSettings, build_executor
 from dagline.queries import database_collector
+from dagline.scheduler.channels import SecretReader
+from dagline.scheduler.deliveries import CallbackSettings
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
 
@@ -111,17 +115,20 @@ class Runtime:
                  clock: Clock | None = None, api_client=None, scheduler_settings: SchedulerSettings | None = None):
         from dagline.k8s.client import load_api_client
 
+        api = api_client or load_api_client()
         self.settings = settings
         self.db = db
         self.clock = clock or SystemClock()
         self.who = f"operator:{socket.gethostname()}:{os.getpid()}"[:100]
         self.cache = ObjectCache()
         self.health = Health(settings.liveness_timeout_s, scheduler_enabled=executor is not None)
-        self.sync = StatusSync(db, self.cache, DaglineObjects(api_client or load_api_client()), clock=self.clock,
+        self.sync = StatusSync(db, self.cache, DaglineObjects(api), clock=self.clock,
                                who=self.who, history_limit=settings.dagrun_history_limit)
         self.scheduler = None if executor is None else InstrumentedScheduler(
             db, executor, clock=self.clock, settings=scheduler_settings or SchedulerSettings.from_env(),
-            health=self.health, api_url=settings.try_api_url)
+            health=self.health, callback_settings=CallbackSettings.from_env(),
+            callback_channels={Channel.KUBERNETES_EVENT: kubernetes_event_channel(self.cache, api, reporter=self.who)},
+            secret_reader=SecretReader(secret_reader(self.cache, api)), api_url=settings.try_api_url)
         self.api = None  # the API server, once started
         self.on_fatal: Callable[[], None] | None = None  # called when the scheduler loop dies
         self.failed = False
@@ -149,6 +156,7 @@ class Runtime:
     def start(self) -> None:
         from dagline.k8s.probes import ProbeServers
 
+        logformat.configure(self.settings.log_format)  # after kopf set up its logging, so it holds
         metrics.watch_database(database_collector(self.db))  # the database gauges on /metrics
         self.servers = ProbeServers(self).start()
         if self.settings.api_port >= 0:

@@ -11,9 +11,12 @@
 | `DAGLINE_LIVENESS_TIMEOUT` | 60 | seconds without progress of kopf or the scheduler loop before `/healthz` fails |
 | `DAGLINE_EXECUTOR` | spark-k8s | the executor of the scheduler loop (`noop` for demos and tests) |
 | `DAGLINE_PARALLELISM` | 32 | tries the executor runs at once |
+| `DAGLINE_LOG_FORMAT` | text | `json`: one JSON object per log line, and a line per scheduler decision |
 | `DAGLINE_API_PORT` | 8793 | the HTTP API (`POST`/`GET /api/v1/signals`), served by every replica; 0 picks a free port; -1: off |
 | `DAGLINE_API_URL` | `http://127.0.0.1:<api port>` | the API's address as tries reach it (the chart sets the Service's) |
 | `DAGLINE_API_ANONYMOUS_READ` | false | allow GET without a token |
+
+Callback delivery reads `DAGLINE_CALLBACK_*` (`dagline.scheduler.deliveries.CallbackSettings`).
 
 A bad value is an `InvalidInput` naming the variable.
 """
@@ -43,6 +46,7 @@ class OperatorSettings:
     liveness_timeout_s: float = 60.0
     executor: str = "spark-k8s"
     parallelism: int = 32
+    log_format: str = "text"
     api_port: int = 8793          # -1: no API in this replica
     api_url: str | None = None    # None: http://127.0.0.1:<api_port>
 
@@ -74,6 +78,8 @@ class OperatorSettings:
         if self.executor not in EXECUTORS:
             raise InvalidInput(f"unknown executor {self.executor!r} (choose {', '.join(EXECUTORS)})",
                                field="DAGLINE_EXECUTOR")
+        if self.log_format not in ("text", "json"):
+            raise InvalidInput(f"must be text or json, got {self.log_format!r}", field="DAGLINE_LOG_FORMAT")
         if self.parallelism < 1:
             raise InvalidInput(f"must be at least 1, got {self.parallelism}", field="DAGLINE_PARALLELISM")
 
@@ -106,8 +112,10 @@ class OperatorSettings:
             "liveness_timeout_s": number("DAGLINE_LIVENESS_TIMEOUT", float),
             "executor": text("DAGLINE_EXECUTOR"),
             "parallelism": number("DAGLINE_PARALLELISM", int),
+            "log_format": text("DAGLINE_LOG_FORMAT"),
             "api_port": number("DAGLINE_API_PORT", int),
             "api_url": text("DAGLINE_API_URL"),
+
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**{key: value for key, value in values.items() if value is not None})

@@ -5,7 +5,7 @@ stale (`declare_stale_replicas_dead`, PostgreSQL), or, on SQLite, the next sched
 lock that proves every earlier one is gone (`declare_others_dead`). The task instances it left
 `queued` or `running` are orphans. On the housekeeping interval each live replica claims a batch of
 them (`claims.claim_orphaned_tis`, SKIP LOCKED: one adopter per try; it becomes their
-`queued_by_job_id`) and hands them to its executor's `adopt`:
+`queued_by_replica_id`) and hands them to its executor's `adopt`:
 - a job still running is followed to its end, a finished one reports the outcome its wrapper wrote;
 - a `queued` try that left no trace was never started: it is launched now, as the same try;
 - a `running` try with no job behind it is a zombie: failed, or retried if it has tries left, with
@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection
 
 from dagline.dagstore import DagCache
 from dagline.db.claims import claim_orphaned_tis, claim_stale_replicas
-from dagline.db.models import dag_run_t, scheduler_job_t, ti_t
+from dagline.db.models import dag_run_t, replica_t, ti_t
 from dagline.db.replicas import HOSTNAME, database_now, mark_all_others_dead
 from dagline.db.transitions import fail_running_tries, record_events
 from dagline.executors.base import Executor, TaskKey, TaskLaunch
@@ -47,12 +47,12 @@ from dagline.states import TIState
 log = logging.getLogger(__name__)
 
 
-def declare_stale_replicas_dead(conn: Connection, *, job_id: int, timeout_s: float, who: str,
+def declare_stale_replicas_dead(conn: Connection, *, replica_id: int, timeout_s: float, who: str,
                                 now: dt.datetime | None = None) -> list:
     """Mark `dead` the replicas silent for `timeout_s` (database clock, `now` if the caller read it), each
     once, with an event."""
     now = now or database_now(conn)
-    dead = claim_stale_replicas(conn, job_id=job_id, now=now, timeout_s=timeout_s)
+    dead = claim_stale_replicas(conn, replica_id=replica_id, now=now, timeout_s=timeout_s)
     record_events(conn, [{
         "at": now, "who": who, "entity": "scheduler", "from_state": "running", "to_state": "dead",
         "detail": f"scheduler {r.id} (pid {r.pid} on {r.hostname}): no heartbeat since "
@@ -64,9 +64,9 @@ def declare_stale_replicas_dead(conn: Connection, *, job_id: int, timeout_s: flo
     return dead
 
 
-def declare_others_dead(conn: Connection, *, job_id: int, who: str) -> list:
+def declare_others_dead(conn: Connection, *, replica_id: int, who: str) -> list:
     """SQLite: this replica holds the scheduler file lock, so every other `running` one is gone."""
-    dead = mark_all_others_dead(conn, job_id)
+    dead = mark_all_others_dead(conn, replica_id)
     record_events(conn, [{
         "at": r.ended_at, "who": who, "entity": "scheduler", "from_state": "running", "to_state": "dead",
         "detail": f"scheduler {r.id} (pid {r.pid} on {r.hostname}): gone (a new scheduler holds the SQLite lock)"}
@@ -96,14 +96,14 @@ class Settled:
 class Adopter:
     """Claims orphans and settles them for one replica (its id, executor, host, clock)."""
 
-    def __init__(self, tx: Transactions, executor: Executor, *, dags: DagCache, job_id: int, who: str,
+    def __init__(self, tx: Transactions, executor: Executor, *, dags: DagCache, replica_id: int, who: str,
                  batch: int, sqlite: bool, renderer: Renderer, api_url: str = DEFAULT_API_URL):
         self.tx = tx
         self.api_url = api_url
         self.renderer = renderer
         self.executor = executor
         self.dags = dags
-        self.job_id = job_id
+        self.replica_id = replica_id
         self.who = who
         self.batch = batch
         self.sqlite = sqlite
@@ -135,7 +135,7 @@ class Adopter:
         database says are this replica's but its executor does not run (settled like orphans), and the
         keys of tries to cancel because the database moved them on (timed out, cleared...)."""
         tries = in_flight.tries()
-        rows = self.tx.run(lambda conn: _own_and_tracked(conn, self.job_id, in_flight.ti_ids()),
+        rows = self.tx.run(lambda conn: _own_and_tracked(conn, self.replica_id, in_flight.ti_ids()),
                            what="reconcile own task instances")
         current = {(r.id, r.try_number) for r in rows if r.state in TIState.ACTIVE}
         cancel = [key for ti_try in tries if ti_try not in current
@@ -143,7 +143,7 @@ class Adopter:
         for key in cancel:
             log.info("%s/%s/%s try %s is no longer running in the database: cancelling its job",
                      key.dag_id, key.run_id, key.task_id, key.try_number)
-        unknown = [r for r in rows if r.queued_by_job_id == self.job_id and r.state in TIState.ACTIVE
+        unknown = [r for r in rows if r.queued_by_replica_id == self.replica_id and r.state in TIState.ACTIVE
                    and (r.id, r.try_number) not in in_flight]
         if not unknown:
             return Settled(), cancel
@@ -156,16 +156,16 @@ class Adopter:
     # -- internals ------------------------------------------------------------------------------
 
     def _claim(self, conn: Connection, now: dt.datetime):
-        rows = claim_orphaned_tis(conn, job_id=self.job_id, limit=self.batch, executor=self.only_executor,
+        rows = claim_orphaned_tis(conn, replica_id=self.replica_id, limit=self.batch, executor=self.only_executor,
                                   hostname=self.only_host)
         if not rows:
             return rows, []
         by_owner: dict[int | None, list] = {}
         for r in rows:
-            by_owner.setdefault(r.previous_job_id, []).append(r)
+            by_owner.setdefault(r.previous_replica_id, []).append(r)
         record_events(conn, [{
             "at": now, "who": self.who, "entity": "scheduler",
-            "detail": f"scheduler {self.job_id} adopts {len(owned)} task instances of "
+            "detail": f"scheduler {self.replica_id} adopts {len(owned)} task instances of "
                       f"{'scheduler ' + str(owner) if owner is not None else 'no recorded scheduler'}: ids "
                       + ", ".join(str(r.id) for r in owned[:50]) + (" ..." if len(owned) > 50 else "")}
             for owner, owned in by_owner.items()])
@@ -214,14 +214,14 @@ def _settle_zombies(conn: Connection, zombies: Sequence, *, now: dt.datetime, wh
                        streaming=streaming)
 
 
-def _own_and_tracked(conn: Connection, job_id: int, tracked: set[int]) -> list:
+def _own_and_tracked(conn: Connection, replica_id: int, tracked: set[int]) -> list:
     """This replica's active task instances, and the current rows of the ones its executor runs."""
-    condition = (ti_t.c.queued_by_job_id == job_id) & ti_t.c.state.in_(TIState.ACTIVE)
+    condition = (ti_t.c.queued_by_replica_id == replica_id) & ti_t.c.state.in_(TIState.ACTIVE)
     if tracked:
         condition = or_(condition, ti_t.c.id.in_(sorted(tracked)))
     return conn.execute(
         select(ti_t.c.id, ti_t.c.dag_run_id, ti_t.c.dag_id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.state,
-               ti_t.c.max_tries, ti_t.c.queued_by_job_id, dag_run_t.c.dag_version_id)
+               ti_t.c.max_tries, ti_t.c.queued_by_replica_id, dag_run_t.c.dag_version_id)
         .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id).where(condition).order_by(ti_t.c.id)
     ).all()
 
@@ -231,9 +231,9 @@ def _orphans_waiting_elsewhere(
 ) -> list[tuple[str, str, int]]:
     """(host, executor, count) of orphaned task instances that no live replica can adopt: none with their
     executor runs, or theirs is host-bound (as this replica's is) and none runs on their host."""
-    job = scheduler_job_t
+    replica = replica_t
     live = {(r.hostname, r.executor) for r in conn.execute(
-        select(job.c.hostname, job.c.executor).where(job.c.state == "running"))}
+        select(replica.c.hostname, replica.c.executor).where(replica.c.state == "running"))}
     live_executors = {e for _, e in live}
 
     def adoptable(host: str, kind: str) -> bool:
@@ -242,9 +242,9 @@ def _orphans_waiting_elsewhere(
         return kind in live_executors
 
     rows = conn.execute(
-        select(job.c.hostname, job.c.executor, func.count())
-        .select_from(ti_t.join(job, job.c.id == ti_t.c.queued_by_job_id))
-        .where(ti_t.c.state.in_(TIState.ACTIVE), job.c.state.in_(("dead", "stopped")))
-        .group_by(job.c.hostname, job.c.executor).order_by(job.c.hostname, job.c.executor)
+        select(replica.c.hostname, replica.c.executor, func.count())
+        .select_from(ti_t.join(replica, replica.c.id == ti_t.c.queued_by_replica_id))
+        .where(ti_t.c.state.in_(TIState.ACTIVE), replica.c.state.in_(("dead", "stopped")))
+        .group_by(replica.c.hostname, replica.c.executor).order_by(replica.c.hostname, replica.c.executor)
     ).all()
     return [(r[0], r[1], r[2]) for r in rows if not adoptable(r[0], r[1])]

@@ -47,7 +47,7 @@ _warned_pools: set[str] = set()
 
 
 def queue_task_instances(
-    conn: Connection, *, now: dt.datetime, dags: DagCache, who: str, job_id: int | None,
+    conn: Connection, *, now: dt.datetime, dags: DagCache, who: str, replica_id: int | None,
     executor_slots: int, limit: int, backfill_id: int | None = None, test_run_id: int | None = None,
 ) -> list[QueuedTI]:
     if executor_slots <= 0:
@@ -100,7 +100,7 @@ def queue_task_instances(
     version_of = {c.id: c.dag_version_id for c in candidates}
     changed = change_tis(
         conn, [c.ti_id for c in admitted], expected=TIState.SCHEDULED, to=TIState.QUEUED, at=now, who=who,
-        values={"try_number": ti_t.c.try_number + 1, "queued_at": now, "queued_by_job_id": job_id,
+        values={"try_number": ti_t.c.try_number + 1, "queued_at": now, "queued_by_replica_id": replica_id,
                 "stop_requested_at": None},
     )
     ready_at = {c.id: c.scheduled_at for c in candidates}

@@ -35,16 +35,16 @@ class Liveness:
         self.executor = executor
         self.heartbeat_interval_s = heartbeat_interval_s
         self.timeout_s = timeout_s
-        self.job_id: int | None = None
+        self.replica_id: int | None = None
         self.last_beat: replicas.Beat | None = None
         self._last_ok = float("-inf")  # monotonic time of the last heartbeat that committed
 
     def register(self) -> int:
-        self.job_id, at = self.tx.run(lambda conn: replicas.register(conn, executor=self.executor),
+        self.replica_id, at = self.tx.run(lambda conn: replicas.register(conn, executor=self.executor),
                                       what="register the replica")
         self.last_beat = replicas.Beat(alive=True, at=at, alive_since=at)
         self._last_ok = time.monotonic()
-        return self.job_id
+        return self.replica_id
 
     def heartbeat_due(self) -> bool:
         return time.monotonic() - self._last_ok >= self.heartbeat_interval_s
@@ -52,11 +52,11 @@ class Liveness:
     def beat(self) -> replicas.Beat:
         """Heartbeat now; raises `ReplicaFenced` if peers declared this replica dead."""
         started = time.monotonic()
-        beat = self.tx.run(lambda conn: replicas.heartbeat(conn, self.job_id, gap_s=self.timeout_s / 2),
+        beat = self.tx.run(lambda conn: replicas.heartbeat(conn, self.replica_id, gap_s=self.timeout_s / 2),
                            what="heartbeat")
         if not beat.alive:
             raise ReplicaFenced(
-                f"scheduler {self.job_id} was declared dead by its peers (no heartbeat for "
+                f"scheduler {self.replica_id} was declared dead by its peers (no heartbeat for "
                 f"{self.timeout_s:g}s): stopping at once; they adopt its task instances")
         self.last_beat = beat
         self._last_ok = started  # conservative: the heartbeat happened no earlier than this
@@ -75,5 +75,5 @@ class Liveness:
             self.beat()
 
     def deregister(self) -> bool:
-        return self.tx.run(lambda conn: replicas.deregister(conn, self.job_id), what="deregister")
+        return self.tx.run(lambda conn: replicas.deregister(conn, self.replica_id), what="deregister")
 

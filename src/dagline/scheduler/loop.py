@@ -2,9 +2,10 @@
 
     heartbeat when due -> react to signals -> create runs -> start queued runs -> examine running runs
     -> critical section -> launch -> executor reports (+ mini-scheduler) -> stop the tries asked to stop
-    -> follow-up (queue, launch, store reports again while reports made tasks runnable) -> housekeeping
-    on intervals (timeouts; declare silent peers dead; adopt orphaned tries; reconcile this replica's
-    own tries)
+    -> follow-up (queue, launch, store reports again while reports made tasks runnable) -> callbacks
+    (settle and start deliveries from the outbox, never waiting on the network: `deliveries`) -> missed
+    deadlines (every `deadline_check_interval_s`: `deadlines`) -> housekeeping on intervals (timeouts;
+    declare silent peers dead; adopt orphaned tries; reconcile this replica's own tries)
 
 A replica also adopts orphaned tries once at start, before it launches anything.
 
@@ -35,7 +36,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from dagline import metrics
 from dagline.api_tokens import delete_ended_try_tokens
@@ -44,14 +45,18 @@ from dagline.dagstore import DagCache
 from dagline.db.claims import PoolsBusy, lock_runs_by_id
 from dagline.db.engine import Database
 from dagline.db.faults import first_line, is_transient
+from dagline.db.notify import announce
 from dagline.db.observe import at_commit
 from dagline.db.replicas import database_now
 from dagline.executors.base import Executor, TaskLaunch
 from dagline.queries import pending_retries
 from dagline.scheduler import housekeeping
 from dagline.scheduler.adoption import Adopter, Settled, declare_others_dead, declare_stale_replicas_dead
+from dagline.scheduler.channels import Callback, SecretReader, log_channel, webhook_channel
 from dagline.scheduler.create_runs import create_scheduled_runs
 from dagline.scheduler.critical_section import queue_task_instances
+from dagline.scheduler.deadlines import record_missed_deadlines
+from dagline.scheduler.deliveries import CallbackSettings, Deliveries
 from dagline.scheduler.examine import examine_running_runs, examine_runs
 from dagline.scheduler.executor_events import apply_reports, fail_unlaunchable
 from dagline.scheduler.guard import SchedulerLock
@@ -79,6 +84,8 @@ class LoopStats:
     tis_queued: int = 0
     reports: int = 0
     tis_adopted: int = 0
+    callbacks: int = 0  # outbox rows claimed or settled
+    deadlines_missed: int = 0
     tries_stopped: int = 0
 
     @property
@@ -99,6 +106,9 @@ class Scheduler:
     def __init__(
         self, db: Database, executor: Executor, *, clock: Clock | None = None,
         settings: SchedulerSettings | None = None, backfill_id: int | None = None,
+        callback_settings: CallbackSettings | None = None,
+        callback_channels: Mapping[str, Callable[[Callback], None]] | None = None,
+        secret_reader: SecretReader | None = None,
         test_run_id: int | None = None, api_url: str | None = None,
     ):
         self.db = db
@@ -109,7 +119,7 @@ class Scheduler:
         self.test_run_id = test_run_id
         self.api_url = api_url or DEFAULT_API_URL  # given to every try, with a token of its own
         self.dags = DagCache()
-        self.job_id: int | None = None
+        self.replica_id: int | None = None
         self.who = "scheduler" if test_run_id is None else f"dags-test:{os.getpid()}"
         self.tx = Transactions(db)
         self.liveness = Liveness(self.tx, executor=executor.name, heartbeat_interval_s=s.heartbeat_interval_s,
@@ -119,6 +129,12 @@ class Scheduler:
         self.in_flight = InFlight()
         self.renderer = Renderer(time_budget_s=s.template_time_budget_s, should_stop=lambda: self._stop_requested)
         self.adopter: Adopter | None = None
+        self.callback_settings = callback_settings or CallbackSettings()
+        secrets = secret_reader or SecretReader()
+        self.callback_channels = {"webhook": webhook_channel(secrets, timeout_s=self.callback_settings.timeout_s),
+                                  "log": log_channel, **(callback_channels or {})}
+        self.deliveries: Deliveries | None = None
+        self._last_deadline_check = float("-inf")
         self.failed_loops = 0  # iterations ended by a transient database error
         self._lock = SchedulerLock(db)
         self._pending_reports: list = []  # read from the executor, not yet stored
@@ -142,19 +158,21 @@ class Scheduler:
             return
         self._lock.acquire()
         self.wakeup.start()  # listen before the first look at the database
-        self.job_id = self.liveness.register()
-        self.who = f"scheduler:{self.job_id}"
+        self.replica_id = self.liveness.register()
+        self.who = f"scheduler:{self.replica_id}"
         self.wakeup.ignore(self.who)
-        self.adopter = Adopter(self.tx, self.executor, dags=self.dags, job_id=self.job_id, who=self.who,
+        self.adopter = Adopter(self.tx, self.executor, dags=self.dags, replica_id=self.replica_id, who=self.who,
                                batch=self.settings.tis_per_loop, sqlite=self.db.is_sqlite, renderer=self.renderer,
                                api_url=self.api_url)
+        self.deliveries = Deliveries(self.tx, self.callback_channels, replica_id=self.replica_id, clock=self.clock,
+                                     settings=self.callback_settings, on_done=self.wakeup.interrupt)
         self.executor.start()
         if self.db.is_sqlite:  # the file lock proves every earlier scheduler is gone
-            self.tx.run(lambda conn: declare_others_dead(conn, job_id=self.job_id, who=self.who),
+            self.tx.run(lambda conn: declare_others_dead(conn, replica_id=self.replica_id, who=self.who),
                         what="declare earlier schedulers gone")
         self._adopt_at_start()
         scope = f", backfill {self.backfill_id} only" if self.backfill_id is not None else ""
-        log.info("scheduler %s started: %s executor, parallelism %s%s", self.job_id, self.executor.name,
+        log.info("scheduler %s started: %s executor, parallelism %s%s", self.replica_id, self.executor.name,
                  self.executor.parallelism, scope)
 
     def _adopt_at_start(self) -> None:
@@ -174,7 +192,7 @@ class Scheduler:
             if self.test_run_id is not None:
                 self.executor.end()  # a test run's jobs end with it (normally none is left)
                 self._apply_reports(LoopStats())
-            if self.job_id is not None:
+            if self.replica_id is not None:
                 try:
                     self._apply_reports(LoopStats())
                 except Exception as exc:  # noqa: BLE001 - a peer or the next start reads them from the jobs
@@ -183,11 +201,13 @@ class Scheduler:
                 self._detach_executor()
                 try:
                     if self.liveness.deregister():
-                        log.info("scheduler %s stopped", self.job_id)
+                        log.info("scheduler %s stopped", self.replica_id)
                 except Exception as exc:  # noqa: BLE001 - peers will find the heartbeat stale instead
                     log.warning("scheduler %s stopped without deregistering (%s); peers will declare it dead",
-                                self.job_id, first_line(exc))
+                                self.replica_id, first_line(exc))
         finally:
+            if self.deliveries is not None:
+                self.deliveries.close()
             self.renderer.close()
             self.wakeup.close()
             self._lock.release()
@@ -216,15 +236,38 @@ class Scheduler:
                 if should_stop is not None and should_stop():
                     break
                 if stats.work == 0 and not self._stop_requested:
-                    if until_idle and not self.executor.has_work() and not self._pending_reports:
+                    if (until_idle and not self.executor.has_work() and not self._pending_reports
+                            and not self._callbacks_pending()):
                         wait_s = self._retry_wait()
                         if wait_s is None:
                             break
                         self.wakeup.wait(wait_s)  # a NOTIFY or SIGTERM ends it early
                         continue
-                    self.wakeup.wait(self.settings.poll_interval_s)
+                    self._idle_wait()
         finally:
             self.stop()
+
+    def _idle_wait(self) -> None:
+        """Wait for a change, at most `poll_interval_s`. A wake-up for new signals alone (nothing else
+        changed) is met with the reaction step alone: the replica that claims them reacts and goes on
+        with a full pass; the others, finding them claimed, wait on until the same deadline, so the
+        full pass they owe to the poll is not put off."""
+        deadline = time.monotonic() + self.settings.poll_interval_s
+        while True:
+            why = self.wakeup.wait(max(0.0, deadline - time.monotonic()))
+            if why != "signals" or self._stop_requested:
+                return
+            if self.backfill_id is not None or self.test_run_id is not None:
+                continue  # such a replica does not react to signals
+            stats = self.iterate_safely(self._react_alone)
+            if stats is None or stats.work:
+                return
+
+    def _react_alone(self) -> LoopStats:
+        stats = LoopStats()
+        self._heartbeat_if_due()
+        self._react(stats, self.clock.now())
+        return stats
 
     def _retry_wait(self) -> float | None:
         """With nothing runnable and nothing running: seconds until the earliest retry time of a task
@@ -248,10 +291,10 @@ class Scheduler:
                  self.waiting_retry.task_id, self.waiting_retry.run_id, at.isoformat(), wait_s)
         return wait_s
 
-    def iterate_safely(self) -> LoopStats | None:
-        """One iteration; after a transient database error, a warning and a backoff, and None."""
+    def iterate_safely(self, iterate: Callable[[], LoopStats] | None = None) -> LoopStats | None:
+        """One iteration (or `iterate`); after a transient database error, a warning and a backoff, and None."""
         try:
-            stats = self.iterate()
+            stats = (iterate or self.iterate)()
         except ReplicaFenced:
             raise
         except Exception as exc:
@@ -291,19 +334,10 @@ class Scheduler:
         stats = LoopStats()
         now = self.clock.now()
         s = self.settings
-        # first: a replica declared dead learns it before taking work (a test run's process is no replica)
-        if self.job_id is not None and self.liveness.heartbeat_due():
-            with self._phase("heartbeat", "heartbeating"):
-                self.liveness.beat()
+        self._heartbeat_if_due()
         testing = self.test_run_id is not None  # a test run is created running: nothing to create or start
         if self.backfill_id is None and not testing:
-            with self._phase("signals", "reacting to signals"):
-                reacted = self.tx.run(lambda conn: react_to_signals(
-                    conn, now=now, dags=self.dags, who=self.who, limit=s.signals_per_loop), what=self._step)
-            stats.signals_handled = reacted.signals
-            stats.runs_created += reacted.runs_created
-            stats.tis_decided += reacted.tis_changed
-            stats.runs_finished += reacted.runs_finished
+            self._react(stats, now)
             with self._phase("create_runs", "creating runs"):
                 stats.runs_created += self.tx.run(lambda conn: create_scheduled_runs(
                     conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
@@ -325,11 +359,39 @@ class Scheduler:
             decided = self._apply_reports(stats)
         stats.tries_stopped = self._stop_tries()  # before the follow-up: a restart's stop waits for nothing
         self._follow_up(stats, decided, began=time.monotonic())
+        if not testing:  # a test run fires no callbacks and has no deadline
+            with self._phase("callbacks", "delivering callbacks"):
+                stats.callbacks = self.deliveries.pump(now)
+            self._check_deadlines(stats, now)
         if stats.runs_finished and not testing:
             with self._phase("finish_backfills", "finishing backfills"):
                 self.tx.run(lambda conn: housekeeping.finish_backfills(conn, now=now, who=self.who), what=self._step)
         self._housekeeping(stats, now)
         return stats
+
+    def _heartbeat_if_due(self) -> None:
+        # first: a replica declared dead learns it before taking work (a test run's process is no replica)
+        if self.replica_id is not None and self.liveness.heartbeat_due():
+            with self._phase("heartbeat", "heartbeating"):
+                self.liveness.beat()
+
+    def _react(self, stats: LoopStats, now) -> None:
+        """React to new signals; when that made task instances runnable, queue and launch them at once
+        (the critical section right after the reaction's commit), not after the rest of the pass: a
+        signal's try is queued one transaction after it is handled. The pass's own critical section
+        still follows, so nothing is skipped. The reaction wakes no peer; if this replica queues
+        nothing (no free slot, a peer in the critical section, stopping), it wakes them now."""
+        with self._phase("signals", "reacting to signals"):
+            reacted = self.tx.run(lambda conn: react_to_signals(
+                conn, now=now, dags=self.dags, who=self.who, limit=self.settings.signals_per_loop), what=self._step)
+        stats.signals_handled += reacted.signals
+        stats.runs_created += reacted.runs_created
+        stats.tis_decided += reacted.tis_changed
+        stats.runs_finished += reacted.runs_finished
+        if reacted.tis_changed:
+            queued = 0 if self._stop_requested else self._queue_and_launch(stats, now)
+            if not queued:  # the reaction woke no one (`hold_announcements`): a peer may queue them
+                self.tx.run(lambda conn: announce(conn, self.who), what="waking the other replicas")
 
     def _follow_up(self, stats: LoopStats, decided: int, *, began: float) -> None:
         """The fast path: while the reports just stored made tasks runnable (the mini-scheduler decided
@@ -361,7 +423,7 @@ class Scheduler:
         """The critical section and the launches; returns how many TIs it queued."""
         def queue(conn):
             queued = queue_task_instances(
-                conn, now=now, dags=self.dags, who=self.who, job_id=self.job_id,
+                conn, now=now, dags=self.dags, who=self.who, replica_id=self.replica_id,
                 executor_slots=self.executor.free_slots(), limit=self.settings.tis_per_loop,
                 backfill_id=self.backfill_id, test_run_id=self.test_run_id)
             return queued, gather_launches(conn, queued, dags=self.dags, now=now, api_url=self.api_url)
@@ -398,7 +460,7 @@ class Scheduler:
         if not launches:
             return
         with self._phase("launch", "launching"):
-            if self.job_id is not None:
+            if self.replica_id is not None:
                 self.liveness.check_before_launch()
             self.executor.launch(launches)
             self.in_flight.add(launches)
@@ -459,6 +521,26 @@ class Scheduler:
                     stopped += 1
         return stopped
 
+    # -- callbacks and deadlines -------------------------------------------------------------------
+
+    def _callbacks_pending(self) -> bool:
+        """For `until_idle`: deliveries in flight, or due rows a forced claim starts now."""
+        if self.deliveries is None:  # a test run's process delivers none
+            return False
+        return self.deliveries.busy() or self.deliveries.pump(self.clock.now(), force=True) > 0
+
+    def _check_deadlines(self, stats: LoopStats, now) -> None:
+        if time.monotonic() - self._last_deadline_check < self.callback_settings.deadline_check_interval_s:
+            return
+        with self._phase("deadlines", "recording missed deadlines"):
+            misses = self.tx.run(lambda conn: record_missed_deadlines(conn, now=now, who=self.who), what=self._step)
+        self._last_deadline_check = time.monotonic()
+        if misses.runs or misses.tasks:
+            metrics.DEADLINE_MISSES.labels(kind="run").inc(misses.runs)
+            metrics.DEADLINE_MISSES.labels(kind="task").inc(misses.tasks)
+            log.warning("deadlines missed: %d run(s), %d task instance(s)", misses.runs, misses.tasks)
+        stats.deadlines_missed += misses.runs + misses.tasks
+
     # -- housekeeping ------------------------------------------------------------------------------
 
     def _housekeeping(self, stats: LoopStats, now) -> None:
@@ -511,7 +593,7 @@ class Scheduler:
             now = database_now(conn)
             if not self.liveness.may_judge_peers(now):
                 return []
-            return declare_stale_replicas_dead(conn, job_id=self.job_id, timeout_s=self.settings.replica_timeout_s,
+            return declare_stale_replicas_dead(conn, replica_id=self.replica_id, timeout_s=self.settings.replica_timeout_s,
                                                who=self.who, now=now)
 
         dead = self.tx.run(declare, what=self._step)

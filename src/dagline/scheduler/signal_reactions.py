@@ -19,6 +19,12 @@ each (signal, rule, run, task) has one `signal_action` row at most (a unique con
 that finds it there is a signal already acted on, and does nothing more). A replica that dies before
 its commit leaves the signals unhandled, and another replica takes them.
 
+Wake-ups: the reaction's transaction does not wake idle peers (`notify.hold_announcements`): the
+replica that reacted queues the tries it made runnable right after the commit, and goes on with a
+full pass (runs a trigger created); peers woken to find nothing would only slow it down on a busy
+machine. A stop request (restart, stop) does wake them: the replica running the try must stop it.
+If the caller queues nothing, it wakes the peers itself (`Scheduler._react`).
+
 Order: within one key, `seq` order is commit order (`claims.lock_signal_key`); a claimed signal is
 acted on only if every earlier unhandled signal of its key is in the same claim, else it is left for
 the replica that holds the earlier one. Runs are locked in id order, then DAG rows in id order, so
@@ -44,7 +50,7 @@ from dagline import metrics
 from dagline.dagstore import DagCache
 from dagline.db.claims import claim_unhandled_signals, lock_dag, lock_run_for_signal
 from dagline.db.models import dag_run_t, dag_t, signal_action_t, signal_listener_t, signal_t, ti_t
-from dagline.db.notify import announce
+from dagline.db.notify import announce, hold_announcements
 from dagline.db.observe import at_commit
 from dagline.db.transitions import request_stop
 from dagline.scheduler.examine import examine_runs
@@ -73,6 +79,7 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
     signals = _in_key_order(conn, claimed)
     if not signals:
         return result
+    hold_announcements(conn)  # the caller queues what this makes runnable; only stop requests wake peers
     seqs = [s.seq for s in signals]
     conn.execute(update(signal_t).where(signal_t.c.seq.in_(seqs)).values(handled_at=now))
     result.signals = len(signals)
@@ -130,7 +137,6 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
         examined = examine_runs(conn, list(locked.values()), now=now, dags=dags, who=who)
         result.tis_changed += examined.tis_changed
         result.runs_finished += examined.runs_finished
-    announce(conn, who)
     return result
 
 
@@ -232,6 +238,7 @@ def _already(conn: Connection, s, r) -> bool:
 
 def _request_stop(conn: Connection, ti, *, now: dt.datetime, who: str, why: str) -> None:
     request_stop(conn, [ti.id], at=now, who=who, detail=why)
+    announce(conn, who, urgent=True)  # the replica running the try stops it: wake it
 
 
 def _trigger(conn: Connection, s, listener, *, now: dt.datetime, dags: DagCache, who: str) -> bool:

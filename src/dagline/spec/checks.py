@@ -9,6 +9,7 @@ import difflib
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
 
+from dagline.callbacks import RUN_EVENTS
 from dagline.signal_rules import rule_problems
 from dagline.spec.models import DagSpec
 from dagline.spec.problems import format_path, problems_error
@@ -70,6 +71,13 @@ def _cross_field_problems(spec: DagSpec) -> list[tuple[str, str]]:
         ))
 
     first_index: dict[str, int] = {}
+    for index, callback in enumerate(spec.callbacks):
+        for event in callback.events:
+            if event not in RUN_EVENTS:
+                problems.append((f"spec.callbacks[{index}].events",
+                                 f"a run has no {event.value!r} event (runs are not retried; put it on a task or "
+                                 "in spec.defaults.callbacks)"))
+
     for index, task in enumerate(spec.tasks):
         if task.id in first_index:
             problems.append((

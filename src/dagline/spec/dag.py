@@ -16,6 +16,8 @@ from typing import Any
 import pendulum
 from pydantic import ValidationError
 
+from dagline.callbacks import CallbackSpec
+from dagline.deadlines import DeadlineSpec
 from dagline.errors import InvalidInput
 from dagline.signal_rules import SignalRule
 from dagline.spec.checks import check_dag_spec, topological_order
@@ -24,23 +26,31 @@ from dagline.spec.models import DagDocument, DagSpec, SparkSpec, TaskDefaults, T
 from dagline.spec.problems import invalid_input
 from dagline.times import parse_duration, parse_instant
 
-# Fields added after the first release, left out of the normalized form while at their defaults, so
-# a DAG that does not use them keeps the version it had before they existed.
+# Fields added after specs were first stored: left out of the normalized form while unset (at their
+# defaults), so a DAG that does not use them keeps the version (hash) it always had.
+_OMITTED_WHEN_UNSET = {"deadline": None, "callbacks": None}  # in the DAG, its defaults and its tasks; [] too
 _LATER_DAG_FIELDS = {"triggers": []}
 _LATER_TASK_FIELDS = {"mode": "batch", "stopGracePeriod": None, "on": []}
 
 
+def _omit_unset(mapping: dict[str, Any], later: Mapping[str, Any] | None = None) -> None:
+    for key, unset in _OMITTED_WHEN_UNSET.items():
+        if key in mapping and mapping[key] in (unset, []):
+            del mapping[key]
+    for key, default in (later or {}).items():
+        if key in mapping and mapping[key] == default:
+            del mapping[key]
+
+
 def normalized_spec(spec: DagSpec) -> dict[str, Any]:
     """The spec as JSON with every field present and defaults filled: what the database stores
-    (fields added later appear only when set, see `_LATER_DAG_FIELDS`)."""
+    (fields added later appear only when set: `deadline`, `callbacks`, `triggers`, and a task's
+    `mode`, `stopGracePeriod` and `on`)."""
     data = spec.model_dump(mode="json", by_alias=True)
-    for name, default in _LATER_DAG_FIELDS.items():
-        if data.get(name) == default:
-            data.pop(name, None)
+    _omit_unset(data, _LATER_DAG_FIELDS)
+    _omit_unset(data["defaults"])
     for task in data.get("tasks", []):
-        for name, default in _LATER_TASK_FIELDS.items():
-            if task.get(name) == default:
-                task.pop(name, None)
+        _omit_unset(task, _LATER_TASK_FIELDS)
     return data
 
 
@@ -75,6 +85,8 @@ class Task:
     start_date: dt.datetime | None  # None: from the DAG's start
     execution_timeout: pendulum.Duration | None
     spark: SparkSpec
+    deadline: DeadlineSpec | None = None
+    callbacks: tuple[CallbackSpec, ...] = ()
     mode: str = "batch"
     stop_grace_period: pendulum.Duration = dataclasses.field(default_factory=lambda: pendulum.duration(seconds=30))
     on: tuple[SignalRule, ...] = ()
@@ -110,9 +122,12 @@ def _resolve_task(task: TaskSpec, defaults: TaskDefaults, timezone: str) -> Task
         start_date=parse_instant(task.start_date, timezone) if task.start_date else None,
         execution_timeout=parse_duration(timeout) if timeout else None,
         spark=task.spark,
+        deadline=task.deadline,
+        callbacks=tuple(setting("callbacks")),
         mode=task.mode,
         stop_grace_period=parse_duration(task.stop_grace_period or "PT30S"),
         on=tuple(task.on),
+
     )
 
 

@@ -13,6 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import to_jsonable_python
 
+from dagline.callbacks import CallbackSpec
+from dagline.deadlines import DeadlineSpec
 from dagline.deps import TriggerRule
 from dagline.limits import (
     MAX_ACTIVE_LIMIT,
@@ -81,6 +83,8 @@ class TaskDefaults(SpecModel):
     priority_weight: int = Field(1, ge=MIN_PRIORITY_WEIGHT, le=MAX_PRIORITY_WEIGHT)
     max_active_tis_per_dag: int | None = Field(None, ge=1, le=MAX_ACTIVE_LIMIT)
     execution_timeout: ExecutionTimeout | None = Field(None, description="ISO-8601 duration")
+    callbacks: list[CallbackSpec] = Field(
+        default_factory=list, description="callbacks of every task that sets none of its own")
 
 
 class TaskSpec(SpecModel):
@@ -99,6 +103,8 @@ class TaskSpec(SpecModel):
     priority_weight: int | None = Field(None, ge=MIN_PRIORITY_WEIGHT, le=MAX_PRIORITY_WEIGHT)
     max_active_tis_per_dag: int | None = Field(None, ge=1, le=MAX_ACTIVE_LIMIT)
     execution_timeout: ExecutionTimeout | None = None
+    deadline: DeadlineSpec | None = Field(None, description="the task must be done within `within` of the run's `of`")
+    callbacks: list[CallbackSpec] | None = Field(None, description="on success, failure, retry, deadline_miss")
     mode: Literal["batch", "streaming"] = Field(
         "batch", description="streaming: runs until stopped (a stopped try ends success); batch: runs to its end")
     stop_grace_period: IsoDuration | None = Field(
@@ -143,7 +149,11 @@ class DagSpec(SpecModel):
     max_active_tasks: int = Field(16, ge=1, le=MAX_ACTIVE_LIMIT)
     params: dict[str, Any] = {}
     defaults: TaskDefaults = Field(default_factory=TaskDefaults)
+    deadline: DeadlineSpec | None = Field(None, description="each run must be done within `within` of its `of`")
+    callbacks: list[CallbackSpec] = Field(default_factory=list,
+                                          description="on a run's success, failure, deadline_miss")
     triggers: list[SignalTrigger] = Field([], description="a new run (type signal, conf = value) per matching signal")
+
     tasks: list[TaskSpec] = Field(min_length=1)
 
     @field_validator("schedule")

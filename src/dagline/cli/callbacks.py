@@ -1,0 +1,71 @@
+"""`dagline callbacks`: what the outbox holds (pending, delivered, failed), redelivering and pruning."""
+
+from __future__ import annotations
+
+import click
+
+from dagline.cli.base import Context, json_option, main, make_clock, now_option, show_rows
+from dagline.errors import InvalidInput
+from dagline.times import isoformat, parse_duration
+
+
+@main.group()
+def callbacks():
+    """Callback deliveries (webhooks, log lines, Kubernetes Events) in the outbox."""
+
+
+@callbacks.command("list")
+@click.option("--state", default=None, type=click.Choice(["pending", "delivered", "failed"]))
+@click.option("--run", "run_ref", default=None, metavar="RUN_ID", help="Only this run's callbacks.")
+@click.option("--limit", default=None, type=click.IntRange(min=1), help="The newest N.")
+@json_option
+@click.pass_obj
+def callbacks_list(obj: Context, state, run_ref, limit, as_json):
+    """Callbacks, oldest first: `delivery_id, channel, event, dag_id, run_id, task_id, try_number, state,
+    attempts, next_attempt_at, last_error, created_at, delivered_at`."""
+    from dagline.db.outbox import list_deliveries
+    from dagline.runs import find_run
+
+    with obj.db().begin() as conn:
+        run_pk = find_run(conn, run_ref).id if run_ref is not None else None
+        rows = list_deliveries(conn, dag_run_id=run_pk, state=state, limit=limit)
+    show_rows([{
+        "delivery_id": r.delivery_id, "channel": r.channel, "event": r.event, "dag_id": r.dag_id,
+        "run_id": r.payload.get("run_id"), "task_id": r.task_id, "try_number": r.payload.get("try_number"),
+        "state": r.state, "attempts": r.attempts, "next_attempt_at": isoformat(r.next_attempt_at),
+        "last_error": r.last_error, "created_at": isoformat(r.created_at), "delivered_at": isoformat(r.delivered_at),
+    } for r in rows], ["delivery_id", "channel", "event", "dag_id", "task_id", "state", "attempts", "last_error"],
+        as_json)
+
+
+@callbacks.command("redeliver")
+@click.argument("delivery_ids", nargs=-1, required=True)
+@now_option
+@click.pass_obj
+def callbacks_redeliver(obj: Context, delivery_ids, now):
+    """Send failed (or delivered) callbacks again, with the same delivery ids (e.g. once a webhook is fixed)."""
+    from dagline.db.outbox import redeliver
+
+    with obj.db().begin() as conn:
+        changed = redeliver(conn, list(delivery_ids), now=make_clock(now).now())
+    missing = sorted(set(delivery_ids) - set(changed))
+    click.echo(f"due again: {len(changed)}")
+    if missing:
+        click.echo(f"not failed or delivered (pending, or unknown): {', '.join(missing)}", err=True)
+
+
+@callbacks.command("prune")
+@click.option("--older-than", required=True, metavar="DURATION", help="ISO-8601 duration, e.g. P30D.")
+@now_option
+@click.pass_obj
+def callbacks_prune(obj: Context, older_than, now):
+    """Delete delivered and failed callbacks created more than DURATION ago (pending ones are kept)."""
+    from dagline.db.outbox import prune
+
+    try:
+        age = parse_duration(older_than).as_timedelta()
+    except ValueError as exc:
+        raise InvalidInput(str(exc), field="--older-than") from None
+    with obj.db().begin() as conn:
+        count = prune(conn, before=make_clock(now).now() - age)
+    click.echo(f"pruned {count} callback(s)")

@@ -1,0 +1,106 @@
+"""How a callback reaches someone: the webhook and log channels (the operator adds Kubernetes Events).
+
+A channel is a function `deliver(callback)` that returns when the callback was delivered and raises
+`DeliveryFailed` (or any error) when it was not; the deliverer (`deliveries`) calls it in a worker
+thread, outside any transaction, and retries it with backoff. Secret values (a webhook's `urlFrom`,
+its header values) are read at delivery time by a `SecretReader`: environment variables of this
+process, and, in the operator, Kubernetes Secrets.
+
+The webhook: `POST <url>` with the JSON body (`dagline.callbacks.payload`) and the headers
+`Content-Type: application/json`, `User-Agent: dagline`, `X-Dagline-Delivery: <delivery id>`,
+`X-Dagline-Event: <event>`, `X-Dagline-Attempt: <n>`, plus the spec's own. Any 2xx answer is a
+delivery; anything else (an error status, a refused connection, a timeout) is a failed attempt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from dagline.callbacks import summary
+
+callback_log = logging.getLogger("dagline.callbacks")
+
+
+class DeliveryFailed(Exception):
+    """An attempt that did not get through; the message says why (it is stored as `last_error`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Callback:
+    """One claimed outbox row: what to send, where, and which attempt this is."""
+
+    outbox_id: int
+    delivery_id: str
+    channel: str
+    event: str
+    target: Mapping[str, Any]
+    payload: Mapping[str, Any]
+    attempt: int
+
+
+class SecretReader:
+    """Reads `valueFrom` references: `{env: NAME}` from this process's environment, `{secretKeyRef:
+    {name, key}}` with `read_secret(dag_id, name, key)` (the operator's Kubernetes Secrets, in the DAG
+    object's namespace; None elsewhere)."""
+
+    def __init__(self, read_secret: Callable[[str, str, str], str] | None = None,
+                 environ: Mapping[str, str] | None = None):
+        self.read_secret = read_secret
+        self.environ = os.environ if environ is None else environ
+
+    def __call__(self, ref: Mapping[str, Any], what: str, dag_id: str) -> str:
+        if "env" in ref:
+            value = self.environ.get(ref["env"])
+            if value is None:
+                raise DeliveryFailed(f"{what}: environment variable {ref['env']} is not set in the scheduler")
+            return value
+        secret = ref["secretKeyRef"]
+        if self.read_secret is None:
+            raise DeliveryFailed(f"{what}: secretKeyRef {secret['name']}/{secret['key']} can only be read by the "
+                                 "Kubernetes operator; use {env: NAME} outside Kubernetes")
+        try:
+            return self.read_secret(dag_id, secret["name"], secret["key"])
+        except DeliveryFailed as exc:
+            raise DeliveryFailed(f"{what}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 - reported as a failed attempt, retried
+            raise DeliveryFailed(f"{what}: secret {secret['name']}/{secret['key']}: {exc}") from exc
+
+
+def webhook_channel(secrets: SecretReader, *, timeout_s: float) -> Callable[[Callback], None]:
+    def deliver(callback: Callback) -> None:
+        target = callback.target
+        dag_id = callback.payload["dag_id"]
+        url = target.get("url") or secrets(target["urlFrom"], "webhook urlFrom", dag_id)
+        headers = {
+            "Content-Type": "application/json", "User-Agent": "dagline",
+            "X-Dagline-Delivery": callback.delivery_id, "X-Dagline-Event": callback.event,
+            "X-Dagline-Attempt": str(callback.attempt),
+        }
+        for header in target.get("headers", []):
+            headers[header["name"]] = secrets(header["valueFrom"], f"webhook header {header['name']}", dag_id)
+        body = json.dumps(callback.payload, sort_keys=True).encode()
+        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as answer:  # noqa: S310 - http(s) checked in spec
+                answer.read()
+        except urllib.error.HTTPError as exc:
+            raise DeliveryFailed(f"webhook answered {exc.code} {exc.reason}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise DeliveryFailed(f"webhook not reached: {reason}") from None
+
+    return deliver
+
+
+def log_channel(callback: Callback) -> None:
+    """One line in the scheduler's log, with the whole body as structured fields (`--log-format json`)."""
+    level = logging.INFO if callback.event in ("success", "retry") else logging.WARNING
+    callback_log.log(level, "callback %s: %s", callback.delivery_id, summary(callback.payload),
+                     extra={"decision": "callback", "fields": dict(callback.payload)})

@@ -1,0 +1,137 @@
+"""Who is asking, and may they: API tokens from `Authorization: Bearer` or the sign-in cookie, the
+scope each page and action needs, and the CSRF check of every form.
+
+- Reading a page needs a token with `read` (or `admin`); without a token only when the server runs
+  with `--anonymous-read`. Actions need `operate` (pause, trigger, clear, stop, backfill) or
+  `signals:send` (send a signal); anonymous visitors never act.
+- Signing in stores the token in an HttpOnly cookie (`SameSite=Lax`, `Secure` over HTTPS); every
+  request checks it again (`api_tokens.authenticate`), so a revoked token signs out at once.
+- CSRF: a random `dagline_csrf` cookie (HttpOnly, `SameSite=Strict`) whose value every form carries in
+  a hidden field; a POST whose field does not match the cookie, or whose `Origin` names another host,
+  is refused with nothing done. The cookie needs no server-side state, so any replica checks it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import secrets
+from urllib.parse import urlsplit
+
+from fastapi import Request
+
+from dagline.api_tokens import OPERATE, READ, SEND, Forbidden, Principal, Unauthorized, authenticate
+
+TOKEN_COOKIE = "dagline_token"
+CSRF_COOKIE = "dagline_csrf"
+CSRF_FIELD = "csrf"
+SCOPE_WORDS = {READ: "read the pages", OPERATE: "act on DAGs and runs", SEND: "send signals"}
+
+
+class SignInNeeded(Exception):
+    """No usable token: the page sends the visitor to the sign-in form (an API client gets 401)."""
+
+
+class NotAllowed(Exception):
+    """A valid token without the scope: 403."""
+
+
+class CsrfRefused(Exception):
+    """A form without the right CSRF field, or from another origin: 403, nothing done."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Viewer:
+    """The person behind a request: a token's principal, or anonymous (None)."""
+
+    principal: Principal | None
+
+    @property
+    def name(self) -> str:
+        return self.principal.name if self.principal else "anonymous"
+
+    def can(self, scope: str) -> bool:
+        return self.principal is not None and self.principal.allows(scope)
+
+    @property
+    def who(self) -> str:
+        """The event log's `who` for this person's actions (the CLI writes `cli`)."""
+        return f"web:{self.name}"[:100]
+
+
+def presented_token(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
+    return request.cookies.get(TOKEN_COOKIE) or None
+
+
+def identify(conn, token: str | None, *, anonymous_read: bool, now) -> Viewer:
+    """The viewer of a page; raises SignInNeeded or NotAllowed."""
+    if token is None:
+        if anonymous_read:
+            return Viewer(None)
+        raise SignInNeeded("sign in with an API token (`dagline tokens create NAME --scope read`)")
+    try:
+        principal = authenticate(conn, token, now=now)
+    except Unauthorized as exc:
+        raise SignInNeeded(str(exc)) from None
+    if not principal.allows(READ):
+        raise NotAllowed(f"token {principal.name!r} may not read: it needs the scope 'read' "
+                         f"(it has {' '.join(sorted(principal.scopes))!r})")
+    return Viewer(principal)
+
+
+def require(viewer: Viewer, scope: str) -> None:
+    """Refuse an action this viewer may not take (SignInNeeded for anonymous visitors)."""
+    if viewer.principal is None:
+        raise SignInNeeded(f"sign in with a token that may {SCOPE_WORDS.get(scope, scope)} (scope {scope!r})")
+    try:
+        viewer.principal.require(scope)
+    except Forbidden as exc:
+        raise NotAllowed(str(exc)) from None
+
+
+def csrf_value(request: Request) -> str:
+    """This browser's CSRF value: its cookie's, or a new one (set on the response by the page)."""
+    current = request.cookies.get(CSRF_COOKIE)
+    if current and 20 <= len(current) <= 100:
+        return current
+    made = getattr(request.state, "new_csrf", None)
+    if made is None:
+        made = secrets.token_urlsafe(32)
+        request.state.new_csrf = made
+    return made
+
+
+def check_csrf(request: Request, form) -> None:
+    cookie = request.cookies.get(CSRF_COOKIE) or ""
+    sent = form.get(CSRF_FIELD) or ""
+    if not cookie or not sent or not hmac.compare_digest(cookie.encode(), str(sent).encode()):
+        raise CsrfRefused("the form's CSRF field does not match this browser's cookie: reload the page and try again")
+    origin = request.headers.get("origin")
+    if origin and origin != "null":
+        host = request.headers.get("x-forwarded-host") or request.headers.get("host") or ""
+        if urlsplit(origin).netloc.lower() != host.split(",")[0].strip().lower():
+            raise CsrfRefused(f"a form sent from {origin} to {host}: refused")
+
+
+def is_https(request: Request) -> bool:
+    forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    return request.url.scheme == "https" or forwarded == "https"
+
+
+def set_cookies(request: Request, response) -> None:
+    """Give the browser its CSRF cookie if this request made one."""
+    made = getattr(request.state, "new_csrf", None)
+    if made:
+        response.set_cookie(CSRF_COOKIE, made, httponly=True, samesite="strict", secure=is_https(request), path="/")
+
+
+def safe_next(target: str | None) -> str:
+    """Where to go after signing in: a path on this site only (never another host)."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target

@@ -1,0 +1,261 @@
+"""The pages (GET), each at a stable URL a person can bookmark and share:
+`/` DAGs, `/dags/{dag_id}/grid`, `/dags/{dag_id}/graph`, `/dags/{dag_id}/timeline`,
+`/dags/{dag_id}/tasks/{task_id}` (its durations), `/runs/{run_id}` (numeric id or run id string),
+`/backfills`, `/signals`, `/pools`; plus the forms of the actions, the sign-in form, a try's log
+(`/runs/{run_id}/logs/{task_id}/{try}`, text) and the live events (`/ui/events`)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse, RedirectResponse, StreamingResponse
+from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
+
+from dagline import queries as cli_queries
+from dagline.db.models import ti_t
+from dagline.errors import OperationFailed
+from dagline.executors.base import TaskKey
+from dagline.pools import list_pools
+from dagline.states import TIState
+from dagline.waiting import task_reasons
+from dagline.web import access, charts, logs
+from dagline.web import queries as q
+from dagline.web.respond import NotFound, Page, html, in_transaction, serve_page, state
+
+router = APIRouter(include_in_schema=False)
+GRID_CHOICES = (25, 50, 100, 365, 1000)
+
+
+def _int(request: Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query_params.get(name, "")
+    try:
+        return min(hi, max(lo, int(raw))) if raw else default
+    except ValueError:
+        return default
+
+
+def _dag(conn, dag_id: str) -> dict:
+    try:
+        return q.dag_header(conn, dag_id)
+    except OperationFailed as exc:
+        raise NotFound(str(exc)) from None
+
+
+def _run(conn, run_ref: str):
+    run = q.run_for_page(conn, run_ref)
+    if run is None:
+        raise NotFound(f"unknown run {run_ref!r}")
+    return run
+
+
+@router.get("/")
+async def index(request: Request):
+    def work(conn, viewer):
+        return Page("index.html", {"dags": q.dag_list(conn), "title": "DAGs", "live": True})
+
+    return await serve_page(request, work)
+
+
+@router.get("/dags/{dag_id}")
+async def dag_home(dag_id: str):
+    return RedirectResponse(f"/dags/{dag_id}/grid", status_code=307)
+
+
+@router.get("/dags/{dag_id}/grid")
+async def grid_page(request: Request, dag_id: str):
+    limit = _int(request, "runs", 25, 1, q.MAX_GRID_RUNS)
+
+    def work(conn, viewer):
+        dag_row = _dag(conn, dag_id)
+        dag = q.current_dag(conn, dag_id)
+        grid = q.grid(conn, dag_id, dag, limit)
+        return Page("grid.html", {"dag": dag_row, "grid": grid, "limit": limit, "choices": GRID_CHOICES,
+                                  "title": f"{dag_id}: grid", "tab": "grid", "live": True})
+
+    return await serve_page(request, work)
+
+
+@router.get("/dags/{dag_id}/graph")
+async def graph_page(request: Request, dag_id: str):
+    chosen = request.query_params.get("run")
+
+    def work(conn, viewer):
+        dag_row = _dag(conn, dag_id)
+        runs = q.recent_runs(conn, dag_id, limit=50)
+        run = None
+        if chosen:
+            run = _run(conn, chosen)
+            if run.dag_id != dag_id:
+                raise NotFound(f"run {chosen!r} is not a run of {dag_id!r}")
+        elif runs:
+            run = _run(conn, str(runs[0]["id"]))
+        dag = q.version(conn, run.dag_version_id) if run is not None else q.current_dag(conn, dag_id)
+        states = cli_queries.task_states(conn, [run.id]).get(run.id, {}) if run is not None else {}
+        upstream = {t.task_id: tuple(t.upstream) for t in dag.tasks.values()} if dag is not None else {}
+        return Page("graph.html", {"dag": dag_row, "graph": charts.layout_graph(upstream, states), "run": run,
+                                   "runs": runs, "title": f"{dag_id}: graph", "tab": "graph",
+                                   "live": True})
+
+    return await serve_page(request, work)
+
+
+@router.get("/dags/{dag_id}/timeline")
+async def timeline_page(request: Request, dag_id: str):
+    limit = _int(request, "runs", 50, 1, q.MAX_GRID_RUNS)
+
+    def work(conn, viewer):
+        dag_row = _dag(conn, dag_id)
+        return Page("timeline.html", {"dag": dag_row, "runs": q.timeline(conn, dag_id, limit), "limit": limit,
+                                      "title": f"{dag_id}: timeline", "tab": "timeline", "live": True})
+
+    return await serve_page(request, work)
+
+
+@router.get("/dags/{dag_id}/tasks/{task_id}")
+async def task_page(request: Request, dag_id: str, task_id: str):
+    limit = _int(request, "runs", 100, 1, q.MAX_GRID_RUNS)
+
+    def work(conn, viewer):
+        dag_row = _dag(conn, dag_id)
+        found = q.durations(conn, dag_id, task_id, limit)
+        dag = q.current_dag(conn, dag_id)
+        if not found["points"] and (dag is None or task_id not in dag.tasks):
+            raise NotFound(f"DAG {dag_id!r} has no task {task_id!r}")
+        return Page("durations.html", {"dag": dag_row, "task_id": task_id, "data": found,
+                                       "chart": charts.duration_chart(found["points"], found["median_s"]),
+                                       "title": f"{dag_id}.{task_id}: durations", "tab": "grid", "live": True})
+
+    return await serve_page(request, work)
+
+
+@router.get("/dags/{dag_id}/trigger")
+async def trigger_form(request: Request, dag_id: str):
+    def work(conn, viewer):
+        return Page("trigger.html", {"dag": _dag(conn, dag_id), "title": f"{dag_id}: trigger", "tab": None,
+                                     "form": {}})
+
+    return await serve_page(request, work)
+
+
+@router.get("/dags/{dag_id}/backfill")
+async def backfill_form(request: Request, dag_id: str):
+    def work(conn, viewer):
+        return Page("backfill_form.html", {"dag": _dag(conn, dag_id), "title": f"{dag_id}: backfill", "tab": None,
+                                           "form": {"reprocess": "none"}})
+
+    return await serve_page(request, work)
+
+
+@router.get("/runs/{run_ref}")
+async def run_page(request: Request, run_ref: str):
+    api = state(request)
+    chosen_task = request.query_params.get("task")
+    chosen_try = _int(request, "try", 0, 0, 1_000_000)
+
+    def work(conn, viewer):
+        run = _run(conn, run_ref)
+        now = api.clock.now()
+        detail = cli_queries.run_detail(conn, run)
+        reasons = task_reasons(conn, run, now=now)
+        for t in detail["tasks"]:
+            t["reason"] = reasons.get(t["task_id"])
+        tries = q.tries(conn, run.id, detail["tasks"], now=now)
+        dag_row = _dag(conn, run.dag_id)
+        dag = q.version(conn, run.dag_version_id)
+        task_ids = [t["task_id"] for t in detail["tasks"]]
+        task = chosen_task if chosen_task in task_ids else (task_ids[0] if task_ids else None)
+        current = next((t for t in detail["tasks"] if t["task_id"] == task), None)
+        try_number = chosen_try or (current["try_number"] if current else 0)
+        rendered = q.rendered_job(conn, dag, run, task, try_number) if task else None
+        log = None
+        if task and try_number:
+            chunk = logs.read_chunk(getattr(api.settings, "log_folder", None),
+                                    TaskKey(run.dag_id, run.run_id, task, try_number), None)
+            following = bool(current and current["try_number"] == try_number and current["state"] in TIState.ACTIVE)
+            log = {"chunk": chunk, "following": following, "try_number": try_number}
+        return Page("run.html", {
+            "dag": dag_row, "run": detail, "tries": tries, "gantt": charts.gantt(tries, now=now),
+            "task": task, "current": current, "rendered": rendered, "log": log,
+            "tries_of_task": sorted({t["try_number"] for t in tries if t["task_id"] == task}),
+            "title": f"run {run.run_id}", "tab": None, "live": True,
+        })
+
+    return await serve_page(request, work)
+
+
+@router.get("/runs/{run_ref}/logs/{task_id}/{try_number}")
+async def log_text(request: Request, run_ref: str, task_id: str, try_number: int):
+    """The log of one try from `offset` (text/plain); headers say where the next read starts
+    (`X-Log-Offset`) and whether the try still runs (`X-Try-Running`: keep following)."""
+    api = state(request)
+    raw = request.query_params.get("offset")
+    offset = int(raw) if raw and raw.isdigit() else None
+
+    def work(conn, viewer):
+        run = _run(conn, run_ref)
+        ti = conn.execute(select(ti_t.c.state, ti_t.c.try_number)
+                          .where(ti_t.c.dag_run_id == run.id, ti_t.c.task_id == task_id)).first()
+        if ti is None:
+            raise NotFound(f"run {run.run_id!r} has no task {task_id!r}")
+        running = ti.try_number == try_number and ti.state in TIState.ACTIVE
+        return run, running
+
+    try:
+        (run, running), _ = await run_in_threadpool(in_transaction, request, work)
+    except access.SignInNeeded as exc:
+        return PlainTextResponse(str(exc), status_code=401)
+    except (access.NotAllowed, NotFound) as exc:
+        return PlainTextResponse(str(exc), status_code=403 if isinstance(exc, access.NotAllowed) else 404)
+    chunk = await run_in_threadpool(logs.read_chunk, getattr(api.settings, "log_folder", None),
+                                    TaskKey(run.dag_id, run.run_id, task_id, try_number), offset)
+    return PlainTextResponse(chunk.text, headers={"X-Log-Offset": str(chunk.offset),
+                                                  "X-Try-Running": "1" if running else "0",
+                                                  "X-Log-Exists": "1" if chunk.exists else "0",
+                                                  "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
+
+
+@router.get("/backfills")
+async def backfills_page(request: Request):
+    def work(conn, viewer):
+        return Page("backfills.html", {"backfills": q.backfills(conn), "title": "Backfills", "live": True})
+
+    return await serve_page(request, work)
+
+
+@router.get("/signals")
+async def signals_page(request: Request):
+    limit = _int(request, "limit", 100, 1, 1000)
+
+    def work(conn, viewer):
+        return Page("signals.html", {"signals": q.signal_log(conn, limit), "title": "Signals", "live": True,
+                                     "form": {}})
+
+    return await serve_page(request, work)
+
+
+@router.get("/pools")
+async def pools_page(request: Request):
+    def work(conn, viewer):
+        return Page("pools.html", {"pools": list_pools(conn), "title": "Pools", "live": True})
+
+    return await serve_page(request, work)
+
+
+@router.get("/login")
+async def login_form(request: Request):
+    page = Page("login.html", {"title": "Sign in", "next": access.safe_next(request.query_params.get("next")),
+                               "why": request.query_params.get("why", "")[:300]})
+    return html(request, page, None)
+
+
+@router.get("/ui/events")
+async def events(request: Request):
+    """Server-sent events: `change` after every committed change of stored state (see `web.live`)."""
+    try:
+        await run_in_threadpool(in_transaction, request, lambda conn, viewer: None)
+    except (access.SignInNeeded, access.NotAllowed) as exc:
+        return PlainTextResponse(str(exc), status_code=401)
+    feed = request.app.state.dagline_live
+    return StreamingResponse(feed.stream(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+

@@ -1,0 +1,269 @@
+"""The pages' read models: what each page shows, read in the request's one transaction. Listings the
+CLI already has come from `dagline.queries` (the same fields as its JSON); what only the pages need
+(the grid, the timeline, a run's tries, a task's durations) is read here."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import statistics
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
+
+from dagline import queries
+from dagline.dagstore import DagCache, require_dag
+from dagline.db.models import dag_run_t, event_t, ti_t
+from dagline.errors import OperationFailed
+from dagline.states import TIState
+from dagline.times import isoformat
+
+MAX_GRID_RUNS = 1000
+TRY_ENDS = frozenset({"success", "failed", "up_for_retry", "upstream_failed", "skipped", "removed", "none"})
+
+
+def dag_list(conn: Connection) -> list[dict]:
+    """`dags list` with each DAG's latest run (id and state) and its import error."""
+    rows = queries.list_dags(conn)
+    latest = queries.latest_runs(conn, [r["dag_id"] for r in rows])
+    for r in rows:
+        run = latest.get(r["dag_id"])
+        r["last_run"] = None if run is None else {"run_id": run.run_id, "state": run.state}
+    if rows:
+        ids = dict(conn.execute(select(dag_run_t.c.run_id, dag_run_t.c.id)
+                                .where(dag_run_t.c.run_id.in_([r["last_run"]["run_id"] for r in rows
+                                                               if r["last_run"]]))).all())
+        for r in rows:
+            if r["last_run"]:
+                r["last_run"]["id"] = ids.get(r["last_run"]["run_id"])
+    return rows
+
+
+def dag_header(conn: Connection, dag_id: str) -> dict:
+    """The DAG row a DAG page starts with (raises OperationFailed for an unknown DAG)."""
+    row = require_dag(conn, dag_id, active=False)
+    return {"dag_id": row.dag_id, "paused": row.is_paused, "active": row.is_active, "schedule": row.schedule,
+            "timezone": row.timezone, "import_error": row.import_error,
+            "next_run_after": isoformat(row.next_dagrun_create_after)}
+
+
+def version(conn: Connection, version_id: int):
+    """A DAG version (read per request: version ids are per database, and a page reads one or two)."""
+    return DagCache().get(conn, version_id)
+
+
+def current_dag(conn: Connection, dag_id: str):
+    try:
+        return DagCache().current(conn, dag_id)[1]
+    except Exception:  # noqa: BLE001 - an unreadable version: the page shows the import error instead
+        return None
+
+
+@dataclasses.dataclass
+class Grid:
+    tasks: list[str]
+    runs: list[dict]          # live runs, oldest first
+    overridden: list[dict]    # runs a backfill replaced, within the shown range
+    states: dict[int, dict[str, str]]
+
+    def rows(self, runs: list[dict]) -> dict[str, list[str | None]]:
+        """task id -> its state in each run (None: no task instance there)."""
+        per_run = [self.states.get(r["id"], {}) for r in runs]
+        return {task: [m.get(task) for m in per_run] for task in self.tasks}
+
+
+def _brief_runs(conn: Connection, dag_id: str, *, overridden: bool, limit: int | None = None,
+                since: dt.datetime | None = None) -> list[dict]:
+    run = dag_run_t.c
+    stmt = (select(run.id, run.run_id, run.logical_date, run.run_type, run.state, run.backfill_id,
+                   run.previous_run_id, run.start_date, run.end_date)
+            .where(run.dag_id == dag_id, ~run.is_test))
+    stmt = stmt.where(run.state == "overridden") if overridden else stmt.where(run.state != "overridden")
+    if since is not None:
+        stmt = stmt.where(run.logical_date >= since)
+    stmt = stmt.order_by(run.logical_date.desc(), run.id.desc())
+    if limit:
+        stmt = stmt.limit(limit)
+    rows = conn.execute(stmt).all()
+    return [{"id": r.id, "run_id": r.run_id, "logical_date": isoformat(r.logical_date), "run_type": r.run_type,
+             "state": r.state, "backfill_id": r.backfill_id, "previous_run_id": r.previous_run_id,
+             "start_date": isoformat(r.start_date), "end_date": isoformat(r.end_date),
+             "_ld": r.logical_date} for r in reversed(rows)]
+
+
+def recent_runs(conn: Connection, dag_id: str, limit: int) -> list[dict]:
+    """The latest live runs, newest first, and the overridden ones among them (for choosing a run)."""
+    live = _brief_runs(conn, dag_id, overridden=False, limit=limit)
+    replaced = _brief_runs(conn, dag_id, overridden=True, since=live[0]["_ld"]) if live else []
+    return sorted(live + replaced, key=lambda r: (r["_ld"], r["state"] != "overridden", r["id"]), reverse=True)
+
+
+def grid(conn: Connection, dag_id: str, dag, limit: int) -> Grid:
+    """The latest `limit` live runs as columns and the DAG's tasks as rows; overridden runs of the same
+    range apart from them."""
+    runs = _brief_runs(conn, dag_id, overridden=False, limit=limit)
+    since = runs[0]["_ld"] if runs else None
+    replaced = _brief_runs(conn, dag_id, overridden=True, since=since, limit=limit) if runs else []
+    states = grid_states(conn, [r["id"] for r in runs + replaced])
+    order = list(dag.tasks) if dag is not None else []
+    extra = sorted({t for m in states.values() for t in m} - set(order))
+    return Grid(order + extra, runs, replaced, states)
+
+
+def grid_states(conn: Connection, run_pks: list[int]) -> dict[int, dict[str, str]]:
+    """run id -> task id -> state, read as one row per run (`task:state,...` aggregated by the
+    database: task ids hold no ':' nor ','), so 20,000 task instances cost 1,000 rows, not 20,000."""
+    pair = ti_t.c.task_id + ":" + ti_t.c.state
+    if conn.dialect.name == "postgresql":
+        joined = func.string_agg(pair, ",")
+    else:
+        joined = func.group_concat(pair, ",")
+    states: dict[int, dict[str, str]] = {}
+    for start in range(0, len(run_pks), 500):
+        for run_pk, text in conn.execute(select(ti_t.c.dag_run_id, joined)
+                                         .where(ti_t.c.dag_run_id.in_(run_pks[start:start + 500]))
+                                         .group_by(ti_t.c.dag_run_id)):
+            states[run_pk] = dict(item.split(":", 1) for item in text.split(","))
+    return states
+
+
+def timeline(conn: Connection, dag_id: str, limit: int) -> list[dict]:
+    """The DAG's timeline, newest first: every live run with its `previous` run, and under each the runs
+    it replaced (overridden by a backfill) at the same logical date."""
+    live = _brief_runs(conn, dag_id, overridden=False, limit=limit)
+    since = live[0]["_ld"] if live else None
+    replaced = _brief_runs(conn, dag_id, overridden=True, since=since) if live else []
+    names = {r["id"]: r for r in live}
+    missing = {r["previous_run_id"] for r in live if r["previous_run_id"] and r["previous_run_id"] not in names}
+    if missing:
+        for r in conn.execute(select(dag_run_t.c.id, dag_run_t.c.run_id, dag_run_t.c.logical_date)
+                              .where(dag_run_t.c.id.in_(missing))):
+            names[r.id] = {"id": r.id, "run_id": r.run_id, "logical_date": isoformat(r.logical_date)}
+    by_date: dict[str, list[dict]] = {}
+    for r in replaced:
+        by_date.setdefault(r["logical_date"], []).append(r)
+    out = []
+    for r in reversed(live):
+        previous = names.get(r["previous_run_id"]) if r["previous_run_id"] else None
+        out.append({**r, "previous": previous, "replaced": by_date.get(r["logical_date"], [])})
+    return out
+
+
+def tries(conn: Connection, run_pk: int, tasks: list[dict], *, now: dt.datetime) -> list[dict]:
+    """Every try of every task instance of a run, from the event log: when it was queued, started and
+    ended, and how (`running` while it has not ended). Sorted by start."""
+    found: dict[tuple[str, int], dict] = {}
+    events = conn.execute(select(event_t.c.task_id, event_t.c.try_number, event_t.c.to_state, event_t.c.at,
+                                 event_t.c.detail)
+                          .where(event_t.c.entity == "task_instance", event_t.c.dag_run_id == run_pk)
+                          .order_by(event_t.c.id))
+    for ev in events:
+        if not ev.try_number:
+            continue
+        key = (ev.task_id, ev.try_number)
+        one = found.setdefault(key, {"task_id": ev.task_id, "try_number": ev.try_number, "queued_at": None,
+                                     "start": None, "end": None, "state": "queued", "detail": None})
+        if ev.to_state == "queued" and one["queued_at"] is None:
+            one["queued_at"] = ev.at
+        elif ev.to_state == "running":
+            one["start"] = one["start"] or ev.at
+            one["state"] = "running"
+        elif ev.to_state in TRY_ENDS and one["end"] is None and (one["start"] or one["queued_at"]):
+            one["end"] = ev.at
+            one["state"] = ev.to_state
+            one["detail"] = ev.detail
+    current = {t["task_id"]: t for t in tasks}
+    out = []
+    for one in found.values():
+        ti = current.get(one["task_id"])
+        if ti and ti["try_number"] == one["try_number"] and one["end"] is None and ti["state"] in TIState.FINISHED:
+            one["state"] = ti["state"]  # an end recorded without its own event (older rows)
+        one["duration_s"] = (round(((one["end"] or now) - one["start"]).total_seconds(), 3)
+                             if one["start"] else None)
+        out.append(one)
+    far = dt.datetime.max.replace(tzinfo=dt.UTC)
+    out.sort(key=lambda t: (t["start"] or t["queued_at"] or far, t["task_id"], t["try_number"]))
+    return out
+
+
+def durations(conn: Connection, dag_id: str, task_id: str, limit: int = 200) -> dict:
+    """A task's durations across the DAG's latest live runs (its latest try in each), and their median."""
+    run = dag_run_t.c
+    rows = conn.execute(
+        select(run.id, run.run_id, run.logical_date, ti_t.c.state, ti_t.c.try_number, ti_t.c.start_date,
+               ti_t.c.end_date)
+        .join(ti_t, ti_t.c.dag_run_id == run.id)
+        .where(run.dag_id == dag_id, ti_t.c.task_id == task_id, run.state != "overridden", ~run.is_test)
+        .order_by(run.logical_date.desc(), run.id.desc()).limit(limit)).all()
+    points = []
+    for r in reversed(rows):
+        seconds = (r.end_date - r.start_date).total_seconds() if r.start_date and r.end_date else None
+        points.append({"run_pk": r.id, "run_id": r.run_id, "logical_date": isoformat(r.logical_date),
+                       "state": r.state, "try_number": r.try_number, "duration_s": seconds})
+    known = [p["duration_s"] for p in points if p["duration_s"] is not None]
+    return {"points": points, "median_s": statistics.median(known) if known else None,
+            "max_s": max(known) if known else None}
+
+
+def backfills(conn: Connection) -> list[dict]:
+    """Backfills, newest first, each with its task instances per state (the progress bar)."""
+    rows = list(reversed(queries.list_backfills(conn)))
+    for b in rows:
+        b["tasks"] = queries.backfill_task_counts(conn, b["id"])
+        done = b["succeeded"] + b["failed"]
+        b["percent"] = round(100 * done / b["total"]) if b["total"] else 100
+    return rows
+
+
+def signal_log(conn: Connection, limit: int = 100) -> list[dict]:
+    """The newest signals first, each with its actions; every action names its run's numeric id."""
+    from dagline.signal_store import list_signals
+
+    signals = list(reversed(list_signals(conn, limit=limit)))
+    keys = {(a["dag_id"], a["run_id"]) for s in signals for a in s["actions"]}
+    pks = {k: r.id for k, r in queries.runs_by_run_id(conn, sorted(keys)).items()} if keys else {}
+    for s in signals:
+        for a in s["actions"]:
+            a["run_pk"] = pks.get((a["dag_id"], a["run_id"]))
+    return signals
+
+
+def rendered_job(conn: Connection, dag, run, task_id: str, try_number: int) -> dict:
+    """The Spark job a try of this task gets (its arguments and conf rendered as the scheduler renders
+    them, with the signal that started the try); `error` when a template fails."""
+    import json
+
+    from dagline.db.models import signal_t
+    from dagline.scheduler.launches import render_job
+
+    task = dag.tasks.get(task_id)
+    if task is None:
+        return {"error": f"task {task_id!r} is not in this run's DAG version"}
+    signal = None
+    seq = conn.execute(select(ti_t.c.signal_seq).where(ti_t.c.dag_run_id == run.id, ti_t.c.task_id == task_id)).scalar()
+    if seq is not None:
+        row = conn.execute(select(signal_t).where(signal_t.c.seq == seq)).first()
+        if row is not None:
+            signal = {"key": row.key, "value": json.loads(row.value), "seq": row.seq, "source": row.source}
+    try:
+        job = render_job(task, dag, run_id=run.run_id, logical_date=run.logical_date,
+                         data_interval=(run.data_interval_start, run.data_interval_end),
+                         try_number=max(1, try_number), conf=run.conf or {}, signal=signal)
+    except ValueError as exc:
+        return {"error": f"template error: {exc}"}
+    return {"main_application_file": job.main_application_file, "arguments": list(job.arguments),
+            "conf": dict(job.conf), "try_number": max(1, try_number), "signal": signal, "error": None}
+
+
+def run_row(conn: Connection, run_ref: str):
+    from dagline.runs import find_run
+
+    return find_run(conn, run_ref)
+
+
+def run_for_page(conn: Connection, run_ref: str):
+    try:
+        return run_row(conn, run_ref)
+    except OperationFailed:
+        return None
+

@@ -1,0 +1,144 @@
+"""The plumbing every page and action shares: one
+transaction per request in the thread pool (run again after a PostgreSQL conflict, like the API's),
+the viewer, the CSRF cookie, a one-shot notice after an action, and the answers to refusals (a
+sign-in redirect, 403, 404 and 422 pages)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable
+from urllib.parse import quote
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from dagline.db.faults import run_again_on_conflict
+from dagline.errors import InvalidInput, OperationFailed
+from dagline.web import access
+from dagline.web.render import render
+
+log = logging.getLogger(__name__)
+NOTICE_COOKIE = "dagline_notice"
+
+
+@dataclasses.dataclass
+class Page:
+    """What a page handler returns: a template and its context, or a ready response."""
+
+    template: str | None = None
+    context: dict = dataclasses.field(default_factory=dict)
+    status: int = 200
+    response: Response | None = None
+
+
+def state(request: Request):
+    return request.app.state.dagline
+
+
+def in_transaction(request: Request, work: Callable):
+    """`work(conn, viewer)` in one transaction (run again after a conflict); the viewer is checked in it."""
+    api = state(request)
+    token = access.presented_token(request)
+
+    def once():
+        with api.database.begin() as conn:
+            viewer = access.identify(conn, token, anonymous_read=api.settings.anonymous_read, now=api.clock.now())
+            return work(conn, viewer), viewer
+
+    return run_again_on_conflict(once, what="a web UI request", pause_s=0.05)
+
+
+def html(request: Request, page: Page, viewer: access.Viewer | None) -> Response:
+    if page.response is not None:
+        response = page.response
+    else:
+        notice = request.cookies.get(NOTICE_COOKIE)
+        feed = request.app.state.dagline_live
+        if page.context.get("live"):
+            feed.ensure_started()  # from now on it counts changes: the page's stream compares (see web.live)
+        context = {"viewer": viewer, "csrf": access.csrf_value(request), "path": request.url.path,
+                   "url": str(request.url.path) + (f"?{request.url.query}" if request.url.query else ""),
+                   "notice": _read_notice(notice), "anonymous_read": state(request).settings.anonymous_read,
+                   "live_version": feed.version,
+                   **page.context}
+        response = HTMLResponse(render(page.template, **context), status_code=page.status)
+        if notice:
+            response.delete_cookie(NOTICE_COOKIE, path="/")
+    access.set_cookies(request, response)
+    response.headers.setdefault("Cache-Control", "no-store")
+    response.headers.setdefault("X-Frame-Options", "DENY")
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("Referrer-Policy", "same-origin")
+    response.headers.setdefault("Content-Security-Policy",
+                                "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+                                "frame-ancestors 'none'; form-action 'self'")
+    return response
+
+
+def _read_notice(raw: str | None) -> dict | None:
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+        return {"text": str(value["text"])[:500], "kind": "ok" if value.get("kind") == "ok" else "warn"}
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def redirect_with_notice(request: Request, target: str, text: str, kind: str = "ok") -> RedirectResponse:
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(NOTICE_COOKIE, json.dumps({"text": text, "kind": kind}), max_age=120, httponly=True,
+                        samesite="strict", secure=access.is_https(request), path="/")
+    return response
+
+
+def identified(request: Request, work: Callable):
+    """`work(viewer)` after the viewer was checked in a transaction of its own: actions call the CLI's
+    domain functions, which open their own transactions (each run again after a conflict)."""
+    _, viewer = in_transaction(request, lambda conn, viewer: None)
+    return run_again_on_conflict(lambda: work(viewer), what="a web UI action", pause_s=0.05), viewer
+
+
+async def serve_page(request: Request, handler: Callable, *, action: bool = False) -> Response:
+    """Run `handler(conn, viewer) -> Page` (an action: `handler(viewer) -> Page`, see `identified`) and
+    answer with its HTML (or the refusal's page)."""
+    try:
+        page, viewer = await run_in_threadpool(identified if action else in_transaction, request, handler)
+    except access.SignInNeeded as exc:
+        return sign_in_redirect(request, str(exc))
+    except access.NotAllowed as exc:
+        return html(request, Page("problem.html", {"title": "Not allowed", "message": str(exc), "field": None}, 403),
+                    None)
+    except access.CsrfRefused as exc:
+        return html(request, Page("problem.html", {"title": "Refused", "message": str(exc), "field": None}, 403),
+                    None)
+    except NotFound as exc:
+        return html(request, Page("problem.html", {"title": "Not found", "message": str(exc), "field": None}, 404),
+                    None)
+    except InvalidInput as exc:
+        return html(request, Page("problem.html", {"title": "Invalid input", "message": exc.reason,
+                                                   "field": exc.field}, 422), None)
+    except OperationFailed as exc:
+        return html(request, Page("problem.html", {"title": "Not done", "message": str(exc), "field": None}, 409),
+                    None)
+    return html(request, page, viewer)
+
+
+class NotFound(Exception):
+    pass
+
+
+def sign_in_redirect(request: Request, why: str) -> Response:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    if request.method != "GET":
+        target = request.headers.get("referer", "/")
+        target = "/" if "://" in target and not target.startswith(str(request.base_url)) else target
+        target = "/" + target.split("://", 1)[-1].split("/", 1)[-1] if "://" in target else target
+    response = RedirectResponse(f"/login?next={quote(access.safe_next(target), safe='/')}&why={quote(why[:300])}",
+                                status_code=303)
+    if request.cookies.get(access.TOKEN_COOKIE):
+        response.delete_cookie(access.TOKEN_COOKIE, path="/")
+    return response

@@ -1,0 +1,219 @@
+"""The web UI over HTTP (FastAPI's TestClient on the API's own app), on SQLite and PostgreSQL: who may
+read and act, the CSRF check, confirmations, that actions are the CLI's (same event log), that every
+value is escaped, and the live feed's wake-ups. The browser tests (tests/browser/) click through the
+same pages in Chromium."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from dagline.api import ApiSettings, create_app
+from dagline.db.models import dag_run_t, event_t, signal_t
+from dagline.pools import set_pool
+from dagline.times import parse_instant
+from dagline.web.live import LiveFeed
+from tests import web_scenario as scene
+
+
+@pytest.fixture
+def world(db, tmp_path):
+    names = scene.build(db, tmp_path)
+    names["logs"] = tmp_path / "logs"
+    return names
+
+
+def make_client(db, world, **settings) -> TestClient:
+    app = create_app(db, ApiSettings(log_folder=str(world["logs"]), **settings))
+    return TestClient(app, follow_redirects=False)
+
+
+def sign_in(client: TestClient, token: str) -> str:
+    """Sign in through the form; returns the CSRF value of this browser."""
+    client.get("/login")
+    csrf = client.cookies["dagline_csrf"]
+    answer = client.post("/login", data={"token": token, "csrf": csrf, "next": "/"})
+    assert answer.status_code == 303 and answer.headers["location"] == "/", answer.text
+    return csrf
+
+
+def runs_of(db, dag_id: str) -> list:
+    with db.begin() as conn:
+        return conn.execute(select(dag_run_t).where(dag_run_t.c.dag_id == dag_id).order_by(dag_run_t.c.id)).all()
+
+
+def test_pages_need_a_token_unless_anonymous_reads_are_on(db, world):
+    closed = make_client(db, world)
+    answer = closed.get("/dags/sales/grid")
+    assert answer.status_code == 303 and answer.headers["location"].startswith("/login?next=/dags/sales/grid")
+    assert closed.get("/ui/events").status_code == 401
+    assert closed.get("/api/v1/signals").status_code == 401  # the API on the same app keeps its rules
+    bad = closed.get("/", headers={"Authorization": "Bearer dgl_1_" + "x" * 43})
+    assert bad.status_code == 303
+    closed.cookies.set("dagline_csrf", "z" * 30)
+    login = closed.post("/login", data={"token": "dgl_9_" + "y" * 43, "csrf": "z" * 30})
+    assert login.status_code == 401 and "unknown, revoked or expired token" in login.text
+
+    sign_in(closed, world["reader"])
+    for path in ("/", "/dags/sales/grid", "/dags/sales/graph", "/dags/sales/timeline", "/dags/sales/tasks/load",
+                 "/runs/1", "/backfills", "/signals", "/pools"):
+        page = closed.get(path)
+        assert page.status_code == 200, (path, page.text)
+        assert "default-src 'self'" in page.headers["content-security-policy"]
+    assert closed.get("/dags/nope/grid").status_code == 404
+    assert closed.get("/runs/99999").status_code == 404
+
+    anonymous = make_client(db, world, anonymous_read=True)
+    page = anonymous.get("/dags/sales/grid")
+    assert page.status_code == 200 and "anonymous (read only)" in page.text
+
+
+def test_the_grid_graph_and_timeline_show_the_runs(db, world):
+    client = make_client(db, world)
+    sign_in(client, world["reader"])
+    grid = client.get("/dags/sales/grid").text
+    main, _, replaced = grid.partition('id="grid-overridden"')
+    assert main.count("<td class=s-success>") == 15  # 5 live runs x 3 tasks, the backfill's included
+    assert "<td class=s-failed>" in replaced and "<td class=s-upstream_failed>" in replaced
+    assert "Replaced by backfills" in grid
+    overridden = next(r for r in runs_of(db, "sales") if r.state == "overridden")
+    graph = client.get(f"/dags/sales/graph?run={overridden.id}").text
+    assert re.search(r'<rect class="s-failed"[^>]*/>\s*<text[^>]*>transform</text>', graph)
+    assert 'class="edge s-success"' in graph  # extract -> transform carried extract's success
+    timeline = client.get("/dags/sales/timeline").text
+    assert "backfill #1" in timeline and "replaced by this run" in timeline and overridden.run_id in timeline
+    durations = client.get("/dags/sales/tasks/transform").text
+    assert "median" in durations and 'class="median-line"' in durations
+
+
+def test_every_rendered_value_is_escaped(db, world):
+    client = make_client(db, world)
+    csrf = sign_in(client, world["token"])
+    answer = client.post("/dags/stream/trigger", data={"csrf": csrf, "confirmed": "yes",
+                                                       "conf": '{"note": "%s"}' % scene.HTML.replace('"', '\\"')})
+    assert answer.status_code == 303
+    run = runs_of(db, "stream")[-1]
+    scene.write_log(world["logs"], "sales", "scheduled__2026-01-01T00:00:00+00:00", "extract", 1,
+                    f"starting\n{scene.HTML}\ndone\n")
+    page = client.get(f"/runs/{run.id}").text
+    assert "<script>window.pwned" not in page and "&lt;script&gt;window.pwned = 1&lt;/script&gt;" in page
+    log_page = client.get("/runs/1?task=extract&try=1").text
+    assert "<b>bold</b>" not in log_page and "&lt;b&gt;bold&lt;/b&gt;" in log_page
+    raw = client.get("/runs/1/logs/extract/1?offset=0")
+    assert raw.headers["content-type"].startswith("text/plain") and scene.HTML in raw.text
+    assert raw.headers["x-log-offset"] == str(len(f"starting\n{scene.HTML}\ndone\n".encode()))
+    sent = client.post("/signals/send", data={"csrf": csrf, "confirmed": "yes", "key": "model.published",
+                                              "value": '{"path": "<img src=x onerror=alert(1)>"}'})
+    assert sent.status_code == 303
+    signals = client.get("/signals").text
+    assert "<img src=x" not in signals and "&lt;img src=x onerror=alert(1)&gt;" in signals
+
+
+def test_actions_need_the_scope_the_csrf_field_and_a_confirmation(db, world):
+    client = make_client(db, world)
+    csrf = sign_in(client, world["reader"])
+    before = len(runs_of(db, "stream"))
+    refused = client.post("/dags/stream/trigger", data={"csrf": csrf, "confirmed": "yes"})
+    assert refused.status_code == 403 and "needs &#39;operate&#39;" in refused.text
+
+    client = make_client(db, world)
+    csrf = sign_in(client, world["token"])
+    no_csrf = client.post("/dags/stream/trigger", data={"confirmed": "yes"})
+    assert no_csrf.status_code == 403 and "CSRF" in no_csrf.text
+    wrong = client.post("/dags/stream/trigger", data={"confirmed": "yes", "csrf": "x" * 43})
+    assert wrong.status_code == 403
+    elsewhere = client.post("/dags/stream/trigger", data={"confirmed": "yes", "csrf": csrf},
+                            headers={"Origin": "https://evil.example"})
+    assert elsewhere.status_code == 403 and "evil.example" in elsewhere.text
+    bad_conf = client.post("/dags/stream/trigger", data={"csrf": csrf, "conf": "[1, 2]"})
+    assert bad_conf.status_code == 422 and "conf" in bad_conf.text
+    assert len(runs_of(db, "stream")) == before
+
+    asked = client.post("/dags/stream/trigger", data={"csrf": csrf, "conf": '{"a": 1}'})
+    assert asked.status_code == 200 and "Trigger a run of stream?" in asked.text and 'name="confirmed"' in asked.text
+    assert len(runs_of(db, "stream")) == before  # asking writes nothing
+    done = client.post("/dags/stream/trigger", data={"csrf": csrf, "conf": '{"a": 1}', "confirmed": "yes"})
+    assert done.status_code == 303
+    run = runs_of(db, "stream")[-1]
+    assert done.headers["location"] == f"/runs/{run.id}" and run.conf == {"a": 1} and run.run_type == "manual"
+    with db.begin() as conn:
+        who = conn.execute(select(event_t.c.who).where(event_t.c.dag_run_id == run.id)).scalars().all()
+    assert who and set(who) == {"web:ops"}  # recorded like the CLI's, with the token's name
+
+    paused = client.post("/dags/sales/pause", data={"csrf": csrf, "confirmed": "yes", "next": "/dags/sales/grid"})
+    assert paused.status_code == 303 and paused.headers["location"] == "/dags/sales/grid"
+    assert "paused" in client.get("/dags/sales/grid").text
+    client.post("/dags/sales/unpause", data={"csrf": csrf, "confirmed": "yes"})
+
+
+def test_clear_stop_backfill_and_signal_through_the_pages(db, world):
+    client = make_client(db, world)
+    csrf = sign_in(client, world["token"])
+    overridden = next(r for r in runs_of(db, "sales") if r.state == "overridden")
+    refused = client.post(f"/runs/{overridden.id}/clear", data={"csrf": csrf})
+    assert refused.status_code == 409 and "overridden" in refused.text
+    first = runs_of(db, "sales")[0]
+    asked = client.post(f"/runs/{first.id}/clear", data={"csrf": csrf, "task": ["transform"], "downstream": "on"})
+    assert "load, transform" in asked.text and "Clear 2 task instance(s)" in asked.text
+    done = client.post(f"/runs/{first.id}/clear", data={"csrf": csrf, "task": ["transform"], "downstream": "on",
+                                                       "confirmed": "yes"})
+    assert done.status_code == 303
+    assert "cleared 2 task instance(s): load, transform" in client.get(done.headers["location"]).text
+    assert runs_of(db, "sales")[0].state == "running"
+
+    stopped = client.post(f"/runs/{first.id}/stop", data={"csrf": csrf, "confirmed": "yes"})
+    assert stopped.status_code == 303
+    assert "skipped load, transform" in client.get(stopped.headers["location"]).text
+
+    form = {"csrf": csrf, "start": "2026-01-04", "end": "2026-01-05", "reprocess": "completed"}
+    plan = client.post("/dags/sales/backfill", data=form)
+    assert plan.status_code == 200 and "2 to replace" in plan.text and plan.text.count("<td>replace</td>") == 2
+    backfills_before = client.get("/backfills").text.count('data-backfill="')
+    made = client.post("/dags/sales/backfill", data={**form, "confirmed": "yes"})
+    assert made.status_code == 303 and made.headers["location"] == "/backfills"
+    listing = client.get("/backfills").text
+    assert listing.count('data-backfill="') == backfills_before + 1 and "backfill 2 of sales: 2 run(s)" in listing
+    bad = client.post("/dags/sales/backfill", data={**form, "start": "someday"})
+    assert bad.status_code == 422 and "start" in bad.text
+
+    asked = client.post("/signals/send", data={"csrf": csrf, "key": "model.published", "value": '{"path": "/m/1"}'})
+    assert "stream spec.tasks[evaluate].on[0] (start)" in asked.text
+    sent = client.post("/signals/send", data={"csrf": csrf, "key": "model.published", "value": '{"path": "/m/1"}',
+                                              "id": "m1", "confirmed": "yes"})
+    assert sent.status_code == 303
+    with db.begin() as conn:
+        row = conn.execute(select(signal_t).where(signal_t.c.sender_id == "m1")).one()
+    assert row.source == "token:ops"
+    assert client.post("/signals/send", data={"csrf": csrf, "key": "Bad Key"}).status_code == 422
+
+
+def test_pools_show_used_and_free_slots(db, world):
+    set_pool(db, "spark", 4, now=parse_instant("2026-01-06T00:00:00"))
+    client = make_client(db, world)
+    sign_in(client, world["reader"])
+    page = client.get("/pools").text
+    assert re.search(r'data-pool="spark"><td>spark</td><td>4</td><td class="used">0</td>\s*<td class="free">4</td>',
+                     page)
+
+
+def test_the_live_feed_wakes_on_a_change_committed_elsewhere(db, world):
+    feed = LiveFeed(db, poll_s=0.05)
+
+    async def first_change():
+        stream = feed.stream()
+        assert (await stream.__anext__()).startswith("retry:")
+        await asyncio.sleep(0.3)  # the watcher is listening (or has its first poll) by now
+        scene.cli(db, "dags", "pause", "stream")  # another process's commit: NOTIFY, or a new event row
+        try:
+            return await asyncio.wait_for(stream.__anext__(), timeout=20)
+        finally:
+            await stream.aclose()
+
+    try:
+        assert asyncio.run(first_change()).startswith("event: change")
+    finally:
+        feed.close()
