@@ -17,7 +17,6 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import logging
-import os
 import queue
 import time
 from collections.abc import Callable, Mapping
@@ -29,6 +28,7 @@ from dagline.db.outbox import settle_delivered, settle_failed
 from dagline.errors import InvalidInput
 from dagline.scheduler.channels import Callback, DeliveryFailed
 from dagline.scheduler.resilience import Transactions
+from dagline.scheduler.settings import env_overrides
 
 log = logging.getLogger(__name__)
 
@@ -55,18 +55,7 @@ class CallbackSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> CallbackSettings:
-        environ = os.environ if environ is None else environ
-        values = {}
-        for field in dataclasses.fields(cls):
-            raw = environ.get(_env(field.name))
-            if raw is not None:
-                kind = type(field.default)
-                try:
-                    values[field.name] = kind(raw)
-                except ValueError:
-                    raise InvalidInput(f"must be {'an integer' if kind is int else 'a number'}, got {raw!r}",
-                                       field=_env(field.name)) from None
-        return cls(**values)
+        return cls(**env_overrides(cls, "DAGLINE_CALLBACK_", environ))
 
 
 def _env(field: str) -> str:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from dagline.errors import InvalidInput
 from dagline.limits import MAX_SETTING_COUNT, MAX_SETTING_SECONDS, TEMPLATE_TIME_BUDGET_S
@@ -46,17 +48,25 @@ class SchedulerSettings:
     @classmethod
     def from_env(cls) -> SchedulerSettings:
         """Overrides from `DAGLINE_SCHEDULER_<FIELD>` environment variables (e.g. ..._TIS_PER_LOOP=256)."""
-        values = {}
-        for field in dataclasses.fields(cls):
-            raw = os.environ.get(_env_name(field.name))
-            if raw is not None:
-                kind = type(field.default)
-                try:
-                    values[field.name] = kind(raw)
-                except ValueError:
-                    raise InvalidInput(f"must be {'an integer' if kind is int else 'a number'}, got {raw!r}",
-                                       field=_env_name(field.name)) from None
-        return cls(**values)
+        return cls(**env_overrides(cls, "DAGLINE_SCHEDULER_"))
+
+
+def env_overrides(cls: type, prefix: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The fields of settings dataclass `cls` set by `<prefix><FIELD>` environment variables, each read as
+    its default's type; a value of another type is an error naming the variable."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        name = f"{prefix}{field.name.upper()}"
+        raw = environ.get(name)
+        if raw is not None:
+            kind = type(field.default)
+            try:
+                values[field.name] = kind(raw)
+            except ValueError:
+                raise InvalidInput(f"must be {'an integer' if kind is int else 'a number'}, got {raw!r}",
+                                   field=name) from None
+    return values
 
 
 def _env_name(field: str) -> str:
