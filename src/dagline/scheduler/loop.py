@@ -66,7 +66,7 @@ from dagline.scheduler.renderer import Renderer
 from dagline.scheduler.resilience import Backoff, Transactions
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.scheduler.signal_reactions import react_to_signals
-from dagline.scheduler.start_runs import start_queued_runs
+from dagline.scheduler.start_runs import start_queued_runs, work_waiting
 from dagline.scheduler.stops import tries_to_stop
 from dagline.scheduler.tries import InFlight
 from dagline.scheduler.wakeup import Wakeup
@@ -139,6 +139,7 @@ class Scheduler:
         self._lock = SchedulerLock(db)
         self._pending_reports: list = []  # read from the executor, not yet stored
         self._skipped_runs: set[int] = set()  # runs the mini-scheduler could not lock (a peer held them)
+        self._work_waiting = False  # SQLite: the last reports stored saw a queued run or a new signal
         self._stop_requested = False
         self._last_housekeeping = float("-inf")
         self._step = "start"
@@ -398,9 +399,17 @@ class Scheduler:
         them), queue, launch and store reports again at once, without a full pass (create, start, examine)
         in between, for at most `follow_up_s`. A chain of quick tasks then moves one hop per critical
         section, not one hop per loop. Nothing is skipped: the next iteration's full pass still looks at
-        everything."""
+        everything.
+
+        It gives way to a full pass as soon as there is other work (a run triggered, new signals): on
+        PostgreSQL when anyone but a scheduler replica announced a change (peers' changes wait for the
+        full pass that follows anyway), on SQLite (nothing is announced) when the transaction storing
+        the reports saw a queued run or an unhandled signal. Otherwise what was queued meanwhile would
+        wait for the whole chain before it starts."""
         limit = self.settings.follow_up_s
         while (decided or self._skipped_runs) and not self._stop_requested and time.monotonic() - began < limit:
+            if self.wakeup.pending() or self._work_waiting:
+                break  # the next iteration (at once: this one did work) is a full pass
             if self._skipped_runs:  # runs a peer was examining when the reports came: their peer is done now
                 decided += self._retry_skipped(stats)
             queued = self._queue_and_launch(stats, self.clock.now())
@@ -480,6 +489,9 @@ class Scheduler:
             mini = LoopStats()
             affected = apply_reports(conn, reports, dags=self.dags, who=self.who)
             self._mini_schedule(conn, affected, mini, now)
+            # nothing announces new work on SQLite: look, for the follow-up (see `_follow_up`)
+            self._work_waiting = not self.wakeup.listens and self.backfill_id is None and \
+                self.test_run_id is None and work_waiting(conn, now=now)
             return mini
 
         mini = self.tx.run(store, what=self._step)

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from dagline.admission import max_active_runs_reason
 from dagline.dagstore import DagCache
 from dagline.db.claims import lock_dags_with_startable_runs
-from dagline.db.models import backfill_t, dag_run_t, dag_t
+from dagline.db.models import backfill_t, dag_run_t, dag_t, signal_t
 from dagline.db.transitions import change_runs
 from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
 from dagline.states import RunState
@@ -140,3 +140,13 @@ def _first_queued(conn: Connection, dag_ids: list[str], now: dt.datetime, cap: i
         if row.newest <= cap:
             found[(row.dag_id, row.backfill_id)].backward.append(row.id)
     return found
+
+
+def work_waiting(conn: Connection, *, now: dt.datetime) -> bool:
+    """Whether a queued run may start or a signal waits to be handled: what a replica busy following up
+    its own chains (`Scheduler._follow_up`) would otherwise leave waiting, where nothing announces it
+    (SQLite). Two indexed lookups, no lock."""
+    queued = select(dag_run_t.c.id).where(dag_run_t.c.state == RunState.QUEUED, dag_run_t.c.logical_date <= now,
+                                          ~dag_run_t.c.is_test).limit(1)
+    unhandled = select(signal_t.c.seq).where(signal_t.c.handled_at.is_(None)).limit(1)
+    return conn.execute(queued).first() is not None or conn.execute(unhandled).first() is not None
