@@ -27,6 +27,7 @@ from sqlalchemy.engine import Connection
 
 from dagline import metrics
 from dagline.db import decisions
+from dagline.db.bulk import insert_rows
 from dagline.db.models import dag_run_t, event_t, ti_t
 from dagline.db.notify import announce
 from dagline.db.observe import at_commit
@@ -44,7 +45,7 @@ def record_events(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     `queued`, log the decisions among them and write the callbacks they fire to the outbox; each row has
     at least at, who, entity."""
     if rows:
-        conn.execute(insert(event_t), [dict(row) for row in rows])
+        insert_rows(conn, event_t, rows)
         if any(row["entity"] != "task_instance" or row.get("to_state") not in _QUIET for row in rows):
             announce(conn, rows[0]["who"])
         decisions.note(conn, rows)
