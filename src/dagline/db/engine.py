@@ -94,6 +94,8 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        if self.writer_lock is not None:
+            self.writer_lock.close()
 
 
 def read_only_error(db: Database, exc: BaseException) -> OperationFailed:

@@ -37,7 +37,7 @@ class WriterLock:
 
     def __init__(self, database_path: str):
         self.path = f"{database_path}.writer.lock"
-        self._local = threading.local()  # per thread: its file descriptor and how deep it holds the lock
+        self._local = threading.local()  # per thread: its open lock file and how deep it holds the lock
         self.waits = 0  # turns that had to wait (for tests and benchmarks)
 
     @contextlib.contextmanager
@@ -52,7 +52,7 @@ class WriterLock:
         finally:
             local.depth -= 1
             if took:
-                fcntl.flock(local.fd, fcntl.LOCK_UN)
+                fcntl.flock(local.file.fd, fcntl.LOCK_UN)
 
     def _acquire(self) -> bool:
         fd = self._fd()
@@ -74,18 +74,36 @@ class WriterLock:
             time.sleep(RETRY_S)
 
     def _fd(self) -> int | None:
-        fd = getattr(self._local, "fd", None)
-        if fd is None and fcntl is not None:
+        file = getattr(self._local, "file", None)
+        if file is None and fcntl is not None:
             try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                file = _LockFile(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
             except OSError:  # a read-only folder: SQLite will say so when it writes
                 return None
-            self._local.fd = fd
-        return fd
+            self._local.file = file
+        return file.fd if file is not None else None
 
     def close(self) -> None:
-        """Close this thread's descriptor (others close with their threads' end of life)."""
-        fd = getattr(self._local, "fd", None)
-        if fd is not None:
-            self._local.fd = None
+        """Close this thread's descriptor (other threads' close with their thread, or with this lock)."""
+        file = getattr(self._local, "file", None)
+        if file is not None:
+            self._local.file = None
+            file.close()
+
+
+class _LockFile:
+    """One thread's descriptor of the lock file, closed when dropped: a thread's local data goes with
+    the thread, and all of it with the `WriterLock`, so no descriptor outlives its user."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
             os.close(fd)
+
+    def __del__(self):
+        self.close()
