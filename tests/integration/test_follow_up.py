@@ -15,6 +15,7 @@ from dagline.db.models import dag_run_t, event_t, ti_t
 from dagline.executors.noop import NoopExecutor
 from dagline.runs import trigger_run
 from dagline.scheduler.loop import Scheduler
+from dagline.scheduler.settings import SchedulerSettings
 from dagline.spec import load_dag_paths
 from tests.dags import dag, task, write
 from tests.polling import wait_for
@@ -74,6 +75,25 @@ def test_a_run_triggered_during_a_chains_follow_up_starts_before_the_chain_ends(
                 event_t.c.dag_id == "other", event_t.c.to_state == "queued")).scalar_one()
             chain_end = conn.execute(select(func.max(ti_t.c.end_date)).where(ti_t.c.dag_id == "chain")).scalar_one()
         assert queued_at < chain_end
+    finally:
+        scheduler.stop()
+
+
+def test_a_run_that_cannot_start_does_not_interrupt_every_follow_up(db, tmp_path):
+    """A queued run that waits (here: its DAG is paused) was seen by the full pass: the chain is followed
+    up to its end in one iteration, not given way to at every hop."""
+    tasks = [task("t0")] + [task(f"t{i}", f"t{i - 1}") for i in range(1, CHAIN)]
+    write(tmp_path, dag("chain", *tasks))
+    write(tmp_path, dag("held", task("only"), paused=True))
+    apply_dags(db, load_dag_paths([str(tmp_path)]), now=SystemClock().now())
+    trigger_run(db, "held", now=SystemClock().now())
+    trigger_run(db, "chain", now=SystemClock().now())
+    scheduler = Scheduler(db, NoopExecutor(parallelism=64), settings=SchedulerSettings(follow_up_s=600))
+    scheduler.start()
+    try:
+        scheduler.iterate()
+        assert set(_states(db, "chain").values()) == {"success"}
+        assert set(_states(db, "held").values()) == {"none"}
     finally:
         scheduler.stop()
 

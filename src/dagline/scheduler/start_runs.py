@@ -142,11 +142,11 @@ def _first_queued(conn: Connection, dag_ids: list[str], now: dt.datetime, cap: i
     return found
 
 
-def work_waiting(conn: Connection, *, now: dt.datetime) -> bool:
-    """Whether a queued run may start or a signal waits to be handled: what a replica busy following up
-    its own chains (`Scheduler._follow_up`) would otherwise leave waiting, where nothing announces it
-    (SQLite). Two indexed lookups, no lock."""
-    queued = select(dag_run_t.c.id).where(dag_run_t.c.state == RunState.QUEUED, dag_run_t.c.logical_date <= now,
-                                          ~dag_run_t.c.is_test).limit(1)
-    unhandled = select(signal_t.c.seq).where(signal_t.c.handled_at.is_(None)).limit(1)
-    return conn.execute(queued).first() is not None or conn.execute(unhandled).first() is not None
+def newest_work(conn: Connection) -> tuple[int, int]:
+    """The newest run id and unhandled signal seq (two index lookups): compared with what a full pass saw,
+    whether runs or signals came since, from another writer, where nothing announces them (SQLite;
+    see `Scheduler._follow_up`). Only new ones count: a run that was already waiting for a
+    `maxActiveRuns` place, or a signal waiting for an earlier one of its key, does not."""
+    runs = conn.execute(select(func.max(dag_run_t.c.id))).scalar() or 0
+    signals = conn.execute(select(func.max(signal_t.c.seq)).where(signal_t.c.handled_at.is_(None))).scalar() or 0
+    return runs, signals
