@@ -22,7 +22,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, case, insert, literal, select, text, tuple_, update
+from sqlalchemy import String, bindparam, case, insert, literal, literal_column, select, text, tuple_, update
 from sqlalchemy.engine import Connection
 
 from dagline import metrics
@@ -114,8 +114,11 @@ def _compare_and_set(conn, table, ids: list[int], match, expected: str, to: str,
     the changed rows come back in the order of `ids` (RETURNING has none), so events follow the
     order of the decision (priority, run order)."""
     changed: list[Any] = []
+    # SQLite would search the state index and check every row in `expected` against the ids (all the
+    # `none` task instances of a large backfill, for a hundred ids): `+state` keeps it on the primary key
+    state = table.c.state if conn.dialect.name == "postgresql" else literal_column(f"+{table.name}.state", String)
     for chunk in _chunks(ids, 500):
-        stmt = (update(table).where(match(chunk), table.c.state == expected)
+        stmt = (update(table).where(match(chunk), state == expected)
                 .values(state=to, **dict(values or {})).returning(*returning))
         changed.extend(conn.execute(stmt).all())
     position = {pk: i for i, pk in enumerate(ids)}
@@ -169,10 +172,13 @@ def change_tries_each(
                           for n, name in enumerate(["id", "try_number", *names]))
         source = f"(SELECT {picks} FROM json_each(:document)) AS v"
         params["document"] = json.dumps(document)
+    # On SQLite `+` keeps the state index out of the plan: searched by state, every queued TI would scan
+    # the whole document (json_each has no index); by primary key, each row of the document finds its TI
+    state = "task_instance.state" if dialect.name == "postgresql" else "+task_instance.state"
     statement = text(
         f"UPDATE task_instance SET {', '.join(assignments)} FROM {source} "
         f"WHERE task_instance.id = v.id AND task_instance.try_number = v.try_number "
-        f"AND task_instance.state = :expected {returning}")
+        f"AND {state} = :expected {returning}")
     for name, value in constants.items():
         statement = statement.bindparams(bindparam(f"const_{name}", value, type_=ti_t.c[name].type))
     changed = conn.execute(statement, params).all()
