@@ -7,7 +7,8 @@ The callbacks a change fires are written to the outbox in the same transaction (
 A task instance entering a state in `signal_keys.TASK_SIGNAL_STATES` also sends dagline's own signal
 `dagline.task.<dag_id>.<task_id>.<state>` in the same transaction (`signal_log`).
 A transaction that records events also announces them (`notify.announce`: one NOTIFY per
-transaction on PostgreSQL, delivered at commit), so idle replicas wake at once; except when all it
+transaction on PostgreSQL, delivered at commit), so idle replicas wake at once (a transaction that
+only created runs announces `runs`: the woken replicas only try to start them); except when all it
 did was queue task instances (`queued`, the critical section): that makes no work for any other
 replica (the queuing replica launches them), and on PostgreSQL every notifying commit waits for the
 previous one's flush, so a chain's every hop would otherwise serialise all writers once more.
@@ -29,7 +30,7 @@ from dagline import metrics
 from dagline.db import decisions
 from dagline.db.bulk import insert_rows, plain as _plain
 from dagline.db.models import dag_run_t, event_t, ti_t
-from dagline.db.notify import announce
+from dagline.db.notify import RUNS_ONLY, announce
 from dagline.db.observe import at_commit
 from dagline.db.outbox import enqueue_for_events
 from dagline.db.signal_log import record_task_state_signals
@@ -46,7 +47,9 @@ def record_events(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     at least at, who, entity."""
     if rows:
         insert_rows(conn, event_t, rows)
-        if any(row["entity"] != "task_instance" or row.get("to_state") not in _QUIET for row in rows):
+        if all(row["entity"] == "dag_run" and row.get("from_state") is None for row in rows):
+            announce(conn, RUNS_ONLY)  # runs created (queued): a woken replica need only try to start them
+        elif any(row["entity"] != "task_instance" or row.get("to_state") not in _QUIET for row in rows):
             announce(conn, rows[0]["who"])
         decisions.note(conn, rows)
         enqueue_for_events(conn, rows)

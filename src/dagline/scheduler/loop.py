@@ -251,17 +251,18 @@ class Scheduler:
 
     def _idle_wait(self) -> None:
         """Wait for a change, at most `poll_interval_s`. A wake-up for new signals alone (nothing else
-        changed) is met with the reaction step alone: the replica that claims them reacts and goes on
-        with a full pass; the others, finding them claimed, wait on until the same deadline, so the
-        full pass they owe to the poll is not put off."""
+        changed) is met with the reaction step alone, one for new runs alone with starting runs alone
+        (`_take_new_work`): the replica that claims them goes on with a full pass; the others, finding
+        them taken, wait on until the same deadline, so the full pass they owe to the poll is not put
+        off, and a burst of triggers costs each idle peer a look, not a full pass."""
         deadline = time.monotonic() + self.settings.poll_interval_s
         while True:
             why = self.wakeup.wait(max(0.0, deadline - time.monotonic()))
-            if why != "signals" or self._stop_requested:
+            if why not in ("signals", "runs") or self._stop_requested:
                 return
-            if self.backfill_id is not None or self.test_run_id is not None:
-                continue  # such a replica does not react to signals
-            stats = self.iterate_safely(self._react_alone)
+            if self.test_run_id is not None or (why == "signals" and self.backfill_id is not None):
+                continue  # such a replica has nothing to do with them
+            stats = self.iterate_safely(self._react_alone if why == "signals" else self._start_alone)
             if stats is None or stats.work:
                 return
 
@@ -269,6 +270,12 @@ class Scheduler:
         stats = LoopStats()
         self._heartbeat_if_due()
         self._react(stats, self.clock.now())
+        return stats
+
+    def _start_alone(self) -> LoopStats:
+        stats = LoopStats()
+        self._heartbeat_if_due()
+        self._take_new_work(stats)
         return stats
 
     def _retry_wait(self) -> float | None:
