@@ -85,10 +85,13 @@ def decide_run(
     previous_states: Mapping[str, str | None],
     now: dt.datetime,
     previous_run: str | None = None,
+    reasons: bool = True,
 ) -> RunDecision:
     """Decide one run. `tis` maps task id -> its TI in this run (a task without one is left alone; a TI
     whose task is not in `tasks` still counts for the outcome); `previous_states` maps task id -> the state
-    of its TI in the run's previous run (absent or None: there is none), `previous_run` names that run."""
+    of its TI in the run's previous run (absent or None: there is none), `previous_run` names that run.
+    `reasons=False` leaves `waiting` empty (the scheduler acts on the changes alone; wording why each
+    waiting TI waits is for `dagline tasks list`)."""
     states = {task_id: ti.state for task_id, ti in tis.items()}
     changes: list[Change] = []
     waiting: dict[int, str] = {}
@@ -101,25 +104,27 @@ def decide_run(
             if ti.next_retry_at is None or ti.next_retry_at <= now:
                 changes.append(Change(ti.ti_id, state, TIState.SCHEDULED, by_signal=ti.pending_restart))
                 states[task.task_id] = TIState.SCHEDULED
-            else:
+            elif reasons:
                 waiting[ti.ti_id] = f"retry at {ti.next_retry_at.isoformat()}"
             continue
         rerun = ti.pending_signal and state in _RERUNNABLE
         if state != TIState.NONE and not rerun:
             continue
         if task.depends_on_past and not depends_on_past_met(previous_states.get(task.task_id)):
-            run = f"run {previous_run}" if previous_run else "the previous run"
-            waiting[ti.ti_id] = (f"depends on past ({run} not done: its {task.task_id} is "
-                                 f"{previous_states.get(task.task_id)})")
+            if reasons:
+                run = f"run {previous_run}" if previous_run else "the previous run"
+                waiting[ti.ti_id] = (f"depends on past ({run} not done: its {task.task_id} is "
+                                     f"{previous_states.get(task.task_id)})")
             continue
         counts = UpstreamCounts.from_states(states[u] for u in task.upstream if u in states)
         decision = evaluate_trigger_rule(task.trigger_rule, counts)
         if rerun and decision != Decision.RUN:
             continue  # finished, and its trigger rule no longer allows a new try
         if decision == Decision.WAIT:
-            unfinished = [u for u in task.upstream if u in states and states[u] not in TIState.FINISHED]
-            waiting[ti.ti_id] = f"waiting for upstream {', '.join(unfinished)}" if unfinished else \
-                f"waiting for its trigger rule {TriggerRule(task.trigger_rule).value}"
+            if reasons:
+                unfinished = [u for u in task.upstream if u in states and states[u] not in TIState.FINISHED]
+                waiting[ti.ti_id] = f"waiting for upstream {', '.join(unfinished)}" if unfinished else \
+                    f"waiting for its trigger rule {TriggerRule(task.trigger_rule).value}"
             continue
         if decision == Decision.RUN and task.waits_for_signal and not ti.pending_signal:
             continue  # its upstream allows it; it waits for its signal

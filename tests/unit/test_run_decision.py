@@ -143,3 +143,13 @@ def test_a_run_waiting_for_a_signal_does_not_finish_and_a_retry_takes_a_waiting_
     assert decide_signalled(OK, OK)[1] == RunState.SUCCESS
     assert decide_signalled(OK, RETRY, pending=True, restart=True)[0] == [(2, SC, True)]
     assert decide_signalled(OK, RETRY, pending=True, restart=False)[0] == [(2, SC, False)]  # keeps its own signal
+
+
+@pytest.mark.parametrize("states, expected, outcome, case", RUN_TABLE, ids=[row[3] for row in RUN_TABLE])
+def test_the_scheduler_gets_the_same_decision_without_the_reasons(states, expected, outcome, case):
+    tis = {task_id: TIFacts(IDS.get(task_id, 99), state, LATER if state == RETRY else None)
+           for task_id, state in states.items()}
+    worded = decide_run(CHAIN, tis, leaves=CHAIN_LEAVES, previous_states={}, now=NOW)
+    bare = decide_run(CHAIN, tis, leaves=CHAIN_LEAVES, previous_states={}, now=NOW, reasons=False)
+    assert (bare.changes, bare.outcome) == (worded.changes, worded.outcome)
+    assert bare.waiting == {}

@@ -174,7 +174,8 @@ def _decide(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCach
         decision = remembered.get(key) if key is not None else None
         if decision is None:
             decision = guarded(run.dag_id, lambda run=run, dag=dag, ti_facts=ti_facts, previous=previous: decide_run(
-                task_facts[run.dag_version_id], ti_facts, leaves=dag.leaves, previous_states=previous, now=now))
+                task_facts[run.dag_version_id], ti_facts, leaves=dag.leaves, previous_states=previous, now=now,
+                reasons=False))
             if decision is not None and key is not None:
                 if len(remembered) >= _REMEMBERED_MAX:
                     remembered.clear()
