@@ -14,6 +14,7 @@ No other module writes `with_for_update`: a new lock is a new function here, wit
 | `lock_dags_with_startable_runs` | DAGs | SKIP LOCKED | `maxActiveRuns` per DAG and backfill |
 | `lock_running_runs`, `lock_runs_by_id` | runs | SKIP LOCKED | one decider per run (`running_runs` looks first) |
 | `lock_pools_nowait` | all pools | NOWAIT | pool slots and task limits (critical section) |
+| `lock_pools_if_free` | all pools | SKIP LOCKED, all or none | the same, inside a transaction that must go on |
 | `lock_schedulable_tis` | TIs | SKIP LOCKED | one queueing per try |
 | `claim_stale_replicas` | replicas | SKIP LOCKED | a dead replica is declared dead once |
 | `claim_orphaned_tis` | TIs | SKIP LOCKED | one adopter per orphaned try |
@@ -160,6 +161,26 @@ def lock_pools_nowait(conn: Connection) -> dict[str, int]:
         if getattr(exc.orig, "pgcode", None) == "55P03":
             raise PoolsBusy() from exc
         raise
+
+
+def lock_pools_if_free(conn: Connection) -> dict[str, int] | None:
+    """Hold every pool row, or return None if another replica holds any: `lock_pools_nowait` for a
+    transaction that must not be aborted (a signal reaction that queues its tries in its own
+    transaction, and commits its reaction either way). SKIP LOCKED never waits and never fails; the
+    rows it got are compared with the number of pools in the same statement's snapshot, so the
+    caller goes on only while it holds them all, as after a NOWAIT. Protects what `lock_pools_nowait`
+    protects. With None, the rows it did get stay held until the caller's commit, a few statements
+    later: a peer's NOWAIT meanwhile finds the pools busy, as it would while this replica queued."""
+    total = select(func.count()).select_from(pool_t).scalar_subquery()
+    stmt = (select(pool_t.c.name, pool_t.c.slots, total.label("pools")).order_by(pool_t.c.name)
+            .with_for_update(of=pool_t, skip_locked=True))
+    rows = conn.execute(stmt).all()
+    if not rows or len(rows) != rows[0].pools:
+        held = conn.execute(select(func.count()).select_from(pool_t)).scalar_one() if not rows else None
+        if held == 0:
+            return {}  # no pool at all: nothing to hold
+        return None
+    return {row.name: row.slots for row in rows}
 
 
 def lock_schedulable_tis(conn: Connection, limit: int, backfill_id: int | None = None,
