@@ -33,6 +33,7 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Connection
 
+from dagline.db.bulk import insert_rows
 from dagline.db.models import api_token_t, dag_run_t, ti_t
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.states import TIState
@@ -188,8 +189,7 @@ def issue_try_tokens(conn: Connection, tries: Sequence[tuple[int, int]], *, now:
         made.append((ti_id, secret, dict(
             name=f"{TRY_NAME_PREFIX}{ti_id}.{try_number}.{secrets.token_hex(4)}", secret_hash=hash_secret(secret),
             scope=SEND, created_at=now, ti_id=ti_id, try_number=try_number)))
-    ids = dict(conn.execute(insert(api_token_t).returning(api_token_t.c.secret_hash, api_token_t.c.id),
-                            [values for _, _, values in made]).all())
+    ids = dict(insert_rows(conn, api_token_t, [values for _, _, values in made], returning=("secret_hash", "id")))
     return {ti_id: _token(ids[values["secret_hash"]], secret) for ti_id, secret, values in made}
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import weakref
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import and_, or_, select, update
 from sqlalchemy.engine import Connection
 
 from dagline.dagstore import DagCache, require_dag
@@ -18,7 +18,7 @@ from dagline.db.transitions import change_runs, change_tis, request_stop
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.limits import MAX_ROW_ID
 from dagline.states import RunState, TIState
-from dagline.timeline import NewRun, insert_runs, live_run_at, timetable_for
+from dagline.timeline import NewRun, insert_runs, make_run_id, on_timeline, timetable_for
 
 
 # DAG versions never change: one cache per database for every trigger this process makes
@@ -50,14 +50,22 @@ def trigger_run(
         version_id = row.current_version_id
         dag = _versions.setdefault(db, DagCache()).get(conn, version_id)
         when = logical_date or now
-        existing = live_run_at(conn, dag_id, when)
+        wanted = run_id or make_run_id("manual", when)
+        # one look for both: a live run at this date (refused), and whether the run id is free
+        r = dag_run_t.c
+        found = conn.execute(select(r.id, r.run_id, r.state, r.logical_date, r.is_test).where(
+            r.dag_id == dag_id, or_(and_(r.logical_date == when, on_timeline()), r.run_id == wanted))).all()
+        existing = next((row for row in found if row.logical_date == when and not row.is_test
+                         and row.state != RunState.OVERRIDDEN), None)
+        taken = any(row.run_id == wanted for row in found)
         if existing is not None:
             raise OperationFailed(
                 f"DAG {dag_id!r} already has run {existing.run_id!r} ({existing.state}) at logical date "
                 f"{when.isoformat()}; clear it (`dagline tasks clear {existing.id}`) or backfill with --reprocess")
         interval = timetable_for(dag).manual_interval(when)
+        chosen = None if taken and run_id is None else wanted  # a generated id taken: `insert_runs` numbers it
         [run_pk] = insert_runs(conn, dag=dag, version_id=version_id, run_type="manual",
-                               runs=[NewRun(when, interval, when, conf=conf, run_id=run_id)], now=now, who=who)
+                               runs=[NewRun(when, interval, when, conf=conf, run_id=chosen)], now=now, who=who)
         return conn.execute(select(dag_run_t).where(dag_run_t.c.id == run_pk)).one()
 
 

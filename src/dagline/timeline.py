@@ -163,15 +163,19 @@ def relink(conn: Connection, dag_id: str, from_date: dt.datetime) -> int:
     """Set `previous` of every live run at or after `from_date` to the live run just before it.
     Returns how many links changed."""
     live = on_timeline()
-    previous = conn.execute(
-        select(dag_run_t.c.id).where(dag_run_t.c.dag_id == dag_id, live, dag_run_t.c.logical_date < from_date)
-        .order_by(dag_run_t.c.logical_date.desc(), dag_run_t.c.id.desc()).limit(1)
-    ).scalar()
-    rows = conn.execute(
-        select(dag_run_t.c.id, dag_run_t.c.previous_run_id)
-        .where(dag_run_t.c.dag_id == dag_id, live, dag_run_t.c.logical_date >= from_date)
+    # One query: the live runs from the latest one before `from_date` on (that one first, when there is one)
+    latest_before = (select(func.max(dag_run_t.c.logical_date))
+                     .where(dag_run_t.c.dag_id == dag_id, live, dag_run_t.c.logical_date < from_date)
+                     .scalar_subquery())
+    found = conn.execute(
+        select(dag_run_t.c.id, dag_run_t.c.previous_run_id, dag_run_t.c.logical_date)
+        .where(dag_run_t.c.dag_id == dag_id, live,
+               dag_run_t.c.logical_date >= func.coalesce(latest_before, from_date))
         .order_by(dag_run_t.c.logical_date, dag_run_t.c.id)
     ).all()
+    earlier = [row for row in found if row.logical_date < from_date]
+    previous = earlier[-1].id if earlier else None
+    rows = found[len(earlier):]
     changes = []
     for row in rows:
         if row.previous_run_id != previous:

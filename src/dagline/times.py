@@ -9,6 +9,7 @@ calendar parts when added in a time zone.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 
 import pendulum
@@ -33,6 +34,11 @@ def parse_duration(text: str, *, allow_zero: bool = False) -> pendulum.Duration:
     """
     if not isinstance(text, str):
         raise ValueError(f"expected an ISO-8601 duration string such as 'PT5M', got {text!r}")
+    return _parse_duration(text, allow_zero)
+
+
+@functools.lru_cache(maxsize=4096)  # durations are immutable; every load of a DAG version parses its own again
+def _parse_duration(text: str, allow_zero: bool) -> pendulum.Duration:
     match = _DURATION_RE.fullmatch(text.strip().upper())
     if not match:
         raise ValueError(f"{text!r} is not an ISO-8601 duration (examples: 'PT5M', 'PT6H', 'P1D')")

@@ -2,7 +2,8 @@
 
 SQLite: WAL journal, foreign keys on, a busy timeout, and `BEGIN IMMEDIATE` for every transaction:
 SQLite has no row locks, so writers are serialised by the database lock instead (and only one
-scheduler may run on it, see `scheduler.guard`). PostgreSQL: `postgresql://` URLs are read as
+scheduler may run on it, see `scheduler.guard`); `writer_lock` lines them up so a waiter gets in as
+soon as the holder commits. PostgreSQL: `postgresql://` URLs are read as
 psycopg2 (the driver dagline ships with), connections are checked before use.
 """
 
@@ -17,6 +18,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 
 from dagline.db.faults import first_line, is_read_only
+from dagline.db.writer_lock import WriterLock
 from dagline.errors import DatabaseUnreachable, InvalidInput, OperationFailed
 
 DEFAULT_URL = "sqlite:///dagline.db"
@@ -60,6 +62,8 @@ class Database:
             raise InvalidInput(f"unsupported database {self.dialect!r}: use sqlite or postgresql", field="--db")
         self.engine = _make_engine(self.url, self.dialect, echo=echo)
         self.sqlite_path = parsed.database if self.dialect == "sqlite" else None
+        in_file = self.sqlite_path and self.sqlite_path != ":memory:" and not self.sqlite_path.startswith("file:")
+        self.writer_lock = WriterLock(os.path.abspath(self.sqlite_path)) if in_file else None
 
     @property
     def is_sqlite(self) -> bool:
@@ -67,9 +71,10 @@ class Database:
 
     @contextlib.contextmanager
     def begin(self) -> Iterator[Connection]:
-        """One transaction: commits on success, rolls back on any error."""
+        """One transaction: commits on success, rolls back on any error. On SQLite, after waiting for
+        the writers' turn (`writer_lock`): every SQLite transaction here writes (`BEGIN IMMEDIATE`)."""
         try:
-            with self.engine.begin() as conn:
+            with self._turn(), self.engine.begin() as conn:
                 yield conn
         except OperationalError as exc:
             if _is_connection_error(exc):
@@ -80,12 +85,17 @@ class Database:
                 raise read_only_error(self, exc) from exc
             raise
 
+    def _turn(self):
+        return self.writer_lock.turn() if self.writer_lock is not None else contextlib.nullcontext()
+
     def check_reachable(self) -> None:
         with self.begin() as conn:
             conn.execute(text("SELECT 1"))
 
     def dispose(self) -> None:
         self.engine.dispose()
+        if self.writer_lock is not None:
+            self.writer_lock.close()
 
 
 def read_only_error(db: Database, exc: BaseException) -> OperationFailed:

@@ -45,9 +45,11 @@ class UTCDateTime(TypeDecorator):
     def process_bind_param(self, value, dialect):
         if value is None:
             return None
-        if value.tzinfo is None:
+        tz = value.tzinfo
+        if tz is None:
             raise ValueError(f"naive datetime {value!r} given to the database; dagline stores aware UTC times")
-        value = value.astimezone(UTC)
+        if tz is not UTC:  # most are UTC already (the clock's); converting costs more than the rest of a bind
+            value = value.astimezone(UTC)
         if dialect.name == "sqlite":
             return value.replace(tzinfo=None)
         return value
@@ -55,9 +57,10 @@ class UTCDateTime(TypeDecorator):
     def process_result_value(self, value, dialect):
         if value is None:
             return None
-        if value.tzinfo is None:
+        tz = value.tzinfo
+        if tz is None:
             return value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)
+        return value if tz is UTC else value.astimezone(UTC)
 
 
 NAMING = {

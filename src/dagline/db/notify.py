@@ -66,6 +66,7 @@ class Listener:
     def __init__(self, engine):
         self.engine = engine
         self.ignore: str | None = None
+        self.peers: str | None = None  # see `pending`
         self._conn = None
         self.reconnects = 0  # connections opened after the first (after losing one)
         self._opened = 0
@@ -141,16 +142,31 @@ class Listener:
             return "reconnected"
         return "timeout"
 
-    def _drain(self) -> str | None:
+    def pending(self) -> str | None:
+        """Without waiting: 'notified' or 'signals' if other writers committed since the last look
+        (those notifications are consumed), else None. `self.peers`, when set, is a payload prefix
+        whose notes are consumed without counting here (a busy replica's peers: its next full pass
+        sees their changes anyway). A lost connection counts as 'notified' (changes may have been
+        missed), and is reopened by the next `wait`."""
+        if self._conn is None:
+            return None
+        try:
+            return self._drain(skip_prefix=self.peers)
+        except Exception as exc:  # noqa: BLE001 - the next wait reconnects and reports it
+            log.warning("lost the LISTEN connection (%s); reconnecting", first_line(exc))
+            self.close()
+            return "notified"
+
+    def _drain(self, skip_prefix: str | None = None) -> str | None:
         """Read pending notifications: 'notified' if one came from another writer, 'signals' if all
-        that came were new signals, None if none or only this replica's own."""
+        that came were new signals, None if none or only this replica's own (or `skip_prefix`'s)."""
         self._conn.poll()
         woke = None
         while self._conn.notifies:
             note = self._conn.notifies.pop(0)
             if note.payload == SIGNALS_ONLY:
                 woke = woke or "signals"
-            elif note.payload != self.ignore:
+            elif note.payload != self.ignore and not (skip_prefix and note.payload.startswith(skip_prefix)):
                 woke = "notified"
         return woke
 

@@ -27,6 +27,7 @@ from sqlalchemy.engine import Connection
 
 from dagline import metrics
 from dagline.db import decisions
+from dagline.db.bulk import insert_rows, plain as _plain
 from dagline.db.models import dag_run_t, event_t, ti_t
 from dagline.db.notify import announce
 from dagline.db.observe import at_commit
@@ -44,7 +45,7 @@ def record_events(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     `queued`, log the decisions among them and write the callbacks they fire to the outbox; each row has
     at least at, who, entity."""
     if rows:
-        conn.execute(insert(event_t), [dict(row) for row in rows])
+        insert_rows(conn, event_t, rows)
         if any(row["entity"] != "task_instance" or row.get("to_state") not in _QUIET for row in rows):
             announce(conn, rows[0]["who"])
         decisions.note(conn, rows)
@@ -132,8 +133,8 @@ def change_tries_each(
 ) -> list[Any]:
     """`change_tis` for many tries at once, each with values of its own (executor reports: each try its
     start, end and job id), as ONE statement whose text depends only on the column names, so it is
-    compiled once: PostgreSQL joins `unnest` of one array per column, SQLite `json_each` of one JSON
-    document. `tries` is ti id -> try number (a row changes only while on that try and in `expected`);
+    compiled once: PostgreSQL joins `json_to_recordset` of one JSON document, SQLite `json_each` of
+    one. `tries` is ti id -> try number (a row changes only while on that try and in `expected`);
     `row_values[ti id]` the per-row columns (the same names for every row); `values` plain constants.
     Returns the changed rows as `change_tis` does, in the order of `tries`; records no events (the
     caller does, as one try may pass through two states in this one statement)."""
@@ -149,15 +150,12 @@ def change_tries_each(
     returning = "RETURNING task_instance.id, task_instance.dag_id, task_instance.dag_run_id, " \
                 "task_instance.task_id, task_instance.try_number, task_instance.pool, task_instance.pool_slots"
     params: dict[str, Any] = {"to": to, "expected": expected}
-    if dialect.name == "postgresql":
-        arrays = ["CAST(:ids AS BIGINT[])", "CAST(:tries AS INTEGER[])",
-                  *(f"CAST(:col_{name} AS {column.type.compile(dialect=dialect)}[])"
-                    for name, column in zip(names, columns, strict=True))]
-        source = f"unnest({', '.join(arrays)}) AS v(id, try_number, {', '.join(names)})"
-        params.update(ids=ids, tries=[tries[i] for i in ids])
-        for name, column in zip(names, columns, strict=True):
-            bind = column.type.process_bind_param if hasattr(column.type, "process_bind_param") else None
-            params[f"col_{name}"] = [bind(row_values[i][name], dialect) if bind else row_values[i][name] for i in ids]
+    if dialect.name == "postgresql":  # one JSON document: psycopg2 would adapt arrays element by element
+        types = ", ".join(f"{name} {column.type.compile(dialect=dialect)}"
+                          for name, column in zip(names, columns, strict=True))
+        source = f"json_to_recordset(CAST(:document AS json)) AS v(id BIGINT, try_number INTEGER, {types})"
+        params["document"] = json.dumps([{"id": i, "try_number": tries[i],
+                                          **{name: _plain(row_values[i][name]) for name in names}} for i in ids])
     else:  # SQLite: each value as the column type stores it, read back with json_extract
         processors = [column.type._cached_bind_processor(dialect) for column in columns]
         document = []

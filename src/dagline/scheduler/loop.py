@@ -66,7 +66,7 @@ from dagline.scheduler.renderer import Renderer
 from dagline.scheduler.resilience import Backoff, Transactions
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.scheduler.signal_reactions import react_to_signals
-from dagline.scheduler.start_runs import start_queued_runs
+from dagline.scheduler.start_runs import newest_work, start_queued_runs
 from dagline.scheduler.stops import tries_to_stop
 from dagline.scheduler.tries import InFlight
 from dagline.scheduler.wakeup import Wakeup
@@ -139,6 +139,8 @@ class Scheduler:
         self._lock = SchedulerLock(db)
         self._pending_reports: list = []  # read from the executor, not yet stored
         self._skipped_runs: set[int] = set()  # runs the mini-scheduler could not lock (a peer held them)
+        self._work_waiting = False  # SQLite: the last reports stored saw runs or signals new since the full pass
+        self._newest_seen = (0, 0)  # SQLite: the newest run id and signal seq when the last full pass started runs
         self._stop_requested = False
         self._last_housekeeping = float("-inf")
         self._step = "start"
@@ -343,10 +345,14 @@ class Scheduler:
                     conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
                     per_dag=s.runs_created_per_dag), what=self._step)
         if not testing:
+            def start(conn):
+                if not self.wakeup.listens:  # what this pass sees, for the follow-up (see `_follow_up`)
+                    self._newest_seen = newest_work(conn)
+                return start_queued_runs(conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
+                                         backfill_id=self.backfill_id)
+
             with self._phase("start_runs", "starting runs"):
-                stats.runs_started = self.tx.run(lambda conn: start_queued_runs(
-                    conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
-                    backfill_id=self.backfill_id), what=self._step)
+                stats.runs_started = self.tx.run(start, what=self._step)
         with self._phase("examine", "examining runs"):
             result = self.tx.run(lambda conn: examine_running_runs(
                 conn, limit=s.runs_per_loop, backfill_id=self.backfill_id, test_run_id=self.test_run_id, now=now,
@@ -408,9 +414,17 @@ class Scheduler:
         them), queue, launch and store reports again at once, without a full pass (create, start, examine)
         in between, for at most `follow_up_s`. A chain of quick tasks then moves one hop per critical
         section, not one hop per loop. Nothing is skipped: the next iteration's full pass still looks at
-        everything."""
+        everything.
+
+        It gives way to a full pass as soon as there is other work (a run triggered, new signals): on
+        PostgreSQL when anyone but a scheduler replica announced a change (peers' changes wait for the
+        full pass that follows anyway), on SQLite (nothing is announced) when the transaction storing
+        the reports saw runs or signals newer than the full pass had seen. Otherwise what was queued meanwhile would
+        wait for the whole chain before it starts."""
         limit = self.settings.follow_up_s
         while (decided or self._skipped_runs) and not self._stop_requested and time.monotonic() - began < limit:
+            if self.wakeup.pending() or self._work_waiting:
+                break  # the next iteration (at once: this one did work) is a full pass
             if self._skipped_runs:  # runs a peer was examining when the reports came: their peer is done now
                 decided += self._retry_skipped(stats)
             queued = self._queue_and_launch(stats, self.clock.now())
@@ -498,6 +512,9 @@ class Scheduler:
             mini = LoopStats()
             affected = apply_reports(conn, reports, dags=self.dags, who=self.who)
             self._mini_schedule(conn, affected, mini, now)
+            # nothing announces new work on SQLite: look, for the follow-up (see `_follow_up`)
+            self._work_waiting = not self.wakeup.listens and self.backfill_id is None and \
+                self.test_run_id is None and newest_work(conn) != self._newest_seen
             return mini
 
         mini = self.tx.run(store, what=self._step)

@@ -38,9 +38,10 @@ class Wakeup:
             self._listener.open()  # if the database is down, the first wait retries
 
     def ignore(self, who: str) -> None:
-        """This replica's own announcements do not wake it."""
+        """This replica's own announcements do not wake it (nor do its peers' interrupt its `pending`)."""
         if self._listener is not None:
             self._listener.set_ignore(who)
+            self._listener.peers = "scheduler:" if who.startswith("scheduler:") else None
 
     def wait(self, timeout: float, *, listen: bool = True) -> str:
         """Wait up to `timeout` s; returns 'notified', 'reconnected', 'interrupted' or 'timeout'.
@@ -56,6 +57,21 @@ class Wakeup:
             reason = "interrupted" if readable and self._drain_interrupts() else "timeout"
         self.reasons[reason] = self.reasons.get(reason, 0) + 1
         return reason
+
+    @property
+    def listens(self) -> bool:
+        """Whether other writers' changes wake this replica (PostgreSQL), or only the poll does."""
+        return self._listener is not None
+
+    def pending(self) -> bool:
+        """Without waiting: whether someone other than a scheduler replica (a person, the CLI, the API,
+        the operator) committed a change or new signals since the last look, consuming the
+        notifications; or an interrupt is pending (it is left for the next wait). Peers' changes are
+        left to the caller's next full pass. Always False where nothing is announced (SQLite)."""
+        if self._listener is not None and self._listener.pending() is not None:
+            return True
+        readable, _, _ = select.select([self._read_fd], [], [], 0)
+        return bool(readable)
 
     def interrupt(self) -> None:
         """End the current (or next) wait at once. Async-signal-safe."""
