@@ -317,7 +317,10 @@ def lock_signal_key(conn: Connection, key: str) -> None:
     signal 8 of a key could become visible after signal 9 had been acted on; with it, once a signal
     is visible every earlier signal of its key is too, and the reaction step can apply them in order."""
     if conn.dialect.name == "postgresql":
-        conn.execute(select(func.pg_advisory_xact_lock(SIGNAL_KEY_LOCK_CLASS, func.hashtext(key))))
+        conn.execute(_LOCK_SIGNAL_KEY, {"key": key})
+
+
+_LOCK_SIGNAL_KEY = select(func.pg_advisory_xact_lock(SIGNAL_KEY_LOCK_CLASS, func.hashtext(bindparam("key"))))
 
 
 def claim_unhandled_signals(conn: Connection, limit: int, *, now: dt.datetime) -> list[Any]:
