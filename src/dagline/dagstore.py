@@ -49,9 +49,10 @@ class DagCache:
                 self._by_version.move_to_end(version_id)
                 return dag
         row = conn.execute(
-            select(dag_version_t.c.dag_id, dag_version_t.c.spec).where(dag_version_t.c.id == version_id)
+            select(dag_version_t.c.dag_id, dag_version_t.c.spec, dag_version_t.c.version)
+            .where(dag_version_t.c.id == version_id)
         ).one()
-        return self._keep(version_id, Dag.from_spec_json(row.dag_id, row.spec))
+        return self._keep(version_id, Dag.from_spec_json(row.dag_id, row.spec, version=row.version))
 
     def _keep(self, version_id: int, dag: Dag) -> Dag:
         with self._lock:
@@ -67,9 +68,8 @@ class DagCache:
         with self._lock:
             missing = sorted(v for v in wanted if v not in self._by_version)
         for start in range(0, len(missing), 500):
-            for row in conn.execute(select(dag_version_t.c.id, dag_version_t.c.dag_id, dag_version_t.c.spec)
-                                    .where(dag_version_t.c.id.in_(missing[start:start + 500]))):
-                self._keep(row.id, Dag.from_spec_json(row.dag_id, row.spec))
+            for row in conn.execute(_versions_stmt(missing[start:start + 500])):
+                self._keep(row.id, Dag.from_spec_json(row.dag_id, row.spec, version=row.version))
         found = {v: self.get(conn, v) for v in wanted}  # marks them recently used; trims the cache
         return found
 
@@ -80,10 +80,9 @@ class DagCache:
         with self._lock:
             missing = sorted({v for v in version_ids if v is not None} - self._by_version.keys())
         for start in range(0, len(missing), 500):
-            for row in conn.execute(select(dag_version_t.c.id, dag_version_t.c.dag_id, dag_version_t.c.spec)
-                                    .where(dag_version_t.c.id.in_(missing[start:start + 500]))):
+            for row in conn.execute(_versions_stmt(missing[start:start + 500])):
                 try:
-                    dag = Dag.from_spec_json(row.dag_id, row.spec)
+                    dag = Dag.from_spec_json(row.dag_id, row.spec, version=row.version)
                 except Exception:  # noqa: BLE001 - `get` raises it again for this DAG alone
                     continue
                 self._keep(row.id, dag)
@@ -98,6 +97,11 @@ class DagCache:
             select(dag_t.c.dag_id, dag_t.c.current_version_id).where(dag_t.c.dag_id.in_(list(dag_ids)))).all()
         versions = self.get_many(conn, [row.current_version_id for row in rows])
         return {row.dag_id: versions[row.current_version_id] for row in rows}
+
+
+def _versions_stmt(version_ids):
+    v = dag_version_t.c
+    return select(v.id, v.dag_id, v.spec, v.version).where(v.id.in_(version_ids))
 
 
 @dataclasses.dataclass

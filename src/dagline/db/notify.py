@@ -7,8 +7,11 @@ NOTIFY only when its transaction commits, so a listener never wakes for a change
 nor for one that was rolled back. The payload is the writer (`scheduler:7`, `cli`), so a replica
 can ignore its own announcements. A transaction that only stored new signals announces `signal`
 (`SIGNALS_ONLY`): a replica woken by that alone only has signals to claim, and need not look at
-anything else (`Listener.wait` says `signals`). Should the same transaction change anything else
-afterwards, it announces a second time with that writer's name.
+anything else (`Listener.wait` says `signals`). Likewise a transaction that only created queued runs
+(a trigger, a backfill, the schedule) announces `runs` (`RUNS_ONLY`): a replica woken by that alone
+need only try to start them (`Listener.wait` says `runs`), and the replicas that find them taken by
+a peer go back to waiting instead of running a full pass each. Should the same transaction change
+anything else afterwards, it announces a second time with that writer's name.
 
 Listening: a `Listener` holds one dedicated connection outside the pool (autocommit, `LISTEN
 dagline`) and waits on its socket with `select`. A lost connection is reopened on the next wait;
@@ -32,6 +35,8 @@ log = logging.getLogger(__name__)
 
 CHANNEL = "dagline"
 SIGNALS_ONLY = "signal"  # the payload of a transaction that stored new signals and changed nothing else
+RUNS_ONLY = "runs"  # the payload of a transaction that created queued runs and changed nothing else
+_LIGHT = frozenset({SIGNALS_ONLY, RUNS_ONLY})  # a replica woken by one of these has only that to look at
 _ANNOUNCED = "dagline_announced_in"  # key in the DBAPI connection's info: (transaction, payload) announced
 
 
@@ -45,7 +50,7 @@ def announce(conn: Connection, who: str, *, urgent: bool = False) -> None:
     done = conn.info.get(_ANNOUNCED)
     if transaction is not None and done is not None and done[0] is transaction:
         held = done[2]
-        if not (held and urgent) and (held or done[1] == who or done[1] != SIGNALS_ONLY):
+        if not (held and urgent) and (held or done[1] == who or done[1] not in _LIGHT):
             return
     conn.execute(_NOTIFY, {"who": who[:100]})
     conn.info[_ANNOUNCED] = (transaction, who, False)
@@ -113,7 +118,8 @@ class Listener:
 
     def wait(self, timeout: float, interrupt_fd: int | None = None) -> str:
         """Wait up to `timeout` seconds. Returns 'notified' (another writer committed a change),
-        'signals' (writers committed new signals and nothing else), 'reconnected' (the connection was
+        'signals' (writers committed new signals and nothing else), 'runs' (writers created queued runs
+        and nothing else), 'reconnected' (the connection was
         reopened: changes may have been missed), 'interrupted' (`interrupt_fd` became readable) or
         'timeout'."""
         was_lost = self._conn is None and self._opened > 0
@@ -161,17 +167,23 @@ class Listener:
             return "notified"
 
     def _drain(self, skip_prefix: str | None = None) -> str | None:
-        """Read pending notifications: 'notified' if one came from another writer, 'signals' if all
-        that came were new signals, None if none or only this replica's own (or `skip_prefix`'s)."""
+        """Read pending notifications: 'notified' if one came from another writer (or both kinds of
+        light ones came), 'signals' or 'runs' if all that came were new signals or new runs, None if
+        none or only this replica's own (or `skip_prefix`'s)."""
         self._conn.poll()
-        woke = None
+        light: set[str] = set()
+        full = False
         while self._conn.notifies:
             note = self._conn.notifies.pop(0)
-            if note.payload == SIGNALS_ONLY:
-                woke = woke or "signals"
+            if note.payload in _LIGHT:
+                light.add(note.payload)
             elif note.payload != self.ignore and not (skip_prefix and note.payload.startswith(skip_prefix)):
-                woke = "notified"
-        return woke
+                full = True
+        if full or len(light) > 1:
+            return "notified"
+        if light:
+            return "signals" if SIGNALS_ONLY in light else "runs"
+        return None
 
     def close(self) -> None:
         if self._conn is not None:

@@ -7,7 +7,8 @@ The callbacks a change fires are written to the outbox in the same transaction (
 A task instance entering a state in `signal_keys.TASK_SIGNAL_STATES` also sends dagline's own signal
 `dagline.task.<dag_id>.<task_id>.<state>` in the same transaction (`signal_log`).
 A transaction that records events also announces them (`notify.announce`: one NOTIFY per
-transaction on PostgreSQL, delivered at commit), so idle replicas wake at once; except when all it
+transaction on PostgreSQL, delivered at commit), so idle replicas wake at once (a transaction that
+only created runs announces `runs`: the woken replicas only try to start them); except when all it
 did was queue task instances (`queued`, the critical section): that makes no work for any other
 replica (the queuing replica launches them), and on PostgreSQL every notifying commit waits for the
 previous one's flush, so a chain's every hop would otherwise serialise all writers once more.
@@ -22,14 +23,14 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, case, insert, literal, select, text, tuple_, update
+from sqlalchemy import String, bindparam, case, insert, literal, literal_column, select, text, tuple_, update
 from sqlalchemy.engine import Connection
 
 from dagline import metrics
 from dagline.db import decisions
 from dagline.db.bulk import insert_rows, plain as _plain
 from dagline.db.models import dag_run_t, event_t, ti_t
-from dagline.db.notify import announce
+from dagline.db.notify import RUNS_ONLY, announce
 from dagline.db.observe import at_commit
 from dagline.db.outbox import enqueue_for_events
 from dagline.db.signal_log import record_task_state_signals
@@ -46,7 +47,9 @@ def record_events(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     at least at, who, entity."""
     if rows:
         insert_rows(conn, event_t, rows)
-        if any(row["entity"] != "task_instance" or row.get("to_state") not in _QUIET for row in rows):
+        if all(row["entity"] == "dag_run" and row.get("from_state") is None for row in rows):
+            announce(conn, RUNS_ONLY)  # runs created (queued): a woken replica need only try to start them
+        elif any(row["entity"] != "task_instance" or row.get("to_state") not in _QUIET for row in rows):
             announce(conn, rows[0]["who"])
         decisions.note(conn, rows)
         enqueue_for_events(conn, rows)
@@ -114,8 +117,11 @@ def _compare_and_set(conn, table, ids: list[int], match, expected: str, to: str,
     the changed rows come back in the order of `ids` (RETURNING has none), so events follow the
     order of the decision (priority, run order)."""
     changed: list[Any] = []
+    # SQLite would search the state index and check every row in `expected` against the ids (all the
+    # `none` task instances of a large backfill, for a hundred ids): `+state` keeps it on the primary key
+    state = table.c.state if conn.dialect.name == "postgresql" else literal_column(f"+{table.name}.state", String)
     for chunk in _chunks(ids, 500):
-        stmt = (update(table).where(match(chunk), table.c.state == expected)
+        stmt = (update(table).where(match(chunk), state == expected)
                 .values(state=to, **dict(values or {})).returning(*returning))
         changed.extend(conn.execute(stmt).all())
     position = {pk: i for i, pk in enumerate(ids)}
@@ -169,10 +175,13 @@ def change_tries_each(
                           for n, name in enumerate(["id", "try_number", *names]))
         source = f"(SELECT {picks} FROM json_each(:document)) AS v"
         params["document"] = json.dumps(document)
+    # On SQLite `+` keeps the state index out of the plan: searched by state, every queued TI would scan
+    # the whole document (json_each has no index); by primary key, each row of the document finds its TI
+    state = "task_instance.state" if dialect.name == "postgresql" else "+task_instance.state"
     statement = text(
         f"UPDATE task_instance SET {', '.join(assignments)} FROM {source} "
         f"WHERE task_instance.id = v.id AND task_instance.try_number = v.try_number "
-        f"AND task_instance.state = :expected {returning}")
+        f"AND {state} = :expected {returning}")
     for name, value in constants.items():
         statement = statement.bindparams(bindparam(f"const_{name}", value, type_=ti_t.c[name].type))
     changed = conn.execute(statement, params).all()

@@ -251,17 +251,18 @@ class Scheduler:
 
     def _idle_wait(self) -> None:
         """Wait for a change, at most `poll_interval_s`. A wake-up for new signals alone (nothing else
-        changed) is met with the reaction step alone: the replica that claims them reacts and goes on
-        with a full pass; the others, finding them claimed, wait on until the same deadline, so the
-        full pass they owe to the poll is not put off."""
+        changed) is met with the reaction step alone, one for new runs alone with starting runs alone
+        (`_take_new_work`): the replica that claims them goes on with a full pass; the others, finding
+        them taken, wait on until the same deadline, so the full pass they owe to the poll is not put
+        off, and a burst of triggers costs each idle peer a look, not a full pass."""
         deadline = time.monotonic() + self.settings.poll_interval_s
         while True:
             why = self.wakeup.wait(max(0.0, deadline - time.monotonic()))
-            if why != "signals" or self._stop_requested:
+            if why not in ("signals", "runs") or self._stop_requested:
                 return
-            if self.backfill_id is not None or self.test_run_id is not None:
-                continue  # such a replica does not react to signals
-            stats = self.iterate_safely(self._react_alone)
+            if self.test_run_id is not None or (why == "signals" and self.backfill_id is not None):
+                continue  # such a replica has nothing to do with them
+            stats = self.iterate_safely(self._react_alone if why == "signals" else self._start_alone)
             if stats is None or stats.work:
                 return
 
@@ -269,6 +270,12 @@ class Scheduler:
         stats = LoopStats()
         self._heartbeat_if_due()
         self._react(stats, self.clock.now())
+        return stats
+
+    def _start_alone(self) -> LoopStats:
+        stats = LoopStats()
+        self._heartbeat_if_due()
+        self._take_new_work(stats)
         return stats
 
     def _retry_wait(self) -> float | None:
@@ -346,13 +353,14 @@ class Scheduler:
                     per_dag=s.runs_created_per_dag), what=self._step)
         if not testing:
             def start(conn):
-                if not self.wakeup.listens:  # what this pass sees, for the follow-up (see `_follow_up`)
-                    self._newest_seen = newest_work(conn)
-                return start_queued_runs(conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
-                                         backfill_id=self.backfill_id)
+                newest = None if self.wakeup.listens else newest_work(conn)
+                started = start_queued_runs(conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
+                                            backfill_id=self.backfill_id)
+                self._saw(newest, started)
+                return started
 
             with self._phase("start_runs", "starting runs"):
-                stats.runs_started = self.tx.run(start, what=self._step)
+                stats.runs_started = len(self.tx.run(start, what=self._step))
         with self._phase("examine", "examining runs"):
             result = self.tx.run(lambda conn: examine_running_runs(
                 conn, limit=s.runs_per_loop, backfill_id=self.backfill_id, test_run_id=self.test_run_id, now=now,
@@ -416,15 +424,14 @@ class Scheduler:
         section, not one hop per loop. Nothing is skipped: the next iteration's full pass still looks at
         everything.
 
-        It gives way to a full pass as soon as there is other work (a run triggered, new signals): on
-        PostgreSQL when anyone but a scheduler replica announced a change (peers' changes wait for the
-        full pass that follows anyway), on SQLite (nothing is announced) when the transaction storing
-        the reports saw runs or signals newer than the full pass had seen. Otherwise what was queued meanwhile would
-        wait for the whole chain before it starts."""
+        Runs triggered and signals sent meanwhile are taken in on the way (`_take_new_work`), so they do
+        not wait for a whole chain: on PostgreSQL when anyone but a scheduler replica announced a change
+        (peers' changes wait for the full pass that follows), on SQLite (nothing is announced) when the
+        transaction storing the reports saw runs or signals newer than the full pass had seen."""
         limit = self.settings.follow_up_s
         while (decided or self._skipped_runs) and not self._stop_requested and time.monotonic() - began < limit:
             if self.wakeup.pending() or self._work_waiting:
-                break  # the next iteration (at once: this one did work) is a full pass
+                decided += self._take_new_work(stats)
             if self._skipped_runs:  # runs a peer was examining when the reports came: their peer is done now
                 decided += self._retry_skipped(stats)
             queued = self._queue_and_launch(stats, self.clock.now())
@@ -432,6 +439,42 @@ class Scheduler:
                 decided = self._apply_reports(stats)
             if not queued and not decided:
                 break
+
+    def _take_new_work(self, stats: LoopStats) -> int:
+        """Within the follow-up: react to new signals, start the runs that may start and decide those
+        (their first tasks are then queued by the follow-up's next critical section), as a full pass
+        would; the rest of a full pass (creating scheduled runs, examining every running run) waits
+        for the next one. Returns how many task instances it made runnable."""
+        self._work_waiting = False
+        if self.test_run_id is not None:  # a test run's process has nothing else to take in
+            return 0
+        now = self.clock.now()
+        before = stats.tis_decided
+        if self.backfill_id is None:
+            self._react(stats, now)
+
+        def start(conn):
+            newest = None if self.wakeup.listens else newest_work(conn)
+            started = start_queued_runs(conn, now=now, dags=self.dags, who=self.who,
+                                        limit=self.settings.dags_per_loop, backfill_id=self.backfill_id)
+            self._saw(newest, started)
+            mini = LoopStats()
+            self._mini_schedule(conn, started, mini, now)
+            return started, mini
+
+        with self._phase("start_runs", "starting runs"):
+            started, mini = self.tx.run(start, what=self._step)
+        stats.runs_started += len(started)
+        stats.tis_decided += mini.tis_decided
+        stats.runs_finished += mini.runs_finished
+        return stats.tis_decided - before
+
+    def _saw(self, newest, started: list[int]) -> None:
+        """SQLite: remember the newest run and signal a start step has seen (see `_follow_up`), unless it
+        started as many runs as it may in one step: then more may be waiting, and the next look takes in
+        again."""
+        if newest is not None:
+            self._newest_seen = (-1, -1) if len(started) >= self.settings.dags_per_loop else newest
 
     def _retry_skipped(self, stats: LoopStats) -> int:
         run_ids, self._skipped_runs = self._skipped_runs, set()

@@ -26,13 +26,14 @@ from dagline.states import RunState
 
 def start_queued_runs(
     conn: Connection, *, now: dt.datetime, dags: DagCache, who: str, limit: int, backfill_id: int | None = None
-) -> int:
+) -> list[int]:
+    """Start what may start; returns the ids of the runs started."""
     dag_ids = lock_dags_with_startable_runs(conn, now, limit, backfill_id)
     if not dag_ids:
-        return 0
+        return []
     max_active = _max_active_runs(conn, dag_ids, dags, now=now, who=who)
     if not max_active:
-        return 0
+        return []
     dag_ids = [dag_id for dag_id in dag_ids if dag_id in max_active]
     running = _running_counts(conn, dag_ids)
     backfills = _backfills_with_queued_runs(conn, dag_ids, backfill_id)
@@ -56,9 +57,9 @@ def start_queued_runs(
             picked += (runs.backward if bf.run_backwards else runs.forward)[:free]
         chosen += picked
     if not chosen:
-        return 0
-    return len(change_runs(conn, chosen, expected=RunState.QUEUED, to=RunState.RUNNING, at=now, who=who,
-                           values={"start_date": now}))
+        return []
+    return [row.id for row in change_runs(conn, chosen, expected=RunState.QUEUED, to=RunState.RUNNING, at=now,
+                                          who=who, values={"start_date": now})]
 
 
 def _max_active_runs(conn: Connection, dag_ids: list[str], dags: DagCache, *, now: dt.datetime,

@@ -66,7 +66,7 @@ class LiveFeed:
         try:
             while not self.closed:
                 outcome = listener.wait(PING_EVERY_S, interrupt_fd=self._wake_r)
-                if outcome in ("notified", "reconnected"):
+                if outcome not in ("timeout", "interrupted"):  # any change: new signals and new runs too
                     self._changed()
         finally:
             listener.close()
