@@ -30,7 +30,7 @@ import re
 import secrets
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.engine import Connection
 
 from dagline.db.bulk import insert_rows
@@ -149,7 +149,7 @@ def authenticate(conn: Connection, token: str | None, *, now: dt.datetime) -> Pr
     if match is None:
         raise Unauthorized("malformed token: dagline tokens look like dgl_<number>_<secret>")
     t = api_token_t.c
-    row = conn.execute(select(api_token_t).where(t.id == int(match["id"]))).first()
+    row = conn.execute(_TOKEN_BY_ID, {"id": int(match["id"])}).first()
     presented = hash_secret(match["secret"])
     stored = row.secret_hash if row is not None else hash_secret(_new_secret())  # same work either way
     if row is None or not hmac.compare_digest(presented.encode(), stored.encode()):
@@ -166,6 +166,9 @@ def authenticate(conn: Connection, token: str | None, *, now: dt.datetime) -> Pr
     if row.last_used_at is None or now - row.last_used_at >= LAST_USED_EVERY:
         conn.execute(update(api_token_t).where(t.id == row.id).values(last_used_at=now))
     return principal
+
+
+_TOKEN_BY_ID = select(api_token_t).where(api_token_t.c.id == bindparam("id"))  # built once: every request
 
 
 def _try_principal(conn: Connection, row) -> Principal:

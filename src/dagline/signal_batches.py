@@ -19,7 +19,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import insert, select, tuple_
+from sqlalchemy import bindparam, insert, select, tuple_
 from sqlalchemy.engine import Connection
 
 from dagline.db.claims import lock_signal_key
@@ -43,8 +43,7 @@ def send_signals(
     keys = sorted({s["key"] for s in signals})
     for key in keys:
         lock_signal_key(conn, key)
-    heard = set(conn.execute(select(signal_listener_t.c.key).distinct()
-                             .where(signal_listener_t.c.key.in_(keys))).scalars())
+    heard = set(conn.execute(_HEARD, {"keys": keys}).scalars())
     ids = {(s["key"], s["id"]) for s in signals if s.get("id") is not None}
     stored: dict[tuple[str, str], Any] = {}
     pairs = sorted(ids)
@@ -76,8 +75,7 @@ def send_signals(
                              source_dag_run_id=source_dag_run_id, source_ti_id=source_ti_id,
                              handled_at=None if s["key"] in heard else now))
     if new_rows:
-        seqs = conn.execute(insert(signal_t).returning(signal_t.c.seq, sort_by_parameter_order=True),
-                            new_rows).scalars().all()
+        seqs = conn.execute(_INSERT, new_rows).scalars().all()
         for i, seq in zip(new_index, seqs, strict=True):
             answers[i] = (seq, True)
         if any(row["handled_at"] is None for row in new_rows):
@@ -86,6 +84,12 @@ def send_signals(
         if answer[0] == "same-as":
             answers[i] = (answers[answer[1]][0], False)
     return answers
+
+
+# Built once with bind parameters: no rebuilding and no cache key at every request (see `db.claims`).
+_HEARD = select(signal_listener_t.c.key).distinct().where(
+    signal_listener_t.c.key.in_(bindparam("keys", expanding=True)))
+_INSERT = insert(signal_t).returning(signal_t.c.seq, sort_by_parameter_order=True)
 
 
 def _conflict(seq: int | None, pair: tuple[str, str], index: int) -> SignalConflict:

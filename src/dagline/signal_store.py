@@ -13,7 +13,7 @@ import datetime as dt
 import json
 from typing import Any
 
-from sqlalchemy import delete, exists, func, or_, select
+from sqlalchemy import bindparam, delete, exists, func, or_, select
 from sqlalchemy.engine import Connection
 
 from dagline.db.models import dag_run_t, dag_t, signal_action_t, signal_listener_t, signal_t
@@ -55,14 +55,20 @@ def send_signal(
 def listeners(conn: Connection, key: str) -> list[dict]:
     """The rules that would act on a signal of `key` now: DAG triggers and task rules of the active
     DAGs' current versions, and task rules of the versions running runs use."""
+    rows = conn.execute(_LISTENERS, {"key": key}).all()
+    return [{"dag_id": r.dag_id, "rule": r.rule, "task_id": r.task_id or None, "action": r.action} for r in rows]
+
+
+def _listeners_statement():
     lst = signal_listener_t.c
     current = select(dag_t.c.current_version_id).where(dag_t.c.is_active.is_(True))
     running = select(dag_run_t.c.dag_version_id).where(dag_run_t.c.state.in_(RunState.ACTIVE))
-    rows = conn.execute(
-        select(lst.dag_id, lst.rule, lst.task_id, lst.action).distinct()
-        .where(lst.key == key, or_(lst.dag_version_id.in_(current), lst.dag_version_id.in_(running)))
-        .order_by(lst.dag_id, lst.rule)).all()
-    return [{"dag_id": r.dag_id, "rule": r.rule, "task_id": r.task_id or None, "action": r.action} for r in rows]
+    return (select(lst.dag_id, lst.rule, lst.task_id, lst.action).distinct()
+            .where(lst.key == bindparam("key"), or_(lst.dag_version_id.in_(current), lst.dag_version_id.in_(running)))
+            .order_by(lst.dag_id, lst.rule))
+
+
+_LISTENERS = _listeners_statement()  # built once: the API asks at every request (no rebuilding, no cache key)
 
 
 def _action_dict(a) -> dict:

@@ -32,15 +32,17 @@ def admission_load(conn: Connection, dag_ids: Iterable[str]) -> Load:
     pool_used: collections.Counter = collections.Counter()
     dag_active: collections.Counter = collections.Counter()
     task_active: collections.Counter = collections.Counter()
-    for pool, dag_id, task_id, count, slots in conn.execute(
-        select(ti_t.c.pool, ti_t.c.dag_id, ti_t.c.task_id, func.count(), func.sum(ti_t.c.pool_slots))
-        .where(ti_t.c.state.in_(TIState.ACTIVE)).group_by(ti_t.c.pool, ti_t.c.dag_id, ti_t.c.task_id)
-    ):
+    for pool, dag_id, task_id, count, slots in conn.execute(_ACTIVE_LOAD):
         pool_used[pool] += slots or 0
         if dag_id in wanted:
             dag_active[dag_id] += count
             task_active[(dag_id, task_id)] += count
     return Load(pool_used=pool_used, dag_active=dag_active, task_active=task_active)
+
+
+_ACTIVE_LOAD = (  # built once: the critical section reads it at every queueing (no rebuilding, no cache key)
+    select(ti_t.c.pool, ti_t.c.dag_id, ti_t.c.task_id, func.count(), func.sum(ti_t.c.pool_slots))
+    .where(ti_t.c.state.in_(TIState.ACTIVE)).group_by(ti_t.c.pool, ti_t.c.dag_id, ti_t.c.task_id))
 
 
 def previous_states(conn: Connection, previous_run_ids: Iterable[int]) -> dict[int, dict[str, str]]:

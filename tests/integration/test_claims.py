@@ -9,12 +9,12 @@ import datetime as dt
 import time
 
 import pytest
-from sqlalchemy import select, text, update
+from sqlalchemy import insert, select, text, update
 from sqlalchemy.exc import OperationalError
 
 from dagline.dagstore import DagCache
 from dagline.db import claims, replicas
-from dagline.db.models import replica_t, ti_t
+from dagline.db.models import pool_t, replica_t, ti_t
 from dagline.runs import trigger_run
 from dagline.scheduler.critical_section import queue_task_instances
 from dagline.scheduler.examine import examine_runs
@@ -131,6 +131,23 @@ def test_lock_pools_nowait_raises_pools_busy_at_once_while_another_replica_holds
             assert time.monotonic() - started < 1.0  # NOWAIT: no waiting for A
     with session(pg_db) as b:
         assert claims.lock_pools_nowait(b) == {"default": 128}
+
+
+def test_lock_pools_if_free_holds_all_or_says_none_and_leaves_the_transaction_usable(pg_db):
+    with pg_db.begin() as conn:
+        conn.execute(insert(pool_t).values(name="spark", slots=4))
+    with session(pg_db) as a:
+        assert claims.lock_pool(a, "spark") is not None  # a peer holds one pool row of two
+        with session(pg_db) as b:
+            started = time.monotonic()
+            assert claims.lock_pools_if_free(b) is None
+            assert time.monotonic() - started < 1.0  # SKIP LOCKED: no waiting for A
+            assert b.execute(select(pool_t.c.slots).where(pool_t.c.name == "default")).scalar_one() == 128
+    with session(pg_db) as a:
+        assert claims.lock_pools_if_free(a) == {"default": 128, "spark": 4}
+        with session(pg_db) as b:
+            with pytest.raises(claims.PoolsBusy):  # held as after a NOWAIT
+                claims.lock_pools_nowait(b)
 
 
 def test_lock_schedulable_tis_gives_two_sessions_disjoint_task_instances(two_dags):

@@ -7,15 +7,17 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from dagline import metrics
 from dagline.clock import FixedClock
 from dagline.dagstore import DagCache
-from dagline.db.models import signal_action_t, signal_t
+from dagline.db import claims
+from dagline.db.models import signal_action_t, signal_t, ti_t
 from dagline.executors.noop import NoopExecutor
 from dagline.runs import stop_run, stop_task, trigger_run
 from dagline.scheduler.loop import Scheduler
+from dagline.scheduler.wakeup import Wakeup
 from dagline.scheduler.signal_reactions import react_to_signals
 from dagline.signal_store import send_signal, show_signal
 
@@ -339,3 +341,49 @@ def test_a_storm_of_signals_loses_none_and_doubles_none(db, tmp_path, replica):
     with db.begin() as conn:
         assert audit.unhandled_signals(conn) == []
         assert {k: v for k, v in audit.all_violations(conn).items() if v} == {}
+
+
+def _written_by(conn, table, where):
+    """The transaction that last wrote the row (PostgreSQL's xmin)."""
+    return conn.execute(select(text("xmin::text")).select_from(table).where(where)).scalar_one()
+
+
+def test_a_reaction_queues_and_launches_the_try_it_started_in_its_own_transaction(pg_db, tmp_path):
+    replica = Replica(pg_db)
+    try:
+        run = _ml(pg_db, tmp_path, replica)
+        seq = replica.send("model.published", {"path": "/m/1"})
+        replica.sched.iterate_safely(replica.sched._react_alone)  # what a replica woken for signals does
+        evaluate = tis(pg_db, run.id)["evaluate"]
+        assert (evaluate.state, evaluate.try_number, evaluate.signal_seq) == ("queued", 1, seq)
+        assert replica.executor.args("evaluate") == [(1, ("/m/1", str(seq)))]
+        with pg_db.begin() as conn:  # handled, acted on and queued: one commit
+            assert _written_by(conn, signal_t, signal_t.c.seq == seq) == \
+                _written_by(conn, ti_t, ti_t.c.id == evaluate.id)
+    finally:
+        replica.close()
+
+
+def test_a_reaction_that_finds_the_pools_held_commits_and_wakes_the_peers(pg_db, tmp_path):
+    """A peer in the critical section: the reaction is stored all the same, the try waits `scheduled`,
+    the peers are woken (this replica queued nothing), and a later pass queues it."""
+    replica = Replica(pg_db)
+    peer = Wakeup(pg_db)
+    try:
+        run = _ml(pg_db, tmp_path, replica)
+        seq = replica.send("model.published", {"path": "/m/1"})
+        peer.start()
+        with pg_db.engine.connect() as other, other.begin():
+            claims.lock_pool(other, "default")  # held until this block ends
+            replica.sched.iterate_safely(replica.sched._react_alone)
+            evaluate = tis(pg_db, run.id)["evaluate"]
+            assert (evaluate.state, evaluate.try_number) == ("scheduled", 0)
+            assert [a["status"] for a in actions(pg_db, seq)] == ["done"]
+            assert replica.executor.args("evaluate") == []
+        assert peer.wait(30) == "notified"
+        replica.settle()
+        assert replica.executor.args("evaluate") == [(1, ("/m/1", str(seq)))]
+        assert_invariants(pg_db)
+    finally:
+        peer.close()
+        replica.close()

@@ -5,6 +5,9 @@ rows, and each caller re-checks its caps (max active runs, pool slots...) while 
 ORDER BY ends in the primary key so claims are deterministic. On SQLite, SQLAlchemy drops the lock
 clauses; there, `BEGIN IMMEDIATE` (see `engine`) serialises the one scheduler with the CLI instead.
 No other module writes `with_for_update`: a new lock is a new function here, with its docstring.
+The claims on a signal's way to its try are built once, at import, with bind parameters (`_PREBUILT`
+statements): SQLAlchemy then neither rebuilds them nor computes their cache key at every call, which
+costs more than the round trip itself on a busy machine.
 
 | claim | rows | how | protects |
 |---|---|---|---|
@@ -14,12 +17,13 @@ No other module writes `with_for_update`: a new lock is a new function here, wit
 | `lock_dags_with_startable_runs` | DAGs | SKIP LOCKED | `maxActiveRuns` per DAG and backfill |
 | `lock_running_runs`, `lock_runs_by_id` | runs | SKIP LOCKED | one decider per run (`running_runs` looks first) |
 | `lock_pools_nowait` | all pools | NOWAIT | pool slots and task limits (critical section) |
+| `lock_pools_if_free` | all pools | SKIP LOCKED, all or none | the same, inside a transaction that must go on |
 | `lock_schedulable_tis` | TIs | SKIP LOCKED | one queueing per try |
 | `claim_stale_replicas` | replicas | SKIP LOCKED | a dead replica is declared dead once |
 | `claim_orphaned_tis` | TIs | SKIP LOCKED | one adopter per orphaned try |
 | `claim_due_callbacks` | outbox rows | SKIP LOCKED + lease | one deliverer per callback at a time |
 | `lock_signal_key` | one signal key (advisory) | wait | per key, `seq` order is commit order |
-| `claim_unhandled_signals` | signals | SKIP LOCKED | one reaction per signal, in `seq` order per key |
+| `claim_unhandled_signals` | signals | SKIP LOCKED, marked handled | one reaction per signal, in `seq` order per key |
 | `lock_run_for_signal` | one run | wait | a signal's action against the run's own decisions |
 """
 
@@ -29,7 +33,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, bindparam, exists, func, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
@@ -162,13 +166,40 @@ def lock_pools_nowait(conn: Connection) -> dict[str, int]:
         raise
 
 
+def lock_pools_if_free(conn: Connection) -> dict[str, int] | None:
+    """Hold every pool row, or return None if another replica holds any: `lock_pools_nowait` for a
+    transaction that must not be aborted (a signal reaction that queues its tries in its own
+    transaction, and commits its reaction either way). SKIP LOCKED never waits and never fails; the
+    rows it got are compared with the number of pools in the same statement's snapshot, so the
+    caller goes on only while it holds them all, as after a NOWAIT. Protects what `lock_pools_nowait`
+    protects. With None, the rows it did get stay held until the caller's commit, a few statements
+    later: a peer's NOWAIT meanwhile finds the pools busy, as it would while this replica queued."""
+    rows = conn.execute(_POOLS_IF_FREE).all()
+    if not rows or len(rows) != rows[0].pools:
+        if not rows and conn.execute(select(func.count()).select_from(pool_t)).scalar_one() == 0:
+            return {}  # no pool at all: nothing to hold
+        return None
+    return {row.name: row.slots for row in rows}
+
+
+_POOLS_IF_FREE = (  # _PREBUILT
+    select(pool_t.c.name, pool_t.c.slots, select(func.count()).select_from(pool_t).scalar_subquery().label("pools"))
+    .order_by(pool_t.c.name).with_for_update(of=pool_t, skip_locked=True))
+
+
 def lock_schedulable_tis(conn: Connection, limit: int, backfill_id: int | None = None,
                          test_run_id: int | None = None) -> list[Any]:
     """Claim `scheduled` task instances of running runs of unpaused DAGs, by priority (highest first),
     then logical date (oldest first), then id; of the runs `lock_running_runs` would claim with the same
     scope. Called inside the critical section; SKIP LOCKED keeps it safe against a mini-scheduler
     touching the same rows."""
-    stmt = (
+    if backfill_id is None and test_run_id is None:  # a scheduler replica's own scope: built once
+        return conn.execute(_SCHEDULABLE_TIS, {"limit": limit}).all()
+    return conn.execute(_schedulable_tis_statement(limit, backfill_id, test_run_id)).all()
+
+
+def _schedulable_tis_statement(limit, backfill_id: int | None, test_run_id: int | None):
+    return (
         select(
             ti_t.c.id, ti_t.c.dag_id, ti_t.c.task_id, ti_t.c.pool, ti_t.c.pool_slots, ti_t.c.priority_weight,
             ti_t.c.try_number, ti_t.c.dag_run_id, dag_run_t.c.dag_version_id, dag_run_t.c.logical_date,
@@ -182,7 +213,9 @@ def lock_schedulable_tis(conn: Connection, limit: int, backfill_id: int | None =
         .limit(limit)
         .with_for_update(of=ti_t, skip_locked=True)
     )
-    return conn.execute(stmt).all()
+
+
+_SCHEDULABLE_TIS = _schedulable_tis_statement(bindparam("limit"), None, None)  # _PREBUILT
 
 
 def claim_stale_replicas(conn: Connection, *, replica_id: int, now: dt.datetime, timeout_s: float) -> list[Any]:
@@ -284,24 +317,38 @@ def lock_signal_key(conn: Connection, key: str) -> None:
     signal 8 of a key could become visible after signal 9 had been acted on; with it, once a signal
     is visible every earlier signal of its key is too, and the reaction step can apply them in order."""
     if conn.dialect.name == "postgresql":
-        conn.execute(select(func.pg_advisory_xact_lock(SIGNAL_KEY_LOCK_CLASS, func.hashtext(key))))
+        conn.execute(_LOCK_SIGNAL_KEY, {"key": key})
 
 
-def claim_unhandled_signals(conn: Connection, limit: int) -> list[Any]:
-    """Claim signals not yet handled, lowest `seq` first, skipping those another replica holds.
-    Returns (seq, key, value, source, source_dag_run_id, sent_at) rows. Protects: one replica decides a
-    signal's actions (the unique `signal_action` row is the database's own guard behind this). The
-    caller keeps `seq` order per key: it acts on a claimed signal only if no earlier signal of the
-    same key is still unhandled outside its claim (`unhandled_earlier_keys`)."""
+_LOCK_SIGNAL_KEY = select(func.pg_advisory_xact_lock(SIGNAL_KEY_LOCK_CLASS, func.hashtext(bindparam("key"))))
+
+
+def claim_unhandled_signals(conn: Connection, limit: int, *, now: dt.datetime) -> list[Any]:
+    """Claim signals not yet handled, lowest `seq` first, skipping those another replica holds, and
+    mark handled (`handled_at = now`) those of them that may be acted on now: per key, the claimed ones
+    before the first unhandled signal of that key this claim does not hold (that one is another
+    replica's, which acts on it first; the later ones are left for it or the next claim). Returns those
+    (seq, key, value, source, source_dag_run_id, sent_at), in `seq` order. One statement: the claim (a
+    CTE, `FOR UPDATE SKIP LOCKED`), the per-key order check and the update. Protects: one replica
+    decides a signal's actions (the unique `signal_action` row is the database's own guard behind
+    this), and per key they are acted on in `seq` order. Claimed signals left for later stay
+    locked until the caller's commit, then are free again."""
+    return sorted(conn.execute(_CLAIM_SIGNALS, {"limit": limit, "now": now}).all(), key=lambda row: row.seq)
+
+
+def _claim_signals_statement():
     s = signal_t.c
-    stmt = (
-        select(s.seq, s.key, s.value, s.source, s.source_dag_run_id, s.sent_at)
-        .where(s.handled_at.is_(None))
-        .order_by(s.seq)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    )
-    return conn.execute(stmt).all()
+    claimed = (select(s.seq, s.key).where(s.handled_at.is_(None)).order_by(s.seq).limit(bindparam("limit"))
+               .with_for_update(skip_locked=True).cte("claimed"))
+    other = signal_t.alias("earlier")
+    ready = select(claimed.c.seq).where(~exists().where(
+        other.c.key == claimed.c.key, other.c.handled_at.is_(None), other.c.seq < claimed.c.seq,
+        other.c.seq.not_in(select(claimed.c.seq))))
+    return (update(signal_t).where(s.seq.in_(ready)).values(handled_at=bindparam("now", type_=s.handled_at.type))
+            .returning(s.seq, s.key, s.value, s.source, s.source_dag_run_id, s.sent_at))
+
+
+_CLAIM_SIGNALS = _claim_signals_statement()  # _PREBUILT: run at every pass of every replica
 
 
 def lock_run_for_signal(conn: Connection, run_id: int) -> Any | None:
@@ -310,5 +357,8 @@ def lock_run_for_signal(conn: Connection, run_id: int) -> Any | None:
     `lock_runs_by_id`): a run is not finished while a signal starts one of its tasks, and a task
     started by a signal is seen by the next decision. Waiting, not skipping: signals of one key
     must be applied in order, so this one cannot be left for later."""
-    return conn.execute(select(dag_run_t).where(dag_run_t.c.id == run_id).with_for_update()).first()
+    return conn.execute(_LOCK_RUN_FOR_SIGNAL, {"run_id": run_id}).first()
+
+
+_LOCK_RUN_FOR_SIGNAL = select(dag_run_t).where(dag_run_t.c.id == bindparam("run_id")).with_for_update()  # _PREBUILT
 

@@ -52,8 +52,11 @@ def announce(conn: Connection, who: str, *, urgent: bool = False) -> None:
         held = done[2]
         if not (held and urgent) and (held or done[1] == who or done[1] not in _LIGHT):
             return
-    conn.execute(sa.select(sa.func.pg_notify(CHANNEL, who[:100])))
+    conn.execute(_NOTIFY, {"who": who[:100]})
     conn.info[_ANNOUNCED] = (transaction, who, False)
+
+
+_NOTIFY = sa.select(sa.func.pg_notify(CHANNEL, sa.bindparam("who", type_=sa.String)))  # built once
 
 
 def hold_announcements(conn: Connection) -> None:

@@ -8,6 +8,12 @@ reads the `scheduled` TIs by priority then logical date and what is queued or ru
 its DAG is under `maxActiveTasks`, its task is under `maxActiveTisPerDag`, and the executor has a
 free slot). Admitted TIs become `queued` with their try number incremented; the loop launches them
 after this transaction commits.
+
+With `if_free` it runs inside a transaction that must go on whatever happens here (a signal
+reaction queues the tries it made runnable in its own transaction: one commit, not two): the pool
+rows are taken with `claims.lock_pools_if_free`, and if a peer holds any it returns None, queueing
+nothing and leaving the transaction intact; the caller then tries again after its commit, as usual.
+Such a caller has just scheduled task instances, so the first look is left out.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from sqlalchemy.engine import Connection
 from dagline import metrics
 from dagline.admission import Candidate, Limits, admit
 from dagline.dagstore import DagCache
-from dagline.db.claims import lock_pools_nowait, lock_schedulable_tis
+from dagline.db.claims import lock_pools_if_free, lock_pools_nowait, lock_schedulable_tis
 from dagline.db.models import ti_t
 from dagline.db.observe import at_commit
 from dagline.db.transitions import change_tis
@@ -49,12 +55,18 @@ _warned_pools: set[str] = set()
 def queue_task_instances(
     conn: Connection, *, now: dt.datetime, dags: DagCache, who: str, replica_id: int | None,
     executor_slots: int, limit: int, backfill_id: int | None = None, test_run_id: int | None = None,
-) -> list[QueuedTI]:
+    if_free: bool = False,
+) -> list[QueuedTI] | None:
     if executor_slots <= 0:
         return []
-    if conn.execute(select(ti_t.c.id).where(ti_t.c.state == TIState.SCHEDULED).limit(1)).first() is None:
-        return []  # nothing anywhere to queue: a look, not the pool lock (which peers would then find busy)
-    pools = lock_pools_nowait(conn)  # PoolsBusy: another replica is here; the caller rolls back
+    if if_free:
+        pools = lock_pools_if_free(conn)
+        if pools is None:
+            return None  # a peer is here; this transaction goes on
+    else:
+        if conn.execute(select(ti_t.c.id).where(ti_t.c.state == TIState.SCHEDULED).limit(1)).first() is None:
+            return []  # nothing anywhere to queue: a look, not the pool lock (which peers would then find busy)
+        pools = lock_pools_nowait(conn)  # PoolsBusy: another replica is here; the caller rolls back
     candidates = lock_schedulable_tis(conn, limit, backfill_id, test_run_id)
     if not candidates:
         return []

@@ -24,7 +24,7 @@ import datetime as dt
 import json
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 
 from dagline.api_tokens import issue_try_tokens
@@ -79,12 +79,7 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
     if not queued:
         return Gathered([], [])
     runs = {  # with the folder of the run's DAG version (the version of every try in it)
-        row.id: row for row in conn.execute(
-            select(dag_run_t.c.id, dag_run_t.c.run_id, dag_run_t.c.logical_date, dag_run_t.c.data_interval_start,
-                   dag_run_t.c.data_interval_end, dag_run_t.c.conf, dag_version_t.c.source_dir)
-            .outerjoin(dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
-            .where(dag_run_t.c.id.in_({q.dag_run_id for q in queued})))
-    }
+        row.id: row for row in conn.execute(_RUNS, {"run_ids": list({q.dag_run_id for q in queued})})}
     dags.prefetch(conn, {q.dag_version_id for q in queued})
     signals = signals_of(conn, [q.ti_id for q in queued])
     tokens = issue_try_tokens(conn, [(q.ti_id, q.try_number) for q in queued], now=now)
@@ -118,14 +113,20 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
 def signals_of(conn: Connection, ti_ids) -> dict[int, dict]:
     """ti id -> the signal that started its try ({key, value, seq, source}); TIs no signal started,
     or whose signal was pruned, are absent."""
-    by_ti = dict(conn.execute(select(ti_t.c.id, ti_t.c.signal_seq)
-                              .where(ti_t.c.id.in_(list(ti_ids)), ti_t.c.signal_seq.is_not(None))).all())
-    if not by_ti:
-        return {}
-    found = {row.seq: {"key": row.key, "value": json.loads(row.value), "seq": row.seq, "source": row.source}
-             for row in conn.execute(select(signal_t.c.seq, signal_t.c.key, signal_t.c.value, signal_t.c.source)
-                                     .where(signal_t.c.seq.in_(set(by_ti.values()))))}
-    return {ti_id: found[seq] for ti_id, seq in by_ti.items() if seq in found}
+    rows = conn.execute(_SIGNALS_OF, {"ti_ids": list(ti_ids)})  # one read; a pruned signal is absent
+    return {row.id: {"key": row.key, "value": json.loads(row.value), "seq": row.seq, "source": row.source}
+            for row in rows}
+
+
+# Built once with bind parameters: SQLAlchemy then neither rebuilds them nor computes their cache key
+# at each launch (see `db.claims`).
+_RUNS = (select(dag_run_t.c.id, dag_run_t.c.run_id, dag_run_t.c.logical_date, dag_run_t.c.data_interval_start,
+                dag_run_t.c.data_interval_end, dag_run_t.c.conf, dag_version_t.c.source_dir)
+         .outerjoin(dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
+         .where(dag_run_t.c.id.in_(bindparam("run_ids", expanding=True))))
+_SIGNALS_OF = (select(ti_t.c.id, signal_t.c.seq, signal_t.c.key, signal_t.c.value, signal_t.c.source)
+               .join(signal_t, signal_t.c.seq == ti_t.c.signal_seq)
+               .where(ti_t.c.id.in_(bindparam("ti_ids", expanding=True))))
 
 
 def render_launches(gathered: Gathered, renderer: Renderer) -> Rendered:

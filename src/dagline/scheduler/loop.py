@@ -390,20 +390,30 @@ class Scheduler:
                 self.liveness.beat()
 
     def _react(self, stats: LoopStats, now) -> None:
-        """React to new signals; when that made task instances runnable, queue and launch them at once
-        (the critical section right after the reaction's commit), not after the rest of the pass: a
-        signal's try is queued one transaction after it is handled. The pass's own critical section
+        """React to new signals; when that made task instances runnable, queue them in the same
+        transaction (the critical section with `if_free`: one commit, not two) and launch them at once,
+        not after the rest of the pass. If a peer holds the pools then, the critical section runs again
+        right after the reaction's commit, as its own transaction. The pass's own critical section
         still follows, so nothing is skipped. The reaction wakes no peer; if this replica queues
         nothing (no free slot, a peer in the critical section, stopping), it wakes them now."""
+        queue_now = not self._stop_requested
+
+        def react(conn):
+            reacted = react_to_signals(conn, now=now, dags=self.dags, who=self.who,
+                                       limit=self.settings.signals_per_loop)
+            return reacted, self._queue(conn, now, if_free=True) if reacted.tis_changed and queue_now else None
+
         with self._phase("signals", "reacting to signals"):
-            reacted = self.tx.run(lambda conn: react_to_signals(
-                conn, now=now, dags=self.dags, who=self.who, limit=self.settings.signals_per_loop), what=self._step)
+            reacted, done = self.tx.run(react, what=self._step)
         stats.signals_handled += reacted.signals
         stats.runs_created += reacted.runs_created
         stats.tis_decided += reacted.tis_changed
         stats.runs_finished += reacted.runs_finished
         if reacted.tis_changed:
-            queued = 0 if self._stop_requested else self._queue_and_launch(stats, now)
+            if done is not None:  # queued (or found nothing to queue) in the reaction's own transaction
+                queued = self._launch_queued(stats, *done, now)
+            else:
+                queued = 0 if self._stop_requested else self._queue_and_launch(stats, now)
             if not queued:  # the reaction woke no one (`hold_announcements`): a peer may queue them
                 self.tx.run(lambda conn: announce(conn, self.who), what="waking the other replicas")
 
@@ -476,22 +486,30 @@ class Scheduler:
         stats.runs_finished += mini.runs_finished
         return mini.tis_decided
 
+    def _queue(self, conn, now, *, if_free: bool = False):
+        """The critical section in `conn`'s transaction: (queued, their launches), or None when
+        `if_free` and a peer holds the pools (see `critical_section`)."""
+        queued = queue_task_instances(
+            conn, now=now, dags=self.dags, who=self.who, replica_id=self.replica_id,
+            executor_slots=self.executor.free_slots(), limit=self.settings.tis_per_loop,
+            backfill_id=self.backfill_id, test_run_id=self.test_run_id, if_free=if_free)
+        if queued is None:
+            return None
+        return queued, gather_launches(conn, queued, dags=self.dags, now=now, api_url=self.api_url)
+
     def _queue_and_launch(self, stats: LoopStats, now) -> int:
         """The critical section and the launches; returns how many TIs it queued."""
-        def queue(conn):
-            queued = queue_task_instances(
-                conn, now=now, dags=self.dags, who=self.who, replica_id=self.replica_id,
-                executor_slots=self.executor.free_slots(), limit=self.settings.tis_per_loop,
-                backfill_id=self.backfill_id, test_run_id=self.test_run_id)
-            return queued, gather_launches(conn, queued, dags=self.dags, now=now, api_url=self.api_url)
-
         try:
             with self._phase("critical_section", "queueing task instances"):
-                queued, pending = self.tx.run(queue, what=self._step)
+                queued, pending = self.tx.run(lambda conn: self._queue(conn, now), what=self._step)
         except PoolsBusy:
             metrics.CRITICAL_SECTION_BUSY.inc()
             log.debug("another replica is in the critical section; queueing nothing this round")
             return 0
+        return self._launch_queued(stats, queued, pending, now)
+
+    def _launch_queued(self, stats: LoopStats, queued, pending, now) -> int:
+        """Render and launch what a committed critical section queued; returns how many TIs it queued."""
         stats.tis_queued += len(queued)
         self._step = "rendering templates"  # outside any transaction: a template may take its whole budget
         rendered = render_launches(pending, self.renderer)

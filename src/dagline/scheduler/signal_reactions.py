@@ -14,21 +14,23 @@ the rules that match it and act, in one transaction per batch:
 * `stop` asks the running try to stop and supersedes what was pending for the TI.
 
 Exactly once: a signal is claimed (`claims.claim_unhandled_signals`, skipping what others hold)
-and marked handled in the transaction that writes its actions and the state changes they cause;
+and marked handled, by one statement, in the transaction that writes its actions and the state
+changes they cause (and, from `Scheduler._react`, queues the tries they made runnable);
 each (signal, rule, run, task) has one `signal_action` row at most (a unique constraint: an insert
 that finds it there is a signal already acted on, and does nothing more). A replica that dies before
 its commit leaves the signals unhandled, and another replica takes them.
 
 Wake-ups: the reaction's transaction does not wake idle peers (`notify.hold_announcements`): the
-replica that reacted queues the tries it made runnable right after the commit, and goes on with a
+replica that reacted queues the tries it made runnable in the same transaction, and goes on with a
 full pass (runs a trigger created); peers woken to find nothing would only slow it down on a busy
 machine. A stop request (restart, stop) does wake them: the replica running the try must stop it.
 If the caller queues nothing, it wakes the peers itself (`Scheduler._react`).
 
 Order: within one key, `seq` order is commit order (`claims.lock_signal_key`); a claimed signal is
 acted on only if every earlier unhandled signal of its key is in the same claim, else it is left for
-the replica that holds the earlier one. Runs are locked in id order, then DAG rows in id order, so
-two replicas reacting at once wait on each other in one direction only.
+the replica that holds the earlier one (the claim's statement checks this itself). Runs are locked in
+id order, then DAG rows in id order, so two replicas reacting at once wait on each other in one
+direction only.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import json
 import logging
 from collections.abc import Sequence
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, bindparam, func, null, select, union_all, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
@@ -49,7 +51,7 @@ from sqlalchemy.engine import Connection
 from dagline import metrics
 from dagline.dagstore import DagCache
 from dagline.db.claims import claim_unhandled_signals, lock_dag, lock_run_for_signal
-from dagline.db.models import dag_run_t, dag_t, signal_action_t, signal_listener_t, signal_t, ti_t
+from dagline.db.models import dag_run_t, dag_t, signal_action_t, signal_listener_t, ti_t
 from dagline.db.notify import announce, hold_announcements
 from dagline.db.observe import at_commit
 from dagline.db.transitions import request_stop
@@ -73,35 +75,13 @@ class ReactionResult:
 
 def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who: str, limit: int) -> ReactionResult:
     result = ReactionResult()
-    claimed = claim_unhandled_signals(conn, limit)
-    if not claimed:
-        return result
-    signals = _in_key_order(conn, claimed)
+    signals = claim_unhandled_signals(conn, limit, now=now)  # in key order, marked handled
     if not signals:
         return result
     hold_announcements(conn)  # the caller queues what this makes runnable; only stop requests wake peers
-    seqs = [s.seq for s in signals]
-    conn.execute(update(signal_t).where(signal_t.c.seq.in_(seqs)).values(handled_at=now))
     result.signals = len(signals)
 
-    keys = sorted({s.key for s in signals})
-    lst = signal_listener_t.c
-    triggers = collections.defaultdict(list)  # key -> listener rows of current versions of active DAGs
-    for row in conn.execute(
-        select(signal_listener_t).join(dag_t, and_(dag_t.c.current_version_id == lst.dag_version_id,
-                                                   dag_t.c.is_active.is_(True)))
-        .where(lst.key.in_(keys), lst.action == "trigger").order_by(lst.dag_id, lst.rule)
-    ):
-        triggers[row.key].append(row)
-    rules = collections.defaultdict(list)  # key -> (listener, run) for running runs of the listening versions
-    for row in conn.execute(
-        select(signal_listener_t, dag_run_t.c.id.label("run_pk"), dag_run_t.c.run_id.label("run_name"))
-        .join(dag_run_t, dag_run_t.c.dag_version_id == lst.dag_version_id)
-        .where(lst.key.in_(keys), lst.action != "trigger", dag_run_t.c.state == RunState.RUNNING,
-               dag_run_t.c.is_test.is_(False))  # `dags test` runs are driven by their own process only
-        .order_by(dag_run_t.c.id, lst.rule)
-    ):
-        rules[row.key].append(row)
+    triggers, rules = _listeners(conn, sorted({s.key for s in signals}))
 
     run_ids = sorted({r.run_pk for s in signals for r in rules.get(s.key, ()) if _in_scope(r, s)})
     locked = {}
@@ -115,7 +95,7 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
 
     tis: dict[tuple[int, str], object] = {}
     if locked:
-        for ti in conn.execute(select(ti_t).where(ti_t.c.dag_run_id.in_(list(locked)))):
+        for ti in conn.execute(_TIS_OF_RUNS, {"run_ids": list(locked)}):
             tis[(ti.dag_run_id, ti.task_id)] = ti
 
     for s in signals:
@@ -140,27 +120,56 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
     return result
 
 
-def _in_key_order(conn: Connection, claimed: Sequence) -> list:
-    """The claimed signals that may be acted on now: per key, the claimed ones before the first
-    unhandled signal of that key that this claim does not hold."""
-    by_key = collections.defaultdict(list)
-    for s in claimed:
-        by_key[s.key].append(s)
-    held = {s.seq for s in claimed}
-    top = max(held)
-    unhandled = collections.defaultdict(list)
-    for row in conn.execute(select(signal_t.c.key, signal_t.c.seq)
-                            .where(signal_t.c.handled_at.is_(None), signal_t.c.key.in_(list(by_key)),
-                                   signal_t.c.seq <= top).order_by(signal_t.c.seq)):
-        unhandled[row.key].append(row.seq)
-    ready = []
-    for key in by_key:
-        for seq in unhandled[key]:
-            if seq not in held:
-                break
-            ready.append(seq)
-    ready_set = set(ready)
-    return [s for s in claimed if s.seq in ready_set]
+def _listeners(conn: Connection, keys: list[str]) -> tuple[dict, dict]:
+    """The rules listening to `keys`, in one statement: key -> DAG triggers of the current versions of
+    active DAGs (by DAG id, rule), and key -> (task rule, run) for each running run (`dags test` runs
+    left out: their own process drives them) of the versions that have the rule (by run id, rule)."""
+    triggers, rules = collections.defaultdict(list), collections.defaultdict(list)
+    for row in conn.execute(_LISTENERS, {"keys": keys}):
+        (triggers if row.run_pk is None else rules)[row.key].append(row)
+    return triggers, rules
+
+
+# Statements of every reaction, built once with bind parameters: SQLAlchemy then neither rebuilds them
+# nor computes their cache key at each call (see `db.claims`).
+
+def _listeners_statement():
+    lst = signal_listener_t.c
+    keys = bindparam("keys", expanding=True)
+    trigger_rows = (
+        select(signal_listener_t, null().label("run_pk"), null().label("run_name"))
+        .join(dag_t, and_(dag_t.c.current_version_id == lst.dag_version_id, dag_t.c.is_active.is_(True)))
+        .where(lst.key.in_(keys), lst.action == "trigger"))
+    rule_rows = (
+        select(signal_listener_t, dag_run_t.c.id, dag_run_t.c.run_id)
+        .join(dag_run_t, dag_run_t.c.dag_version_id == lst.dag_version_id)
+        .where(lst.key.in_(keys), lst.action != "trigger", dag_run_t.c.state == RunState.RUNNING,
+               dag_run_t.c.is_test.is_(False)))
+    both = union_all(trigger_rows, rule_rows).subquery()
+    return select(both).order_by(both.c.run_pk.nulls_first(), both.c.dag_id, both.c.rule)
+
+
+def _insert_action_statement(dialect_insert):
+    columns = ("signal_seq", "rule", "dag_id", "dag_run_id", "run_id", "task_id", "action", "status",
+               "try_number", "decided_at", "done_at", "detail")
+    return (dialect_insert(signal_action_t).values({c: bindparam(c, type_=signal_action_t.c[c].type) for c in columns})
+            .on_conflict_do_nothing(index_elements=["signal_seq", "rule", "dag_run_id", "task_id"])
+            .returning(signal_action_t.c.id))
+
+
+_LISTENERS = _listeners_statement()
+_TIS_OF_RUNS = select(ti_t).where(ti_t.c.dag_run_id.in_(bindparam("run_ids", expanding=True)))
+_INSERT_ACTION = {"postgresql": _insert_action_statement(pg_insert), "sqlite": _insert_action_statement(sqlite_insert)}
+_ACTION_DEFAULTS = {"try_number": None, "done_at": None, "detail": None}
+_A = signal_action_t.c
+_ALREADY = select(func.count()).select_from(signal_action_t).where(
+    _A.signal_seq == bindparam("seq"), _A.rule == bindparam("rule"), _A.dag_run_id == bindparam("run"),
+    _A.task_id == bindparam("task"))
+_SUPERSEDE = (update(signal_action_t)
+              .where(_A.dag_run_id == bindparam("run"), _A.task_id == bindparam("task"), _A.status == "pending",
+                     _A.action.in_(bindparam("actions", expanding=True)))
+              .values(status="superseded", done_at=bindparam("now", type_=_A.done_at.type),
+                      detail=bindparam("detail")))
 
 
 def _in_scope(rule, signal) -> bool:
@@ -171,10 +180,8 @@ def _insert_action(conn: Connection, sent_at: dt.datetime, **row) -> bool:
     """Insert one action row; False if the (signal, rule, run, task) already has one. Once the
     transaction commits, the time from the signal's `sent_at` to this decision is observed
     (`metrics.SIGNAL_ACTION_LATENCY`, by action)."""
-    dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-    stmt = dialect_insert(signal_action_t).values(**row).on_conflict_do_nothing(
-        index_elements=["signal_seq", "rule", "dag_run_id", "task_id"]).returning(signal_action_t.c.id)
-    if conn.execute(stmt).scalar() is None:
+    stmt = _INSERT_ACTION["postgresql" if conn.dialect.name == "postgresql" else "sqlite"]
+    if conn.execute(stmt, {**_ACTION_DEFAULTS, **row}).scalar() is None:
         return False
     latency = max((row["decided_at"] - sent_at).total_seconds(), 0.0)  # an injected clock may be behind
     at_commit(conn, functools.partial(metrics.SIGNAL_ACTION_LATENCY.labels(action=row["action"]).observe, latency))
@@ -182,11 +189,8 @@ def _insert_action(conn: Connection, sent_at: dt.datetime, **row) -> bool:
 
 
 def _supersede(conn: Connection, ti, *, actions: Sequence[str], now: dt.datetime, by: int) -> None:
-    a = signal_action_t.c
-    conn.execute(update(signal_action_t)
-                 .where(a.dag_run_id == ti.dag_run_id, a.task_id == ti.task_id, a.status == "pending",
-                        a.action.in_(list(actions)))
-                 .values(status="superseded", done_at=now, detail=f"superseded by signal {by}"))
+    conn.execute(_SUPERSEDE, {"run": ti.dag_run_id, "task": ti.task_id, "actions": list(actions), "now": now,
+                              "detail": f"superseded by signal {by}"})
 
 
 def _act(conn: Connection, s, r, ti, *, now: dt.datetime, who: str) -> bool:
@@ -231,9 +235,7 @@ def _act(conn: Connection, s, r, ti, *, now: dt.datetime, who: str) -> bool:
 
 
 def _already(conn: Connection, s, r) -> bool:
-    a = signal_action_t.c
-    return conn.execute(select(func.count()).select_from(signal_action_t).where(
-        a.signal_seq == s.seq, a.rule == r.rule, a.dag_run_id == r.run_pk, a.task_id == r.task_id)).scalar_one() > 0
+    return conn.execute(_ALREADY, {"seq": s.seq, "rule": r.rule, "run": r.run_pk, "task": r.task_id}).scalar_one() > 0
 
 
 def _request_stop(conn: Connection, ti, *, now: dt.datetime, who: str, why: str) -> None:
