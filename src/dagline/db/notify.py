@@ -152,8 +152,8 @@ class Listener:
         return "timeout"
 
     def pending(self) -> str | None:
-        """Without waiting: 'notified' or 'signals' if other writers committed since the last look
-        (those notifications are consumed), else None. `self.peers`, when set, is a payload prefix
+        """Without waiting: 'notified', 'signals' or 'runs' (as `wait` says) if other writers committed
+        since the last look (those notifications are consumed), else None. `self.peers`, when set, is a payload prefix
         whose notes are consumed without counting here (a busy replica's peers: its next full pass
         sees their changes anyway). A lost connection counts as 'notified' (changes may have been
         missed), and is reopened by the next `wait`."""

@@ -66,7 +66,7 @@ from dagline.scheduler.renderer import Renderer
 from dagline.scheduler.resilience import Backoff, Transactions
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.scheduler.signal_reactions import react_to_signals
-from dagline.scheduler.start_runs import newest_work, start_queued_runs
+from dagline.scheduler.start_runs import newest_run, start_queued_runs
 from dagline.scheduler.stops import tries_to_stop
 from dagline.scheduler.tries import InFlight
 from dagline.scheduler.wakeup import Wakeup
@@ -139,8 +139,8 @@ class Scheduler:
         self._lock = SchedulerLock(db)
         self._pending_reports: list = []  # read from the executor, not yet stored
         self._skipped_runs: set[int] = set()  # runs the mini-scheduler could not lock (a peer held them)
-        self._work_waiting = False  # SQLite: the last reports stored saw runs or signals new since the full pass
-        self._newest_seen = (0, 0)  # SQLite: the newest run id and signal seq when the last full pass started runs
+        self._work_waiting = False  # SQLite: the last reports stored saw runs newer than the last start step
+        self._newest_seen = 0  # SQLite: the newest run id when the last start step looked
         self._stop_requested = False
         self._last_housekeeping = float("-inf")
         self._step = "start"
@@ -353,7 +353,7 @@ class Scheduler:
                     per_dag=s.runs_created_per_dag), what=self._step)
         if not testing:
             def start(conn):
-                newest = None if self.wakeup.listens else newest_work(conn)
+                newest = None if self.wakeup.listens else newest_run(conn)
                 started = start_queued_runs(conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
                                             backfill_id=self.backfill_id)
                 self._saw(newest, started)
@@ -424,13 +424,15 @@ class Scheduler:
         section, not one hop per loop. Nothing is skipped: the next iteration's full pass still looks at
         everything.
 
-        Runs triggered and signals sent meanwhile are taken in on the way (`_take_new_work`), so they do
-        not wait for a whole chain: on PostgreSQL when anyone but a scheduler replica announced a change
-        (peers' changes wait for the full pass that follows), on SQLite (nothing is announced) when the
-        transaction storing the reports saw runs or signals newer than the full pass had seen."""
+        Runs triggered meanwhile are taken in on the way (`_take_new_work`), so they do not wait for a
+        whole chain: on PostgreSQL when anyone but a scheduler replica announced a change (peers' changes
+        wait for the full pass that follows), on SQLite (nothing is announced) when the transaction
+        storing the reports saw a run newer than the last start step had seen. New signals are left to
+        idle peers (woken for them) or to the next full pass: reacting to a storm of them at every hop
+        would hold up the chains being followed."""
         limit = self.settings.follow_up_s
         while (decided or self._skipped_runs) and not self._stop_requested and time.monotonic() - began < limit:
-            if self.wakeup.pending() or self._work_waiting:
+            if self.wakeup.pending() in ("notified", "runs") or self._work_waiting:
                 decided += self._take_new_work(stats)
             if self._skipped_runs:  # runs a peer was examining when the reports came: their peer is done now
                 decided += self._retry_skipped(stats)
@@ -441,20 +443,18 @@ class Scheduler:
                 break
 
     def _take_new_work(self, stats: LoopStats) -> int:
-        """Within the follow-up: react to new signals, start the runs that may start and decide those
-        (their first tasks are then queued by the follow-up's next critical section), as a full pass
-        would; the rest of a full pass (creating scheduled runs, examining every running run) waits
-        for the next one. Returns how many task instances it made runnable."""
+        """Start the runs that may start and decide those (their first tasks are then queued by the next
+        critical section), as a full pass would; the rest of a full pass (reacting to signals, creating
+        scheduled runs, examining every running run) waits for the next one. For the follow-up, and for
+        a replica woken by new runs alone. Returns how many task instances it made runnable."""
         self._work_waiting = False
         if self.test_run_id is not None:  # a test run's process has nothing else to take in
             return 0
         now = self.clock.now()
         before = stats.tis_decided
-        if self.backfill_id is None:
-            self._react(stats, now)
 
         def start(conn):
-            newest = None if self.wakeup.listens else newest_work(conn)
+            newest = None if self.wakeup.listens else newest_run(conn)
             started = start_queued_runs(conn, now=now, dags=self.dags, who=self.who,
                                         limit=self.settings.dags_per_loop, backfill_id=self.backfill_id)
             self._saw(newest, started)
@@ -470,11 +470,10 @@ class Scheduler:
         return stats.tis_decided - before
 
     def _saw(self, newest, started: list[int]) -> None:
-        """SQLite: remember the newest run and signal a start step has seen (see `_follow_up`), unless it
-        started as many runs as it may in one step: then more may be waiting, and the next look takes in
-        again."""
+        """SQLite: remember the newest run a start step has seen (see `_follow_up`), unless it started as
+        many runs as it may in one step: then more may be waiting, and the next look takes in again."""
         if newest is not None:
-            self._newest_seen = (-1, -1) if len(started) >= self.settings.dags_per_loop else newest
+            self._newest_seen = -1 if len(started) >= self.settings.dags_per_loop else newest
 
     def _retry_skipped(self, stats: LoopStats) -> int:
         run_ids, self._skipped_runs = self._skipped_runs, set()
@@ -557,7 +556,7 @@ class Scheduler:
             self._mini_schedule(conn, affected, mini, now)
             # nothing announces new work on SQLite: look, for the follow-up (see `_follow_up`)
             self._work_waiting = not self.wakeup.listens and self.backfill_id is None and \
-                self.test_run_id is None and newest_work(conn) != self._newest_seen
+                self.test_run_id is None and newest_run(conn) != self._newest_seen
             return mini
 
         mini = self.tx.run(store, what=self._step)

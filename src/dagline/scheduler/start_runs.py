@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from dagline.admission import max_active_runs_reason
 from dagline.dagstore import DagCache
 from dagline.db.claims import lock_dags_with_startable_runs
-from dagline.db.models import backfill_t, dag_run_t, dag_t, signal_t
+from dagline.db.models import backfill_t, dag_run_t, dag_t
 from dagline.db.transitions import change_runs
 from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
 from dagline.states import RunState
@@ -143,11 +143,8 @@ def _first_queued(conn: Connection, dag_ids: list[str], now: dt.datetime, cap: i
     return found
 
 
-def newest_work(conn: Connection) -> tuple[int, int]:
-    """The newest run id and unhandled signal seq (two index lookups): compared with what a full pass saw,
-    whether runs or signals came since, from another writer, where nothing announces them (SQLite;
-    see `Scheduler._follow_up`). Only new ones count: a run that was already waiting for a
-    `maxActiveRuns` place, or a signal waiting for an earlier one of its key, does not."""
-    runs = conn.execute(select(func.max(dag_run_t.c.id))).scalar() or 0
-    signals = conn.execute(select(func.max(signal_t.c.seq)).where(signal_t.c.handled_at.is_(None))).scalar() or 0
-    return runs, signals
+def newest_run(conn: Connection) -> int:
+    """The newest run id (a primary-key lookup): compared with what a start step saw, whether runs came
+    since, from another writer, where nothing announces them (SQLite; see `Scheduler._follow_up`).
+    Only new ones count: a run that was already waiting for a `maxActiveRuns` place does not."""
+    return conn.execute(select(func.max(dag_run_t.c.id))).scalar() or 0

@@ -63,15 +63,18 @@ class Wakeup:
         """Whether other writers' changes wake this replica (PostgreSQL), or only the poll does."""
         return self._listener is not None
 
-    def pending(self) -> bool:
-        """Without waiting: whether someone other than a scheduler replica (a person, the CLI, the API,
-        the operator) committed a change or new signals since the last look, consuming the
-        notifications; or an interrupt is pending (it is left for the next wait). Peers' changes are
-        left to the caller's next full pass. Always False where nothing is announced (SQLite)."""
-        if self._listener is not None and self._listener.pending() is not None:
-            return True
+    def pending(self) -> str | None:
+        """Without waiting: what someone other than a scheduler replica (a person, the CLI, the API, the
+        operator) committed since the last look, as `wait` names it ('notified', 'runs', 'signals'),
+        consuming the notifications; 'interrupted' if an interrupt is pending (it is left for the next
+        wait); else None. Peers' changes are left to the caller's next full pass. Always None or
+        'interrupted' where nothing is announced (SQLite)."""
+        if self._listener is not None:
+            why = self._listener.pending()
+            if why is not None:
+                return why
         readable, _, _ = select.select([self._read_fd], [], [], 0)
-        return bool(readable)
+        return "interrupted" if readable else None
 
     def interrupt(self) -> None:
         """End the current (or next) wait at once. Async-signal-safe."""
