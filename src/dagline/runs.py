@@ -20,7 +20,6 @@ from dagline.limits import MAX_ROW_ID
 from dagline.states import RunState, TIState
 from dagline.timeline import NewRun, insert_runs, make_run_id, on_timeline, timetable_for
 
-
 # DAG versions never change: one cache per database for every trigger this process makes
 _versions: weakref.WeakKeyDictionary[Database, DagCache] = weakref.WeakKeyDictionary()
 

@@ -86,7 +86,8 @@ def task_reasons(conn: Connection, run, *, now: dt.datetime, dags: DagCache | No
     if run.previous_run_id is not None:
         previous_name = conn.execute(select(dag_run_t.c.run_id).where(dag_run_t.c.id == run.previous_run_id)).scalar()
     decision = decide_run(
-        [TaskFacts(task_id, task.upstream, task.trigger_rule, task.depends_on_past) for task_id, task in dag.tasks.items()],
+        [TaskFacts(task_id, task.upstream, task.trigger_rule, task.depends_on_past)
+         for task_id, task in dag.tasks.items()],
         {ti.task_id: TIFacts(ti.id, ti.state, ti.next_retry_at) for ti in tis},
         leaves=dag.leaves, previous_states=previous.get(run.previous_run_id, {}), now=now, previous_run=previous_name,
     )

@@ -17,8 +17,8 @@ from dagline.db.models import signal_action_t, signal_t, ti_t
 from dagline.executors.noop import NoopExecutor
 from dagline.runs import stop_run, stop_task, trigger_run
 from dagline.scheduler.loop import Scheduler
-from dagline.scheduler.wakeup import Wakeup
 from dagline.scheduler.signal_reactions import react_to_signals
+from dagline.scheduler.wakeup import Wakeup
 from dagline.signal_store import send_signal, show_signal
 
 from .harness import apply, assert_invariants, events, runs, t, tis, write_dag

@@ -7,7 +7,16 @@ import gc
 
 import click
 
-from dagline.cli.base import Context, emit_json, json_option, log_folder_option, main, make_clock, now_option, print_table
+from dagline.cli.base import (
+    Context,
+    emit_json,
+    json_option,
+    log_folder_option,
+    main,
+    make_clock,
+    now_option,
+    print_table,
+)
 
 
 @main.command("api", retry_conflicts=False)

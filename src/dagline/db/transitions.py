@@ -23,12 +23,12 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import String, bindparam, case, insert, literal, literal_column, select, text, tuple_, update
+from sqlalchemy import String, bindparam, case, literal, literal_column, select, text, tuple_, update
 from sqlalchemy.engine import Connection
 
 from dagline import metrics
 from dagline.db import decisions
-from dagline.db.bulk import insert_rows, plain as _plain
+from dagline.db.bulk import insert_rows, plain
 from dagline.db.models import dag_run_t, event_t, ti_t
 from dagline.db.notify import RUNS_ONLY, announce
 from dagline.db.observe import at_commit
@@ -36,7 +36,6 @@ from dagline.db.outbox import enqueue_for_events
 from dagline.db.signal_log import record_task_state_signals
 from dagline.deps import next_state_after_failure
 from dagline.states import RunState, TIState
-
 
 _QUIET = frozenset({TIState.QUEUED})  # task instance states no other replica acts on (and no signal's)
 
@@ -161,7 +160,7 @@ def change_tries_each(
                           for name, column in zip(names, columns, strict=True))
         source = f"json_to_recordset(CAST(:document AS json)) AS v(id BIGINT, try_number INTEGER, {types})"
         params["document"] = json.dumps([{"id": i, "try_number": tries[i],
-                                          **{name: _plain(row_values[i][name]) for name in names}} for i in ids])
+                                          **{name: plain(row_values[i][name]) for name in names}} for i in ids])
     else:  # SQLite: each value as the column type stores it, read back with json_extract
         processors = [column.type._cached_bind_processor(dialect) for column in columns]
         document = []

@@ -670,8 +670,8 @@ class Scheduler:
             now = database_now(conn)
             if not self.liveness.may_judge_peers(now):
                 return []
-            return declare_stale_replicas_dead(conn, replica_id=self.replica_id, timeout_s=self.settings.replica_timeout_s,
-                                               who=self.who, now=now)
+            return declare_stale_replicas_dead(conn, replica_id=self.replica_id,
+                                               timeout_s=self.settings.replica_timeout_s, who=self.who, now=now)
 
         dead = self.tx.run(declare, what=self._step)
         metrics.REPLICAS_DECLARED_DEAD.inc(len(dead))
