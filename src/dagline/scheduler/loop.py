@@ -352,15 +352,8 @@ class Scheduler:
                     conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
                     per_dag=s.runs_created_per_dag), what=self._step)
         if not testing:
-            def start(conn):
-                newest = None if self.wakeup.listens else newest_run(conn)
-                started = start_queued_runs(conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
-                                            backfill_id=self.backfill_id)
-                self._saw(newest, started)
-                return started
-
             with self._phase("start_runs", "starting runs"):
-                stats.runs_started = len(self.tx.run(start, what=self._step))
+                stats.runs_started = len(self.tx.run(lambda conn: self._start_runs(conn, now), what=self._step))
         with self._phase("examine", "examining runs"):
             result = self.tx.run(lambda conn: examine_running_runs(
                 conn, limit=s.runs_per_loop, backfill_id=self.backfill_id, test_run_id=self.test_run_id, now=now,
@@ -454,10 +447,7 @@ class Scheduler:
         before = stats.tis_decided
 
         def start(conn):
-            newest = None if self.wakeup.listens else newest_run(conn)
-            started = start_queued_runs(conn, now=now, dags=self.dags, who=self.who,
-                                        limit=self.settings.dags_per_loop, backfill_id=self.backfill_id)
-            self._saw(newest, started)
+            started = self._start_runs(conn, now)
             mini = LoopStats()
             self._mini_schedule(conn, started, mini, now)
             return started, mini
@@ -469,11 +459,16 @@ class Scheduler:
         stats.runs_finished += mini.runs_finished
         return stats.tis_decided - before
 
-    def _saw(self, newest, started: list[int]) -> None:
-        """SQLite: remember the newest run a start step has seen (see `_follow_up`), unless it started as
-        many runs as it may in one step: then more may be waiting, and the next look takes in again."""
+    def _start_runs(self, conn, now) -> list[int]:
+        """Start the queued runs that may start (`start_queued_runs`); on SQLite, also remember the newest
+        run this step has seen (see `_follow_up`), unless it started as many runs as it may in one step:
+        then more may be waiting, and the next look takes in again."""
+        newest = None if self.wakeup.listens else newest_run(conn)
+        started = start_queued_runs(conn, now=now, dags=self.dags, who=self.who, limit=self.settings.dags_per_loop,
+                                    backfill_id=self.backfill_id)
         if newest is not None:
             self._newest_seen = -1 if len(started) >= self.settings.dags_per_loop else newest
+        return started
 
     def _retry_skipped(self, stats: LoopStats) -> int:
         run_ids, self._skipped_runs = self._skipped_runs, set()
