@@ -261,8 +261,7 @@ def tasks_logs(obj: Context, run_ref, task_id, try_number, follow, poll_interval
         time.sleep(poll_interval)
         run, ti = look()
     if follow:
-        state = ti.state if ti.try_number == number else f"{ti.state} (now on try {ti.try_number})"
-        click.echo(f"try {number} of {task_id} ended: {state}", err=True)
+        _say_try_ended(number, task_id, ti)
 
 
 def _follow_driver_log(key, ti, *, follow: bool, look, poll_interval: float) -> None:
@@ -293,8 +292,13 @@ def _follow_driver_log(key, ti, *, follow: bool, look, poll_interval: float) -> 
         time.sleep(poll_interval)
         _, ti = look()
     if follow:
-        state = ti.state if ti.try_number == key.try_number else f"{ti.state} (now on try {ti.try_number})"
-        click.echo(f"try {key.try_number} of {key.task_id} ended: {state}", err=True)
+        _say_try_ended(key.try_number, key.task_id, ti)
+
+
+def _say_try_ended(number: int, task_id: str, ti) -> None:
+    """`--follow`'s last line, on stderr: how the followed try ended (or that a newer try runs now)."""
+    state = ti.state if ti.try_number == number else f"{ti.state} (now on try {ti.try_number})"
+    click.echo(f"try {number} of {task_id} ended: {state}", err=True)
 
 
 @main.group()
