@@ -66,6 +66,13 @@ class SecretKeyRef(_Model):
     key: str = Field(min_length=1)
 
 
+def _exactly_one_of(model, first: str, second: str, names: str):
+    """A model validator's check that exactly one of two optional fields is given."""
+    if (getattr(model, first) is None) == (getattr(model, second) is None):
+        raise ValueError(f"give exactly one of {names}")
+    return model
+
+
 class ValueFrom(_Model):
     """Where a secret value comes from: exactly one of an environment variable of the scheduler, or
     a Kubernetes Secret's key."""
@@ -75,9 +82,7 @@ class ValueFrom(_Model):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ValueFrom:
-        if (self.env is None) == (self.secret_key_ref is None):
-            raise ValueError("give exactly one of env or secretKeyRef")
-        return self
+        return _exactly_one_of(self, "env", "secret_key_ref", "env or secretKeyRef")
 
 
 class WebhookHeader(_Model):
@@ -101,9 +106,7 @@ class WebhookSpec(_Model):
 
     @model_validator(mode="after")
     def _one_url(self) -> WebhookSpec:
-        if (self.url is None) == (self.url_from is None):
-            raise ValueError("give exactly one of url or urlFrom")
-        return self
+        return _exactly_one_of(self, "url", "url_from", "url or urlFrom")
 
 
 class LogSpec(_Model):
