@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 
@@ -34,15 +33,20 @@ spec:
 """
 
 
-def test_json_log_has_one_line_per_decision(db, tmp_path):
+def _schedule_one_run(db, tmp_path, *options: str) -> subprocess.CompletedProcess:
+    """Apply the DAG, trigger one run and let a real `dagline scheduler` process run it to the end."""
     apply(db, write_dag(tmp_path, DAG))
     trigger_run(db, "logged", logical_date=t("2026-03-01"), now=t("2026-03-01"))
     url = db.engine.url.render_as_string(hide_password=False)
     done = subprocess.run(
         [sys.executable, "-m", "dagline.cli", "--db", url, "scheduler", "--executor", "noop", "--until-idle",
-         "--log-format", "json", "--now", "2026-03-01T00:00:00Z"],
-        capture_output=True, text=True, timeout=120, env={**os.environ})
+         *options, "--now", "2026-03-01T00:00:00Z"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_json_log_has_one_line_per_decision(db, tmp_path):
+    done = _schedule_one_run(db, tmp_path, "--log-format", "json")
     lines = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]  # every line is JSON
     assert all({"ts", "level", "logger", "message"} <= line.keys() for line in lines)
     made = [(line["decision"], line.get("task_id"), line.get("to_state")) for line in lines if "decision" in line]
@@ -57,13 +61,7 @@ def test_json_log_has_one_line_per_decision(db, tmp_path):
 
 
 def test_text_is_the_default_and_has_no_decision_lines(db, tmp_path):
-    apply(db, write_dag(tmp_path, DAG))
-    trigger_run(db, "logged", logical_date=t("2026-03-01"), now=t("2026-03-01"))
-    url = db.engine.url.render_as_string(hide_password=False)
-    done = subprocess.run(
-        [sys.executable, "-m", "dagline.cli", "--db", url, "scheduler", "--executor", "noop", "--until-idle",
-         "--now", "2026-03-01T00:00:00Z"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    done = _schedule_one_run(db, tmp_path)
     assert "ti queued:" not in done.stderr and not done.stderr.lstrip().startswith("{")
     assert ": run success" in done.stderr  # the `log` callback's line, in text
 
