@@ -10,8 +10,16 @@ can ignore its own announcements. A transaction that only stored new signals ann
 anything else (`Listener.wait` says `signals`). Likewise a transaction that only created queued runs
 (a trigger, a backfill, the schedule) announces `runs` (`RUNS_ONLY`): a replica woken by that alone
 need only try to start them (`Listener.wait` says `runs`), and the replicas that find them taken by
-a peer go back to waiting instead of running a full pass each. Should the same transaction change
-anything else afterwards, it announces a second time with that writer's name.
+a peer go back to waiting instead of running a full pass each. A transaction that also stored
+signals some rule listens to, or created runs, announces that too, besides its writer's name.
+
+Peers: a scheduler replica's ordinary changes do not wake its peers (`Listener.peers`). The replica
+that made them goes on with what they made possible itself (the follow-up queues the tasks its
+reports made runnable; its next full pass looks at everything), so a peer woken for them would only
+repeat that work: with three replicas on one machine, such wake-ups cost more than they saved. What
+a peer must act on is announced `urgent` (payload `!scheduler:7`): a stop request for a try that
+may run on a peer, tasks this replica left unqueued because its executor is full, or a replica
+leaving. New signals and new runs wake every idle replica, whoever wrote them.
 
 Listening: a `Listener` holds one dedicated connection outside the pool (autocommit, `LISTEN
 dagline`) and waits on its socket with `select`. A lost connection is reopened on the next wait;
@@ -36,24 +44,41 @@ log = logging.getLogger(__name__)
 CHANNEL = "dagline"
 SIGNALS_ONLY = "signal"  # the payload of a transaction that stored new signals and changed nothing else
 RUNS_ONLY = "runs"  # the payload of a transaction that created queued runs and changed nothing else
+URGENT = "!"  # before a writer's name: peers must act on this change (see the module docstring)
 _LIGHT = frozenset({SIGNALS_ONLY, RUNS_ONLY})  # a replica woken by one of these has only that to look at
-_ANNOUNCED = "dagline_announced_in"  # key in the DBAPI connection's info: (transaction, payload) announced
+_ANNOUNCED = "dagline_announced_in"  # key in the DBAPI connection's info: _Announced of the transaction
+
+
+class _Announced:
+    """What one transaction announced so far, and whether it holds its announcements."""
+
+    __slots__ = ("transaction", "held", "payloads")
+
+    def __init__(self, transaction, held: bool):
+        self.transaction = transaction
+        self.held = held
+        self.payloads: set[str] = set()
 
 
 def announce(conn: Connection, who: str, *, urgent: bool = False) -> None:
-    """NOTIFY listeners that this transaction changed state (once per transaction, or twice when it
-    announced `SIGNALS_ONLY` first and then changed something else; PostgreSQL only). `urgent`: even
-    in a transaction that holds its announcements (`hold_announcements`)."""
+    """NOTIFY listeners that this transaction changed state (PostgreSQL only; each payload once per
+    transaction, and one writer's name at most once, plain or `urgent`). `urgent`: peers must act on
+    it (see the module docstring), even in a transaction that holds its announcements
+    (`hold_announcements`)."""
     if conn.dialect.name != "postgresql":
         return
     transaction = conn.get_transaction()
     done = conn.info.get(_ANNOUNCED)
-    if transaction is not None and done is not None and done[0] is transaction:
-        held = done[2]
-        if not (held and urgent) and (held or done[1] == who or done[1] not in _LIGHT):
-            return
-    conn.execute(_NOTIFY, {"who": who[:100]})
-    conn.info[_ANNOUNCED] = (transaction, who, False)
+    if transaction is None or done is None or done.transaction is not transaction:
+        done = _Announced(transaction, held=False)
+    if done.held and not urgent:
+        return
+    payload = (URGENT + who if urgent else who)[:100]
+    if payload in done.payloads or (not urgent and URGENT + who in done.payloads):
+        return  # said already (an urgent announcement says the plain one too)
+    conn.execute(_NOTIFY, {"who": payload})
+    done.payloads.add(payload)
+    conn.info[_ANNOUNCED] = done
 
 
 _NOTIFY = sa.select(sa.func.pg_notify(CHANNEL, sa.bindparam("who", type_=sa.String)))  # built once
@@ -65,7 +90,7 @@ def hold_announcements(conn: Connection) -> None:
     runnable tries the same replica queues right after), so idle peers are not woken to find nothing."""
     transaction = conn.get_transaction()
     if conn.dialect.name == "postgresql" and transaction is not None:
-        conn.info[_ANNOUNCED] = (transaction, "", True)
+        conn.info[_ANNOUNCED] = _Announced(transaction, held=True)
 
 
 class Listener:
@@ -74,7 +99,7 @@ class Listener:
     def __init__(self, engine):
         self.engine = engine
         self.ignore: str | None = None
-        self.peers: str | None = None  # see `pending`
+        self.peers: str | None = None  # payload prefix of the peers whose ordinary changes wake no one
         self._conn = None
         self.reconnects = 0  # connections opened after the first (after losing one)
         self._opened = 0
@@ -153,31 +178,32 @@ class Listener:
 
     def pending(self) -> str | None:
         """Without waiting: 'notified', 'signals' or 'runs' (as `wait` says) if other writers committed
-        since the last look (those notifications are consumed), else None. `self.peers`, when set, is a payload prefix
-        whose notes are consumed without counting here (a busy replica's peers: its next full pass
-        sees their changes anyway). A lost connection counts as 'notified' (changes may have been
-        missed), and is reopened by the next `wait`."""
+        since the last look (those notifications are consumed), else None. A lost connection counts
+        as 'notified' (changes may have been missed), and is reopened by the next `wait`."""
         if self._conn is None:
             return None
         try:
-            return self._drain(skip_prefix=self.peers)
+            return self._drain()
         except Exception as exc:  # noqa: BLE001 - the next wait reconnects and reports it
             log.warning("lost the LISTEN connection (%s); reconnecting", first_line(exc))
             self.close()
             return "notified"
 
-    def _drain(self, skip_prefix: str | None = None) -> str | None:
+    def _drain(self) -> str | None:
         """Read pending notifications: 'notified' if one came from another writer (or both kinds of
         light ones came), 'signals' or 'runs' if all that came were new signals or new runs, None if
-        none or only this replica's own (or `skip_prefix`'s)."""
+        none, or only this replica's own, or only its peers' ordinary changes (`peers`)."""
         self._conn.poll()
         light: set[str] = set()
         full = False
         while self._conn.notifies:
-            note = self._conn.notifies.pop(0)
-            if note.payload in _LIGHT:
-                light.add(note.payload)
-            elif note.payload != self.ignore and not (skip_prefix and note.payload.startswith(skip_prefix)):
+            payload = self._conn.notifies.pop(0).payload
+            if payload in _LIGHT:
+                light.add(payload)
+                continue
+            urgent = payload.startswith(URGENT)
+            writer = payload[len(URGENT):] if urgent else payload
+            if writer != self.ignore and (urgent or not (self.peers and writer.startswith(self.peers))):
                 full = True
         if full or len(light) > 1:
             return "notified"

@@ -91,7 +91,10 @@ def record_task_state_signals(conn: Connection, rows: Sequence[Any], *, to: str,
     computed by the database. Only the states in `TASK_SIGNAL_STATES` are signals. Unlike a sender's
     signals, their commit order is not serialised per key (no `lock_signal_key`: these are written
     inside the scheduler's own state changes, and a key lock there could wait in a circle with row
-    locks); each names its run and try, so their order across runs carries no meaning."""
+    locks); each names its run and try, so their order across runs carries no meaning. When a rule
+    listens to any of them, the transaction announces `signal` (PostgreSQL), so idle replicas react at
+    once: the scheduler replica writing them is busy with its own work, and its peers' ordinary
+    changes wake no one (`notify`)."""
     if to not in TASK_SIGNAL_STATES or not rows:
         return
     ti, run = ti_t.c, dag_run_t.c
@@ -102,12 +105,20 @@ def record_task_state_signals(conn: Connection, rows: Sequence[Any], *, to: str,
         value = func.json_object("run_id", run.run_id, "try_number", ti.try_number)
     heard = exists().where(signal_listener_t.c.key == key)
     columns = ["key", "value", "source", "sent_at", "source_dag_run_id", "source_ti_id", "handled_at"]
+    listened_to = False
     for start in range(0, len(rows), 500):
         ids = [r.id for r in rows[start:start + 500]]
-        conn.execute(insert(signal_t).from_select(columns, select(
+        stmt = insert(signal_t).from_select(columns, select(
             key, value, literal(DAGLINE_SOURCE), literal(at, UTCDateTime()), ti.dag_run_id, ti.id,
             case((heard, null()), else_=literal(at, UTCDateTime())),
-        ).join_from(ti_t, dag_run_t, run.id == ti.dag_run_id).where(ti.id.in_(ids)).order_by(ti.id)))
+        ).join_from(ti_t, dag_run_t, run.id == ti.dag_run_id).where(ti.id.in_(ids)).order_by(ti.id))
+        if conn.dialect.name == "postgresql" and not listened_to:  # where wake-ups exist
+            handled = conn.execute(stmt.returning(signal_t.c.handled_at)).scalars()
+            listened_to = any(at_ is None for at_ in handled)
+        else:
+            conn.execute(stmt)
+    if listened_to:
+        announce(conn, SIGNALS_ONLY)  # a peer's task ended: idle replicas react (peers' changes wake no one)
 
 
 def listened(conn: Connection, key: str) -> bool:

@@ -262,6 +262,8 @@ def request_stop(conn: Connection, ids: Sequence[int], *, at: dt.datetime, who: 
                            ti_t.c.stop_requested_at.is_(None))
         .values(stop_requested_at=at)
         .returning(ti_t.c.id, ti_t.c.dag_id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.state)).all()
+    if rows:
+        announce(conn, who, urgent=True)  # the replica running the try may be a peer of the asker: wake it
     record_events(conn, [
         {"at": at, "who": who, "entity": "stop_request", "dag_id": r.dag_id, "dag_run_id": r.dag_run_id,
          "ti_id": r.id, "task_id": r.task_id, "try_number": r.try_number, "from_state": r.state,

@@ -7,7 +7,8 @@ reads the `scheduled` TIs by priority then logical date and what is queued or ru
 `dagline.admission.admit` decide (a pure function: each TI only if its pool has `poolSlots` free,
 its DAG is under `maxActiveTasks`, its task is under `maxActiveTisPerDag`, and the executor has a
 free slot). Admitted TIs become `queued` with their try number incremented; the loop launches them
-after this transaction commits.
+after this transaction commits. Queueing wakes no peer (see `db.notify`), save when this replica's
+executor ran out of slots with task instances left: then its peers are woken to queue the rest.
 
 With `if_free` it runs inside a transaction that must go on whatever happens here (a signal
 reaction queues the tries it made runnable in its own transaction: one commit, not two): the pool
@@ -30,6 +31,7 @@ from dagline.admission import Candidate, Limits, admit
 from dagline.dagstore import DagCache
 from dagline.db.claims import lock_pools_if_free, lock_pools_nowait, lock_schedulable_tis
 from dagline.db.models import ti_t
+from dagline.db.notify import announce
 from dagline.db.observe import at_commit
 from dagline.db.transitions import change_tis
 from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
@@ -109,6 +111,8 @@ def queue_task_instances(
     admitted = decision.admitted
     if not admitted:
         return []
+    if len(admitted) >= executor_slots and len(admitted) < len(candidates):
+        announce(conn, who, urgent=True)  # this executor is full now: a peer with free slots takes the rest
     version_of = {c.id: c.dag_version_id for c in candidates}
     changed = change_tis(
         conn, [c.ti_id for c in admitted], expected=TIState.SCHEDULED, to=TIState.QUEUED, at=now, who=who,

@@ -19,6 +19,7 @@ import logging
 import time
 
 from dagline.db import replicas
+from dagline.db.notify import announce
 from dagline.errors import OperationFailed
 from dagline.scheduler.resilience import Transactions
 
@@ -74,6 +75,12 @@ class Liveness:
             log.info("last heartbeat is old: heartbeating before launching")
             self.beat()
 
-    def deregister(self) -> bool:
-        return self.tx.run(lambda conn: replicas.deregister(conn, self.replica_id), what="deregister")
+    def deregister(self, who: str) -> bool:
+        """Record the graceful stop, and wake the peers: what this replica leaves is theirs now."""
+        def leave(conn):
+            left = replicas.deregister(conn, self.replica_id)
+            announce(conn, who, urgent=True)
+            return left
+
+        return self.tx.run(leave, what="deregister")
 

@@ -202,7 +202,7 @@ class Scheduler:
                                 first_line(exc))
                 self._detach_executor()
                 try:
-                    if self.liveness.deregister():
+                    if self.liveness.deregister(self.who):
                         log.info("scheduler %s stopped", self.replica_id)
                 except Exception as exc:  # noqa: BLE001 - peers will find the heartbeat stale instead
                     log.warning("scheduler %s stopped without deregistering (%s); peers will declare it dead",
@@ -408,7 +408,7 @@ class Scheduler:
             else:
                 queued = 0 if self._stop_requested else self._queue_and_launch(stats, now)
             if not queued:  # the reaction woke no one (`hold_announcements`): a peer may queue them
-                self.tx.run(lambda conn: announce(conn, self.who), what="waking the other replicas")
+                self.tx.run(lambda conn: announce(conn, self.who, urgent=True), what="waking the other replicas")
 
     def _follow_up(self, stats: LoopStats, decided: int, *, began: float) -> None:
         """The fast path: while the reports just stored made tasks runnable (the mini-scheduler decided
@@ -418,8 +418,8 @@ class Scheduler:
         everything.
 
         Runs triggered meanwhile are taken in on the way (`_take_new_work`), so they do not wait for a
-        whole chain: on PostgreSQL when anyone but a scheduler replica announced a change (peers' changes
-        wait for the full pass that follows), on SQLite (nothing is announced) when the transaction
+        whole chain: on PostgreSQL when new runs or a change a replica must act on were announced (peers'
+        ordinary changes wake no one: `db.notify`), on SQLite (nothing is announced) when the transaction
         storing the reports saw a run newer than the last start step had seen. New signals are left to
         idle peers (woken for them) or to the next full pass: reacting to a storm of them at every hop
         would hold up the chains being followed."""

@@ -52,7 +52,7 @@ from dagline import metrics
 from dagline.dagstore import DagCache
 from dagline.db.claims import claim_unhandled_signals, lock_dag, lock_run_for_signal
 from dagline.db.models import dag_run_t, dag_t, signal_action_t, signal_listener_t, ti_t
-from dagline.db.notify import announce, hold_announcements
+from dagline.db.notify import hold_announcements
 from dagline.db.observe import at_commit
 from dagline.db.transitions import request_stop
 from dagline.scheduler.examine import examine_runs
@@ -239,8 +239,7 @@ def _already(conn: Connection, s, r) -> bool:
 
 
 def _request_stop(conn: Connection, ti, *, now: dt.datetime, who: str, why: str) -> None:
-    request_stop(conn, [ti.id], at=now, who=who, detail=why)
-    announce(conn, who, urgent=True)  # the replica running the try stops it: wake it
+    request_stop(conn, [ti.id], at=now, who=who, detail=why)  # wakes the replica running the try
 
 
 def _trigger(conn: Connection, s, listener, *, now: dt.datetime, dags: DagCache, who: str) -> bool:

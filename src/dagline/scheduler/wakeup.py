@@ -38,7 +38,7 @@ class Wakeup:
             self._listener.open()  # if the database is down, the first wait retries
 
     def ignore(self, who: str) -> None:
-        """This replica's own announcements do not wake it (nor do its peers' interrupt its `pending`)."""
+        """This replica's own announcements do not wake it, nor do its peers' ordinary ones (see `db.notify`)."""
         if self._listener is not None:
             self._listener.set_ignore(who)
             self._listener.peers = "scheduler:" if who.startswith("scheduler:") else None
@@ -64,11 +64,10 @@ class Wakeup:
         return self._listener is not None
 
     def pending(self) -> str | None:
-        """Without waiting: what someone other than a scheduler replica (a person, the CLI, the API, the
-        operator) committed since the last look, as `wait` names it ('notified', 'runs', 'signals'),
-        consuming the notifications; 'interrupted' if an interrupt is pending (it is left for the next
-        wait); else None. Peers' changes are left to the caller's next full pass. Always None or
-        'interrupted' where nothing is announced (SQLite)."""
+        """Without waiting: what was committed since the last look that would have ended a `wait`
+        ('notified', 'runs', 'signals'), consuming the notifications; 'interrupted' if an interrupt is
+        pending (it is left for the next wait); else None. Always None or 'interrupted' where nothing
+        is announced (SQLite)."""
         if self._listener is not None:
             why = self._listener.pending()
             if why is not None:
