@@ -33,7 +33,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, bindparam, exists, func, select, update
+from sqlalchemy import and_, bindparam, exists, func, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
@@ -340,10 +340,19 @@ def _claim_signals_statement():
     s = signal_t.c
     claimed = (select(s.seq, s.key).where(s.handled_at.is_(None)).order_by(s.seq).limit(bindparam("limit"))
                .with_for_update(skip_locked=True).cte("claimed"))
-    other = signal_t.alias("earlier")
-    ready = select(claimed.c.seq).where(~exists().where(
-        other.c.key == claimed.c.key, other.c.handled_at.is_(None), other.c.seq < claimed.c.seq,
-        other.c.seq.not_in(select(claimed.c.seq))))
+    # Per key claimed, the first unhandled signal of that key outside the claim (another replica's, or
+    # later than the claim): one walk of the partial (key, seq) index of unhandled signals, which stops
+    # after the claimed ones. The claimed signals before it are ready.
+    keys = select(claimed.c.key).distinct().subquery("keys")
+    other = signal_t.alias("other")
+    first_other = (select(other.c.seq)
+                   .where(other.c.key == keys.c.key, other.c.handled_at.is_(None),
+                          other.c.seq.not_in(select(claimed.c.seq)))
+                   .order_by(other.c.seq).limit(1).scalar_subquery())
+    blocked = (select(keys.c.key, first_other.label("first_other")).cte("blocked")
+               .prefix_with("MATERIALIZED", dialect="postgresql"))  # once per key, not per claimed signal
+    ready = (select(claimed.c.seq).join(blocked, blocked.c.key == claimed.c.key)
+             .where(or_(blocked.c.first_other.is_(None), claimed.c.seq < blocked.c.first_other)))
     return (update(signal_t).where(s.seq.in_(ready)).values(handled_at=bindparam("now", type_=s.handled_at.type))
             .returning(s.seq, s.key, s.value, s.source, s.source_dag_run_id, s.sent_at))
 
