@@ -56,6 +56,7 @@ from dagline.db.notify import hold_announcements
 from dagline.db.observe import at_commit
 from dagline.db.transitions import request_stop
 from dagline.scheduler.examine import examine_runs
+from dagline.scheduler.signal_starts import StartActions
 from dagline.states import RunState, TIState
 from dagline.timeline import NewRun, insert_runs, live_run_at, timetable_for
 
@@ -98,6 +99,7 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
         for ti in conn.execute(_TIS_OF_RUNS, {"run_ids": list(locked)}):
             tis[(ti.dag_run_id, ti.task_id)] = ti
 
+    starts = StartActions(conn, now)  # written per task instance, a few statements for a whole claim
     for s in signals:
         for listener in triggers.get(s.key, ()):
             if _trigger(conn, s, listener, now=now, dags=dags, who=who):
@@ -109,10 +111,15 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
             ti = tis.get((r.run_pk, r.task_id))
             if ti is None:
                 continue  # the task did not exist at the run's logical date (a later startDate)
+            if r.action == "start":
+                starts.add(s, r, busy=ti.state in BUSY)
+                continue
+            result.actions += starts.flush((r.run_pk, r.task_id))  # its starts come first: they are earlier
             if _act(conn, s, r, ti, now=now, who=who):
                 result.actions += 1
                 if r.action != "start":  # a restart or stop changed the row (stop request, signal)
                     tis[(r.run_pk, r.task_id)] = conn.execute(select(ti_t).where(ti_t.c.id == ti.id)).one()
+    result.actions += starts.flush()
     if locked:
         examined = examine_runs(conn, list(locked.values()), now=now, dags=dags, who=who)
         result.tis_changed += examined.tis_changed
@@ -194,16 +201,10 @@ def _supersede(conn: Connection, ti, *, actions: Sequence[str], now: dt.datetime
 
 
 def _act(conn: Connection, s, r, ti, *, now: dt.datetime, who: str) -> bool:
-    """Apply one task rule to one TI; False if this signal already acted on it (nothing done)."""
+    """Apply one `restart` or `stop` rule to one TI (`start` rules: `StartActions`); False if this
+    signal already acted on it (nothing done)."""
     row = dict(signal_seq=s.seq, rule=r.rule, dag_id=r.dag_id, dag_run_id=r.run_pk, run_id=r.run_name,
                task_id=r.task_id, action=r.action, decided_at=now)
-    if r.action == "start":
-        if r.handling == "latest" and _already(conn, s, r):
-            return False
-        if r.handling == "latest":
-            _supersede(conn, ti, actions=("start",), now=now, by=s.seq)
-        return _insert_action(conn, s.sent_at, **row, status="pending",
-                              detail="waits for the task to be free" if ti.state in BUSY else None)
     if r.action == "restart":
         if _already(conn, s, r):
             return False
