@@ -31,7 +31,7 @@ from dagline.dagstore import DagCache
 from dagline.db.claims import lock_pools_if_free, lock_pools_nowait, lock_schedulable_tis
 from dagline.db.models import ti_t
 from dagline.db.observe import at_commit
-from dagline.db.transitions import change_tis
+from dagline.db.transitions import NEXT_TRY, change_tis
 from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
 from dagline.states import TIState
 from dagline.waiting import admission_load
@@ -112,7 +112,7 @@ def queue_task_instances(
     version_of = {c.id: c.dag_version_id for c in candidates}
     changed = change_tis(
         conn, [c.ti_id for c in admitted], expected=TIState.SCHEDULED, to=TIState.QUEUED, at=now, who=who,
-        values={"try_number": ti_t.c.try_number + 1, "queued_at": now, "queued_by_replica_id": replica_id,
+        values={"try_number": NEXT_TRY, "queued_at": now, "queued_by_replica_id": replica_id,
                 "stop_requested_at": None},
     )
     ready_at = {c.id: c.scheduled_at for c in candidates}
