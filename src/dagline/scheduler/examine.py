@@ -19,7 +19,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
@@ -63,8 +63,12 @@ def examine_running_runs(conn: Connection, *, limit: int, backfill_id: int | Non
                         dags=dags, who=who)
 
 
-def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCache, who: str) -> ExamineResult:
-    """Decide the TIs of these (locked) running runs and finish the runs that are done."""
+def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCache, who: str,
+                 tis: Iterable | None = None) -> ExamineResult:
+    """Decide the TIs of these (locked) running runs and finish the runs that are done. `tis`: every
+    TI of these runs, if the caller has just read them in this transaction, after locking the runs
+    (a signal reaction): they are not read again. Reads are facts to decide from; the writes are
+    compare-and-sets on the state read."""
     result = ExamineResult()
     if not runs:
         return result
@@ -72,7 +76,7 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
     def record(dag_id: str, exc: Exception) -> None:  # the run is skipped, its DAG's import error recorded
         record_import_error(conn, dag_id, describe(exc, "examining runs"), at=now, who=who)
 
-    facts = _decide(conn, runs, now=now, dags=dags, on_fault=record)
+    facts = _decide(conn, runs, now=now, dags=dags, on_fault=record, tis=tis)
     changes: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
     by_signal: dict[int, tuple[int, object]] = {}  # ti id -> (run id, task) started by a pending signal
     outcomes: dict[str, list[int]] = collections.defaultdict(list)
@@ -118,14 +122,17 @@ class _Facts:
 
 
 def _decide(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCache,
-            on_fault: Callable[[str, Exception], None]) -> _Facts:
-    """Each run's `decide_run` decision, from its TIs and pending signals as read now (reads only). A
-    run whose version cannot be read, or whose decision raises, has none: `on_fault(dag_id, error)`."""
+            on_fault: Callable[[str, Exception], None], tis: Iterable | None = None) -> _Facts:
+    """Each run's `decide_run` decision, from its TIs (read now, unless given) and pending signals as
+    read now (reads only). A run whose version cannot be read, or whose decision raises, has none:
+    `on_fault(dag_id, error)`."""
     facts = _Facts({}, collections.defaultdict(dict), {})
     if not runs:
         return facts
     tis_by_run = facts.tis_by_run
-    for ti in conn.execute(_TIS_FOR_DECISION, {"run_ids": [run.id for run in runs]}):
+    if tis is None:
+        tis = conn.execute(_TIS_FOR_DECISION, {"run_ids": [run.id for run in runs]})
+    for ti in tis:
         tis_by_run[ti.dag_run_id][ti.task_id] = ti
 
     def guarded(dag_id: str, fn):

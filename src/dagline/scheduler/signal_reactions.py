@@ -114,7 +114,8 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
                 if r.action != "start":  # a restart or stop changed the row (stop request, signal)
                     tis[(r.run_pk, r.task_id)] = conn.execute(select(ti_t).where(ti_t.c.id == ti.id)).one()
     if locked:
-        examined = examine_runs(conn, list(locked.values()), now=now, dags=dags, who=who)
+        examined = examine_runs(conn, list(locked.values()), now=now, dags=dags, who=who,
+                                tis=tis.values())  # as read and kept up to date above
         result.tis_changed += examined.tis_changed
         result.runs_finished += examined.runs_finished
     return result
