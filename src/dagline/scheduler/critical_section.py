@@ -50,6 +50,7 @@ class QueuedTI:
 
 
 _warned_pools: set[str] = set()
+_ANY_SCHEDULED = select(ti_t.c.id).where(ti_t.c.state == TIState.SCHEDULED).limit(1)  # built once
 
 
 def queue_task_instances(
@@ -64,7 +65,7 @@ def queue_task_instances(
         if pools is None:
             return None  # a peer is here; this transaction goes on
     else:
-        if conn.execute(select(ti_t.c.id).where(ti_t.c.state == TIState.SCHEDULED).limit(1)).first() is None:
+        if conn.execute(_ANY_SCHEDULED).first() is None:
             return []  # nothing anywhere to queue: a look, not the pool lock (which peers would then find busy)
         pools = lock_pools_nowait(conn)  # PoolsBusy: another replica is here; the caller rolls back
     candidates = lock_schedulable_tis(conn, limit, backfill_id, test_run_id)
