@@ -13,6 +13,7 @@ the executemany, which its driver runs in C.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -31,9 +32,7 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
         return []
     names = sorted({name for row in rows for name in row})
     if conn.dialect.name != "postgresql" or len(rows) < SMALL:
-        stmt = insert(table)
-        if returning:
-            stmt = stmt.returning(*(table.c[name] for name in returning))
+        stmt = _plain_insert(table, tuple(returning))
         result = conn.execute(stmt, [{name: row.get(name) for name in names} for row in rows])
         return result.all() if returning else []
     document = json.dumps([{name: plain(row.get(name)) for name in names} for row in rows], separators=(",", ":"))
@@ -43,6 +42,13 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
                                f"json_populate_recordset(NULL::{table.name}, CAST(:rows AS json)){back}"),
                           {"rows": document})
     return result.all() if returning else []
+
+
+@functools.lru_cache(maxsize=64)
+def _plain_insert(table: Table, returning: tuple[str, ...]):
+    """`INSERT INTO table` (its columns are those of the parameters) returning `returning`, built once."""
+    stmt = insert(table)
+    return stmt.returning(*(table.c[name] for name in returning)) if returning else stmt
 
 
 def plain(value: Any) -> Any:

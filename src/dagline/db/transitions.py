@@ -25,6 +25,7 @@ from typing import Any
 
 from sqlalchemy import String, bindparam, case, literal, literal_column, select, text, tuple_, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ClauseElement
 
 from dagline import metrics
 from dagline.db import decisions
@@ -72,12 +73,10 @@ def change_tis(
     reports are per try, and a report about an old try must not touch the next one."""
 
     def match(chunk):
-        if tries is None:
-            return ti_t.c.id.in_(chunk)
         return tuple_(ti_t.c.id, ti_t.c.try_number).in_([(i, tries[i]) for i in chunk])
 
     changed = _compare_and_set(
-        conn, ti_t, list(ids), match, expected, to, values,
+        conn, ti_t, list(ids), None if tries is None else match, expected, to, values,
         (ti_t.c.id, ti_t.c.dag_id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.pool,
          ti_t.c.pool_slots))
     record_events(conn, ti_events(changed, expected=expected, to=to, at=at, who=who, detail=detail))
@@ -99,7 +98,7 @@ def change_runs(
 ) -> list[Any]:
     """Move runs from `expected` to `to`; returns the changed rows (id, dag_id, run_type, backfill_id)."""
     changed = _compare_and_set(
-        conn, dag_run_t, list(ids), dag_run_t.c.id.in_, expected, to, values,
+        conn, dag_run_t, list(ids), None, expected, to, values,
         (dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.run_type, dag_run_t.c.backfill_id))
     record_events(conn, [
         {"at": at, "who": who, "entity": "dag_run", "dag_id": r.dag_id, "dag_run_id": r.id,
@@ -114,17 +113,64 @@ def change_runs(
 def _compare_and_set(conn, table, ids: list[int], match, expected: str, to: str, values, returning) -> list[Any]:
     """`UPDATE table SET state = to ... WHERE <match> AND state = expected RETURNING ...`, in chunks;
     the changed rows come back in the order of `ids` (RETURNING has none), so events follow the
-    order of the decision (priority, run order)."""
+    order of the decision (priority, run order). `match` None: by id alone; then, unless a value is an
+    SQL expression other than the shared ones (`NEXT_TRY`), the statement is built once per table,
+    dialect and set of columns (`_prebuilt_compare_and_set`) and only its parameters change."""
     changed: list[Any] = []
-    # SQLite would search the state index and check every row in `expected` against the ids (all the
-    # `none` task instances of a large backfill, for a hundred ids): `+state` keeps it on the primary key
-    state = table.c.state if conn.dialect.name == "postgresql" else literal_column(f"+{table.name}.state", String)
-    for chunk in _chunks(ids, 500):
-        stmt = (update(table).where(match(chunk), state == expected)
-                .values(state=to, **dict(values or {})).returning(*returning))
-        changed.extend(conn.execute(stmt).all())
+    values = dict(values or {})
+    postgresql = conn.dialect.name == "postgresql"
+    prebuilt = _prebuilt_compare_and_set(table, postgresql, values, returning) if match is None else None
+    if prebuilt is not None:
+        stmt, bound = prebuilt
+        params = {"expected": expected, "to": to, **{f"value_{name}": values[name] for name in bound}}
+        for chunk in _chunks(ids, 500):
+            changed.extend(conn.execute(stmt, {**params, "ids": chunk}).all())
+    else:
+        state = _state_column(table, postgresql)
+        for chunk in _chunks(ids, 500):
+            where = table.c.id.in_(chunk) if match is None else match(chunk)
+            stmt = (update(table).where(where, state == expected)
+                    .values(state=to, **values).returning(*returning))
+            changed.extend(conn.execute(stmt).all())
     position = {pk: i for i, pk in enumerate(ids)}
     return sorted(changed, key=lambda row: position[row.id])
+
+
+def _state_column(table, postgresql: bool):
+    # SQLite would search the state index and check every row in `expected` against the ids (all the
+    # `none` task instances of a large backfill, for a hundred ids): `+state` keeps it on the primary key
+    return table.c.state if postgresql else literal_column(f"+{table.name}.state", String)
+
+
+NEXT_TRY = ti_t.c.try_number + 1  # `values={"try_number": NEXT_TRY}`: the next try, in a prebuilt statement
+_SHARED_EXPRESSIONS = (NEXT_TRY,)
+_PREBUILT_CAS: dict[tuple, tuple[Any, tuple[str, ...]]] = {}  # (table, dialect, columns) -> (statement, bound)
+
+
+def _prebuilt_compare_and_set(table, postgresql: bool, values: Mapping[str, Any], returning):
+    """The compare-and-set by id of `table` setting these columns, with bind parameters (`ids`
+    expanding, `expected`, `to`, `value_<column>`), built at its first use and kept (callers set a
+    few fixed sets of columns); None when a value is an SQL expression not in `_SHARED_EXPRESSIONS`."""
+    shapes = []
+    for name, value in sorted(values.items()):
+        if isinstance(value, ClauseElement):
+            shared = next((n for n, e in enumerate(_SHARED_EXPRESSIONS) if value is e), None)
+            if shared is None:
+                return None
+            shapes.append((name, shared))
+        else:
+            shapes.append((name, None))
+    key = (table.name, postgresql, tuple(shapes), tuple(column.key for column in returning))
+    prebuilt = _PREBUILT_CAS.get(key)
+    if prebuilt is None:
+        sets = {name: bindparam(f"value_{name}", type_=table.c[name].type) if shared is None
+                else _SHARED_EXPRESSIONS[shared] for name, shared in shapes}
+        stmt = (update(table)
+                .where(table.c.id.in_(bindparam("ids", expanding=True)),
+                       _state_column(table, postgresql) == bindparam("expected", type_=table.c.state.type))
+                .values(state=bindparam("to", type_=table.c.state.type), **sets).returning(*returning))
+        prebuilt = _PREBUILT_CAS[key] = (stmt, tuple(name for name, shared in shapes if shared is None))
+    return prebuilt
 
 
 def change_tries_each(

@@ -33,7 +33,7 @@ from dagline.db.claims import lock_pools_if_free, lock_pools_nowait, lock_schedu
 from dagline.db.models import ti_t
 from dagline.db.notify import announce
 from dagline.db.observe import at_commit
-from dagline.db.transitions import change_tis
+from dagline.db.transitions import NEXT_TRY, change_tis
 from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
 from dagline.states import TIState
 from dagline.waiting import admission_load
@@ -52,6 +52,7 @@ class QueuedTI:
 
 
 _warned_pools: set[str] = set()
+_ANY_SCHEDULED = select(ti_t.c.id).where(ti_t.c.state == TIState.SCHEDULED).limit(1)  # built once
 
 
 def queue_task_instances(
@@ -66,7 +67,7 @@ def queue_task_instances(
         if pools is None:
             return None  # a peer is here; this transaction goes on
     else:
-        if conn.execute(select(ti_t.c.id).where(ti_t.c.state == TIState.SCHEDULED).limit(1)).first() is None:
+        if conn.execute(_ANY_SCHEDULED).first() is None:
             return []  # nothing anywhere to queue: a look, not the pool lock (which peers would then find busy)
         pools = lock_pools_nowait(conn)  # PoolsBusy: another replica is here; the caller rolls back
     candidates = lock_schedulable_tis(conn, limit, backfill_id, test_run_id)
@@ -116,7 +117,7 @@ def queue_task_instances(
     version_of = {c.id: c.dag_version_id for c in candidates}
     changed = change_tis(
         conn, [c.ti_id for c in admitted], expected=TIState.SCHEDULED, to=TIState.QUEUED, at=now, who=who,
-        values={"try_number": ti_t.c.try_number + 1, "queued_at": now, "queued_by_replica_id": replica_id,
+        values={"try_number": NEXT_TRY, "queued_at": now, "queued_by_replica_id": replica_id,
                 "stop_requested_at": None},
     )
     ready_at = {c.id: c.scheduled_at for c in candidates}

@@ -19,9 +19,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-from sqlalchemy import and_, select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
 
 from dagline.dagstore import DagCache
@@ -63,8 +63,12 @@ def examine_running_runs(conn: Connection, *, limit: int, backfill_id: int | Non
                         dags=dags, who=who)
 
 
-def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCache, who: str) -> ExamineResult:
-    """Decide the TIs of these (locked) running runs and finish the runs that are done."""
+def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCache, who: str,
+                 tis: Iterable | None = None) -> ExamineResult:
+    """Decide the TIs of these (locked) running runs and finish the runs that are done. `tis`: every
+    TI of these runs, if the caller has just read them in this transaction, after locking the runs
+    (a signal reaction): they are not read again. Reads are facts to decide from; the writes are
+    compare-and-sets on the state read."""
     result = ExamineResult()
     if not runs:
         return result
@@ -72,7 +76,7 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
     def record(dag_id: str, exc: Exception) -> None:  # the run is skipped, its DAG's import error recorded
         record_import_error(conn, dag_id, describe(exc, "examining runs"), at=now, who=who)
 
-    facts = _decide(conn, runs, now=now, dags=dags, on_fault=record)
+    facts = _decide(conn, runs, now=now, dags=dags, on_fault=record, tis=tis)
     changes: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
     by_signal: dict[int, tuple[int, object]] = {}  # ti id -> (run id, task) started by a pending signal
     outcomes: dict[str, list[int]] = collections.defaultdict(list)
@@ -105,8 +109,7 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
                      .where(signal_action_t.c.dag_run_id.in_([r.id for r in finished]),
                             signal_action_t.c.status == "pending")
                      .values(status="dropped", done_at=now, detail="the run ended first"))
-    conn.execute(update(dag_run_t).where(dag_run_t.c.id.in_([run.id for run in runs]))
-                 .values(last_scheduling_decision=now))
+    conn.execute(_EXAMINED, {"run_ids": [run.id for run in runs], "now": now})
     _after_runs_finished(conn, finished, dags, now=now, who=who)
     return result
 
@@ -119,17 +122,17 @@ class _Facts:
 
 
 def _decide(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCache,
-            on_fault: Callable[[str, Exception], None]) -> _Facts:
-    """Each run's `decide_run` decision, from its TIs and pending signals as read now (reads only). A
-    run whose version cannot be read, or whose decision raises, has none: `on_fault(dag_id, error)`."""
+            on_fault: Callable[[str, Exception], None], tis: Iterable | None = None) -> _Facts:
+    """Each run's `decide_run` decision, from its TIs (read now, unless given) and pending signals as
+    read now (reads only). A run whose version cannot be read, or whose decision raises, has none:
+    `on_fault(dag_id, error)`."""
     facts = _Facts({}, collections.defaultdict(dict), {})
     if not runs:
         return facts
     tis_by_run = facts.tis_by_run
-    for ti in conn.execute(
-        select(ti_t.c.id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state, ti_t.c.next_retry_at, ti_t.c.try_number)
-        .where(ti_t.c.dag_run_id.in_([run.id for run in runs]))
-    ):
+    if tis is None:
+        tis = conn.execute(_TIS_FOR_DECISION, {"run_ids": [run.id for run in runs]})
+    for ti in tis:
         tis_by_run[ti.dag_run_id][ti.task_id] = ti
 
     def guarded(dag_id: str, fn):
@@ -201,12 +204,8 @@ class Pending(set):
 
 
 def pending_signals(conn: Connection, run_ids: Sequence[int]) -> Pending:
-    a = signal_action_t.c
     pending = Pending.none()
-    for row in conn.execute(
-        select(a.dag_run_id, a.task_id, a.action).distinct()
-        .where(a.dag_run_id.in_(list(run_ids)), a.status == "pending", a.action.in_(("start", "restart")))
-    ):
+    for row in conn.execute(_PENDING_SIGNALS, {"run_ids": list(run_ids)}):
         pending.add((row.dag_run_id, row.task_id))
         if row.action == "restart":
             pending.restarts.add((row.dag_run_id, row.task_id))
@@ -220,23 +219,46 @@ def _task_of(tis: dict, ti_id: int) -> str:
 def _start_by_signal(conn: Connection, rows: Sequence, by_signal: dict, now: dt.datetime,
                      kinds: Sequence[str] = ("start", "restart")) -> None:
     """The TIs just scheduled by a pending signal: per TI, the oldest pending start or restart action
-    becomes `done` with the try it starts; the TI records its signal and gets its retries afresh."""
-    a = signal_action_t.c
+    becomes `done` with the try it starts (one compare-and-set on `pending` that picks it and returns
+    its signal); the TI records its signal and gets its retries afresh."""
     for row in rows:
         run_id, task = by_signal[row.id]
-        action = conn.execute(
-            select(a.id, a.signal_seq)
-            .where(a.dag_run_id == run_id, a.task_id == row.task_id, a.status == "pending",
-                   a.action.in_(list(kinds)))
-            .order_by(a.signal_seq, a.id).limit(1)).first()
+        next_try = row.try_number + 1
+        action = conn.execute(_START_ACTION, {"run": run_id, "task": row.task_id, "kinds": list(kinds),
+                                              "next_try": next_try, "now": now}).first()
         if action is None:
             continue
-        next_try = row.try_number + 1
-        conn.execute(update(signal_action_t).where(and_(a.id == action.id, a.status == "pending"))
-                     .values(status="done", try_number=next_try, done_at=now))
-        conn.execute(update(ti_t).where(ti_t.c.id == row.id).values(
-            signal_seq=action.signal_seq, max_tries=row.try_number + task.retries + 1, stop_requested_at=None,
-            start_date=None, end_date=None))
+        conn.execute(_STARTED_BY_SIGNAL, {"ti": row.id, "seq": action.signal_seq,
+                                          "tries": row.try_number + task.retries + 1})
+
+
+# Statements of every examination, built once with bind parameters: SQLAlchemy then neither rebuilds
+# them nor computes their cache key at each call (see `db.claims`).
+_TIS_FOR_DECISION = (
+    select(ti_t.c.id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state, ti_t.c.next_retry_at, ti_t.c.try_number)
+    .where(ti_t.c.dag_run_id.in_(bindparam("run_ids", expanding=True))))
+_A = signal_action_t.c
+_PENDING_SIGNALS = (
+    select(_A.dag_run_id, _A.task_id, _A.action).distinct()
+    .where(_A.dag_run_id.in_(bindparam("run_ids", expanding=True)), _A.status == "pending",
+           _A.action.in_(("start", "restart"))))
+_OLDEST_PENDING = (
+    select(_A.id)
+    .where(_A.dag_run_id == bindparam("run"), _A.task_id == bindparam("task"), _A.status == "pending",
+           _A.action.in_(bindparam("kinds", expanding=True)))
+    .order_by(_A.signal_seq, _A.id).limit(1).scalar_subquery())
+_START_ACTION = (  # the oldest pending action of the TI becomes done, still only if pending
+    update(signal_action_t).where(_A.id == _OLDEST_PENDING, _A.status == "pending")
+    .values(status="done", try_number=bindparam("next_try", type_=_A.try_number.type),
+            done_at=bindparam("now", type_=_A.done_at.type))
+    .returning(_A.id, _A.signal_seq))
+_STARTED_BY_SIGNAL = (
+    update(ti_t).where(ti_t.c.id == bindparam("ti"))
+    .values(signal_seq=bindparam("seq", type_=ti_t.c.signal_seq.type),
+            max_tries=bindparam("tries", type_=ti_t.c.max_tries.type),
+            stop_requested_at=None, start_date=None, end_date=None))
+_EXAMINED = (update(dag_run_t).where(dag_run_t.c.id.in_(bindparam("run_ids", expanding=True)))
+             .values(last_scheduling_decision=bindparam("now", type_=dag_run_t.c.last_scheduling_decision.type)))
 
 
 def _guarded(conn: Connection, dag_id: str, doing: str, fn, *, now: dt.datetime, who: str):

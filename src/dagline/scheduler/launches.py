@@ -78,14 +78,16 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
     """What rendering these tries needs: their run, task, context and working folder (database reads only)."""
     if not queued:
         return Gathered([], [])
-    runs = {  # with the folder of the run's DAG version (the version of every try in it)
-        row.id: row for row in conn.execute(_RUNS, {"run_ids": list({q.dag_run_id for q in queued})})}
+    runs, signals = {}, {}  # each try's run, with the folder of its DAG version, and its signal: one read
+    for row in conn.execute(_RUNS_AND_SIGNALS, {"ti_ids": [q.ti_id for q in queued]}):
+        runs[row.ti_id] = row
+        if row.seq is not None:  # a signal started the try (a pruned signal is absent)
+            signals[row.ti_id] = _signal(row)
     dags.prefetch(conn, {q.dag_version_id for q in queued})
-    signals = signals_of(conn, [q.ti_id for q in queued])
     tokens = issue_try_tokens(conn, [(q.ti_id, q.try_number) for q in queued], now=now)
     pending, broken = [], []
     for q in queued:
-        run = runs[q.dag_run_id]
+        run = runs[q.ti_id]
         try:
             dag = dags.get(conn, q.dag_version_id)
             task = dag.tasks[q.task_id]
@@ -110,23 +112,21 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
     return Gathered(pending, broken)
 
 
-def signals_of(conn: Connection, ti_ids) -> dict[int, dict]:
-    """ti id -> the signal that started its try ({key, value, seq, source}); TIs no signal started,
-    or whose signal was pruned, are absent."""
-    rows = conn.execute(_SIGNALS_OF, {"ti_ids": list(ti_ids)})  # one read; a pruned signal is absent
-    return {row.id: {"key": row.key, "value": json.loads(row.value), "seq": row.seq, "source": row.source}
-            for row in rows}
+def _signal(row) -> dict:
+    """The signal that started a try, as templates see it ({key, value, seq, source})."""
+    return {"key": row.key, "value": json.loads(row.value), "seq": row.seq, "source": row.source}
 
 
 # Built once with bind parameters: SQLAlchemy then neither rebuilds them nor computes their cache key
 # at each launch (see `db.claims`).
-_RUNS = (select(dag_run_t.c.id, dag_run_t.c.run_id, dag_run_t.c.logical_date, dag_run_t.c.data_interval_start,
-                dag_run_t.c.data_interval_end, dag_run_t.c.conf, dag_version_t.c.source_dir)
-         .outerjoin(dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
-         .where(dag_run_t.c.id.in_(bindparam("run_ids", expanding=True))))
-_SIGNALS_OF = (select(ti_t.c.id, signal_t.c.seq, signal_t.c.key, signal_t.c.value, signal_t.c.source)
-               .join(signal_t, signal_t.c.seq == ti_t.c.signal_seq)
-               .where(ti_t.c.id.in_(bindparam("ti_ids", expanding=True))))
+_RUNS_AND_SIGNALS = (
+    select(ti_t.c.id.label("ti_id"), dag_run_t.c.run_id, dag_run_t.c.logical_date, dag_run_t.c.data_interval_start,
+           dag_run_t.c.data_interval_end, dag_run_t.c.conf, dag_version_t.c.source_dir, signal_t.c.seq,
+           signal_t.c.key, signal_t.c.value, signal_t.c.source)
+    .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
+    .outerjoin(dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
+    .outerjoin(signal_t, signal_t.c.seq == ti_t.c.signal_seq)
+    .where(ti_t.c.id.in_(bindparam("ti_ids", expanding=True))))
 
 
 def render_launches(gathered: Gathered, renderer: Renderer) -> Rendered:

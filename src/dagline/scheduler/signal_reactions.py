@@ -117,11 +117,12 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
             result.actions += starts.flush((r.run_pk, r.task_id))  # its starts come first: they are earlier
             if _act(conn, s, r, ti, now=now, who=who):
                 result.actions += 1
-                if r.action != "start":  # a restart or stop changed the row (stop request, signal)
-                    tis[(r.run_pk, r.task_id)] = conn.execute(select(ti_t).where(ti_t.c.id == ti.id)).one()
+                # a restart or stop changed the row (stop request, signal): the decision below reads it
+                tis[(r.run_pk, r.task_id)] = conn.execute(_TI, {"ti_id": ti.id}).one()
     result.actions += starts.flush()
     if locked:
-        examined = examine_runs(conn, list(locked.values()), now=now, dags=dags, who=who)
+        examined = examine_runs(conn, list(locked.values()), now=now, dags=dags, who=who,
+                                tis=tis.values())  # as read and kept up to date above
         result.tis_changed += examined.tis_changed
         result.runs_finished += examined.runs_finished
     return result
@@ -166,6 +167,7 @@ def _insert_action_statement(dialect_insert):
 
 _LISTENERS = _listeners_statement()
 _TIS_OF_RUNS = select(ti_t).where(ti_t.c.dag_run_id.in_(bindparam("run_ids", expanding=True)))
+_TI = select(ti_t).where(ti_t.c.id == bindparam("ti_id"))
 _INSERT_ACTION = {"postgresql": _insert_action_statement(pg_insert), "sqlite": _insert_action_statement(sqlite_insert)}
 _ACTION_DEFAULTS = {"try_number": None, "done_at": None, "detail": None}
 _A = signal_action_t.c
