@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from sqlalchemy import select, update
 
-from dagline.clock import FixedClock
 from dagline.dagstore import DagCache
 from dagline.db.models import dag_run_t, ti_t
 from dagline.runs import trigger_run

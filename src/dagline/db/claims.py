@@ -33,7 +33,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, bindparam, exists, func, or_, select, update
+from sqlalchemy import and_, bindparam, func, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
