@@ -1,5 +1,6 @@
 """A replica following up a chain of quick tasks (`Scheduler._follow_up`) takes in a run triggered
-meanwhile, so the new run does not wait for the whole chain to end; and on
+meanwhile, so the new run does not wait for the whole chain to end; one that finds the pools held by
+a peer looks again rather than leave the hop to its next full pass; and on
 SQLite, writers take turns through the writer lock (`db.writer_lock`) without losing a write."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import threading
 
 from sqlalchemy import func, select
 
+from dagline import metrics
 from dagline.clock import SystemClock
 from dagline.dagstore import apply_dags
 from dagline.db.engine import Database
@@ -124,3 +126,48 @@ def test_sqlite_writers_take_turns_through_the_writer_lock(sqlite_db, tmp_path):
     with sqlite_db.begin() as conn:
         assert conn.execute(select(func.count()).select_from(ti_t)).scalar_one() == 1
     assert lock.waits == 1  # the writer's own later transactions found the turn free
+
+
+def _critical_sections_skipped() -> float:
+    return metrics.REGISTRY.get_sample_value("dagline_scheduler_critical_section_busy_total") or 0
+
+
+class HoldsPoolsOnce(NoopExecutor):
+    """A noop executor whose first sync (the one storing `a`'s end) is when a peer takes the pools, as
+    a peer's critical section would, and whose second (right after this replica found them busy) is
+    when it lets them go."""
+
+    def __init__(self, url: str):
+        super().__init__(parallelism=8)
+        self.peer = Database(url)
+        self.held = None
+        self.syncs = 0
+
+    def sync(self):
+        self.syncs += 1
+        if self.syncs == 1:
+            self.held = self.peer.engine.connect()
+            self.held.begin()
+            self.held.exec_driver_sql("SELECT name FROM pool FOR UPDATE")
+        elif self.held is not None:
+            self.held.rollback()
+            self.held.close()
+            self.held = None
+        return super().sync()
+
+
+def test_a_follow_up_that_finds_the_pools_held_looks_again_instead_of_leaving_the_hop_to_a_full_pass(pg_db, tmp_path):
+    write(tmp_path, dag("pair", task("a"), task("b", "a")))
+    apply_dags(pg_db, load_dag_paths([str(tmp_path)]), now=SystemClock().now())
+    trigger_run(pg_db, "pair", now=SystemClock().now())
+    executor = HoldsPoolsOnce(pg_db.url)
+    scheduler = Scheduler(pg_db, executor, settings=SchedulerSettings(follow_up_s=600))
+    scheduler.start()
+    busy_before = _critical_sections_skipped()
+    try:
+        scheduler.iterate()  # one pass: a, then b in its follow-up, the pools busy once in between
+        assert _critical_sections_skipped() == busy_before + 1
+        assert _states(pg_db, "pair") == {"a": "success", "b": "success"}  # not left to the next pass
+    finally:
+        scheduler.stop()
+        executor.peer.dispose()

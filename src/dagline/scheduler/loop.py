@@ -73,6 +73,8 @@ from dagline.scheduler.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 
+_PEER_IN_CRITICAL_SECTION_S = 0.002  # the follow-up's pause before it looks again when a peer held the pools
+
 
 @dataclasses.dataclass
 class LoopStats:
@@ -140,6 +142,7 @@ class Scheduler:
         self._pending_reports: list = []  # read from the executor, not yet stored
         self._skipped_runs: set[int] = set()  # runs the mini-scheduler could not lock (a peer held them)
         self._work_waiting = False  # SQLite: the last reports stored saw runs newer than the last start step
+        self._pools_busy = 0  # critical sections skipped because a peer held the pools
         self._newest_seen = 0  # SQLite: the newest run id when the last start step looked
         self._stop_requested = False
         self._last_housekeeping = float("-inf")
@@ -424,16 +427,26 @@ class Scheduler:
         idle peers (woken for them) or to the next full pass: reacting to a storm of them at every hop
         would hold up the chains being followed."""
         limit = self.settings.follow_up_s
-        while (decided or self._skipped_runs) and not self._stop_requested and time.monotonic() - began < limit:
+        look_again = False
+        while ((decided or self._skipped_runs or look_again) and not self._stop_requested
+               and time.monotonic() - began < limit):
             if self.wakeup.pending() in ("notified", "runs") or self._work_waiting:
                 decided += self._take_new_work(stats)
             if self._skipped_runs:  # runs a peer was examining when the reports came: their peer is done now
                 decided += self._retry_skipped(stats)
+            busy_before = self._pools_busy
             queued = self._queue_and_launch(stats, self.clock.now())
             with self._phase("executor_sync", "storing executor reports"):
                 decided = self._apply_reports(stats)
+            look_again = False
             if not queued and not decided:
-                break
+                if self._pools_busy == busy_before:
+                    break
+                # A peer held the pools: it queues what it sees, but what this replica made runnable may
+                # have come after its look. Look again once it is through (a critical section takes
+                # milliseconds) rather than leave it to a whole pass; a look that finds nothing ends it.
+                look_again = True
+                time.sleep(_PEER_IN_CRITICAL_SECTION_S)
 
     def _take_new_work(self, stats: LoopStats) -> int:
         """Start the runs that may start and decide those (their first tasks are then queued by the next
@@ -497,6 +510,7 @@ class Scheduler:
             with self._phase("critical_section", "queueing task instances"):
                 queued, pending = self.tx.run(lambda conn: self._queue(conn, now), what=self._step)
         except PoolsBusy:
+            self._pools_busy += 1
             metrics.CRITICAL_SECTION_BUSY.inc()
             log.debug("another replica is in the critical section; queueing nothing this round")
             return 0
