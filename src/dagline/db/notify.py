@@ -10,8 +10,8 @@ can ignore its own announcements. A transaction that only stored new signals ann
 anything else (`Listener.wait` says `signals`). Likewise a transaction that only created queued runs
 (a trigger, a backfill, the schedule) announces `runs` (`RUNS_ONLY`): a replica woken by that alone
 need only try to start them (`Listener.wait` says `runs`), and the replicas that find them taken by
-a peer go back to waiting instead of running a full pass each. A transaction that also stored
-signals some rule listens to, or created runs, announces that too, besides its writer's name.
+a peer go back to waiting instead of running a full pass each. A transaction that changed
+something else as well also announces its writer's name: a replica woken by both runs a full pass.
 
 Peers: a scheduler replica's ordinary changes do not wake its peers (`Listener.peers`). The replica
 that made them goes on with what they made possible itself (the follow-up queues the tasks its
