@@ -87,6 +87,19 @@ class DagCache:
                     continue
                 self._keep(row.id, dag)
 
+    def warm(self, conn: Connection) -> int:
+        """Load the current versions of the active, unpaused DAGs (at most `maxsize`), as a scheduler
+        starting up would parse its DAG files: the first runs of each DAG then do not pay for it. How
+        many versions the cache holds afterwards. What cannot be read is left out (see `prefetch`)."""
+        versions = conn.execute(
+            select(dag_t.c.current_version_id)
+            .where(dag_t.c.is_active.is_(True), dag_t.c.is_paused.is_(False),
+                   dag_t.c.current_version_id.is_not(None))
+            .order_by(dag_t.c.dag_id).limit(self.maxsize)).scalars().all()
+        self.prefetch(conn, versions)
+        with self._lock:
+            return len(self._by_version)
+
     def current(self, conn: Connection, dag_id: str) -> tuple[int, Dag]:
         version_id = conn.execute(select(dag_t.c.current_version_id).where(dag_t.c.dag_id == dag_id)).scalar_one()
         return version_id, self.get(conn, version_id)

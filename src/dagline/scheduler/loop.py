@@ -7,7 +7,8 @@
     deadlines (every `deadline_check_interval_s`: `deadlines`) -> housekeeping on intervals (timeouts;
     declare silent peers dead; adopt orphaned tries; reconcile this replica's own tries)
 
-A replica also adopts orphaned tries once at start, before it launches anything.
+A replica also adopts orphaned tries once at start, before it launches anything, and loads the current
+version of every active DAG (`DagCache.warm`), so the first runs do not pay for reading them.
 
 Any number of replicas may run this loop against one PostgreSQL (row locks, see `db.claims`), one
 against SQLite (`guard`). Between loops an idle replica waits (`wakeup`): on PostgreSQL until any
@@ -176,6 +177,7 @@ class Scheduler:
             self.tx.run(lambda conn: declare_others_dead(conn, replica_id=self.replica_id, who=self.who),
                         what="declare earlier schedulers gone")
         self._adopt_at_start()
+        self._load_dags_at_start()
         scope = f", backfill {self.backfill_id} only" if self.backfill_id is not None else ""
         log.info("scheduler %s started: %s executor, parallelism %s%s", self.replica_id, self.executor.name,
                  self.executor.parallelism, scope)
@@ -190,6 +192,18 @@ class Scheduler:
             if not is_transient(exc):
                 raise
             log.warning("database error while %s: %s; housekeeping tries again", self._step, first_line(exc))
+
+    def _load_dags_at_start(self) -> None:
+        """Load the current DAG versions before taking work (`DagCache.warm`); a database error leaves
+        the cache to fill as runs come, as it would anyway."""
+        try:
+            self._step = "loading the current DAG versions"
+            loaded = self.tx.run(self.dags.warm, what=self._step)
+            log.debug("%d DAG versions loaded", loaded)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            log.warning("database error while %s: %s; they load as runs come", self._step, first_line(exc))
 
     def stop(self) -> None:
         """Leave gracefully: store what the executor reported, leave its jobs running, deregister."""
