@@ -38,25 +38,20 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime as dt
-import functools
 import json
 import logging
 from collections.abc import Sequence
 
 from sqlalchemy import and_, bindparam, func, null, select, union_all, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
-from dagline import metrics
 from dagline.dagstore import DagCache
 from dagline.db.claims import claim_unhandled_signals, lock_dag, lock_run_for_signal
 from dagline.db.models import dag_run_t, dag_t, signal_action_t, signal_listener_t, ti_t
 from dagline.db.notify import hold_announcements
-from dagline.db.observe import at_commit
 from dagline.db.transitions import request_stop
 from dagline.scheduler.examine import examine_runs
-from dagline.scheduler.signal_starts import StartActions
+from dagline.scheduler.signal_starts import StartActions, insert_actions, supersede_pending
 from dagline.states import RunState, TIState
 from dagline.timeline import NewRun, insert_runs, live_run_at, timetable_for
 
@@ -157,28 +152,13 @@ def _listeners_statement():
     return select(both).order_by(both.c.run_pk.nulls_first(), both.c.dag_id, both.c.rule)
 
 
-def _insert_action_statement(dialect_insert):
-    columns = ("signal_seq", "rule", "dag_id", "dag_run_id", "run_id", "task_id", "action", "status",
-               "try_number", "decided_at", "done_at", "detail")
-    return (dialect_insert(signal_action_t).values({c: bindparam(c, type_=signal_action_t.c[c].type) for c in columns})
-            .on_conflict_do_nothing(index_elements=["signal_seq", "rule", "dag_run_id", "task_id"])
-            .returning(signal_action_t.c.id))
-
-
 _LISTENERS = _listeners_statement()
 _TIS_OF_RUNS = select(ti_t).where(ti_t.c.dag_run_id.in_(bindparam("run_ids", expanding=True)))
 _TI = select(ti_t).where(ti_t.c.id == bindparam("ti_id"))
-_INSERT_ACTION = {"postgresql": _insert_action_statement(pg_insert), "sqlite": _insert_action_statement(sqlite_insert)}
-_ACTION_DEFAULTS = {"try_number": None, "done_at": None, "detail": None}
 _A = signal_action_t.c
 _ALREADY = select(func.count()).select_from(signal_action_t).where(
     _A.signal_seq == bindparam("seq"), _A.rule == bindparam("rule"), _A.dag_run_id == bindparam("run"),
     _A.task_id == bindparam("task"))
-_SUPERSEDE = (update(signal_action_t)
-              .where(_A.dag_run_id == bindparam("run"), _A.task_id == bindparam("task"), _A.status == "pending",
-                     _A.action.in_(bindparam("actions", expanding=True)))
-              .values(status="superseded", done_at=bindparam("now", type_=_A.done_at.type),
-                      detail=bindparam("detail")))
 
 
 def _in_scope(rule, signal) -> bool:
@@ -186,20 +166,12 @@ def _in_scope(rule, signal) -> bool:
 
 
 def _insert_action(conn: Connection, sent_at: dt.datetime, **row) -> bool:
-    """Insert one action row; False if the (signal, rule, run, task) already has one. Once the
-    transaction commits, the time from the signal's `sent_at` to this decision is observed
-    (`metrics.SIGNAL_ACTION_LATENCY`, by action)."""
-    stmt = _INSERT_ACTION["postgresql" if conn.dialect.name == "postgresql" else "sqlite"]
-    if conn.execute(stmt, {**_ACTION_DEFAULTS, **row}).scalar() is None:
-        return False
-    latency = max((row["decided_at"] - sent_at).total_seconds(), 0.0)  # an injected clock may be behind
-    at_commit(conn, functools.partial(metrics.SIGNAL_ACTION_LATENCY.labels(action=row["action"]).observe, latency))
-    return True
+    """Insert one action row; False if the (signal, rule, run, task) already has one."""
+    return bool(insert_actions(conn, [row], [sent_at]))
 
 
 def _supersede(conn: Connection, ti, *, actions: Sequence[str], now: dt.datetime, by: int) -> None:
-    conn.execute(_SUPERSEDE, {"run": ti.dag_run_id, "task": ti.task_id, "actions": list(actions), "now": now,
-                              "detail": f"superseded by signal {by}"})
+    supersede_pending(conn, ti.dag_run_id, ti.task_id, actions=actions, now=now, by=by)
 
 
 def _act(conn: Connection, s, r, ti, *, now: dt.datetime, who: str) -> bool:

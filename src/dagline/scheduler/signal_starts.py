@@ -13,7 +13,8 @@ at most three statements per task instance, with the very rows the one-at-a-time
   by that signal; the rest are written `pending`.
 
 Any other action on the same task instance (`restart`, `stop`) reads and changes its pending starts,
-so the caller writes what was gathered for it first (`flush`), and the order holds.
+so the caller writes what was gathered for it first (`flush`), and the order holds. Those actions
+write their rows with the same two steps, one row at a time: `insert_actions`, `supersede_pending`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
+from collections.abc import Sequence
 
 from sqlalchemy import bindparam, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -33,6 +35,7 @@ from dagline.db.observe import at_commit
 
 _COLUMNS = ("signal_seq", "rule", "dag_id", "dag_run_id", "run_id", "task_id", "action", "status",
             "try_number", "decided_at", "done_at", "detail")
+_ACTION_DEFAULTS = {"try_number": None, "done_at": None, "detail": None}
 _A = signal_action_t.c
 
 
@@ -43,11 +46,35 @@ def _insert_statement(dialect_insert):
 
 
 _INSERT = {"postgresql": _insert_statement(pg_insert), "sqlite": _insert_statement(sqlite_insert)}
-_SUPERSEDE_PENDING = (update(signal_action_t)
-                      .where(_A.dag_run_id == bindparam("run"), _A.task_id == bindparam("task"),
-                             _A.status == "pending", _A.action == "start")
-                      .values(status="superseded", done_at=bindparam("now", type_=_A.done_at.type),
-                              detail=bindparam("detail")))
+_SUPERSEDE = (update(signal_action_t)
+              .where(_A.dag_run_id == bindparam("run"), _A.task_id == bindparam("task"), _A.status == "pending",
+                     _A.action.in_(bindparam("actions", expanding=True)))
+              .values(status="superseded", done_at=bindparam("now", type_=_A.done_at.type),
+                      detail=bindparam("detail")))
+
+
+def insert_actions(conn: Connection, rows: Sequence[dict], sent_at: Sequence[dt.datetime]) -> set[tuple[int, str]]:
+    """Insert action rows of one task instance (`try_number`, `done_at`, `detail` may be left out:
+    NULL), one statement; a (signal, rule, run, task) that has its row already is left as it is.
+    Returns (signal seq, rule) of the rows written. Once the transaction commits, the time from each
+    written row's signal (`sent_at`, in the order of `rows`) to its decision is observed
+    (`metrics.SIGNAL_ACTION_LATENCY`, by action)."""
+    if not rows:
+        return set()
+    stmt = _INSERT["postgresql" if conn.dialect.name == "postgresql" else "sqlite"]
+    written = {(r.signal_seq, r.rule) for r in conn.execute(stmt, [{**_ACTION_DEFAULTS, **row} for row in rows])}
+    observed = [(row["action"], max((row["decided_at"] - sent).total_seconds(), 0.0))  # a clock may be behind
+                for row, sent in zip(rows, sent_at, strict=True) if (row["signal_seq"], row["rule"]) in written]
+    if observed:
+        at_commit(conn, functools.partial(_observe, observed))
+    return written
+
+
+def supersede_pending(conn: Connection, run_pk: int, task_id: str, *, actions: Sequence[str], now: dt.datetime,
+                      by: int) -> None:
+    """The task instance's pending actions of these kinds are superseded by signal `by`."""
+    conn.execute(_SUPERSEDE, {"run": run_pk, "task": task_id, "actions": list(actions), "now": now,
+                              "detail": f"superseded by signal {by}"})
 
 
 @dataclasses.dataclass
@@ -91,24 +118,16 @@ class StartActions:
         rows = [dict(s.row) for s in starts]
         first_latest = next((s.signal_seq for s in starts if s.latest), None)
         if first_latest is not None:
-            self.conn.execute(_SUPERSEDE_PENDING, {"run": run_pk, "task": task_id, "now": self.now,
-                                                   "detail": f"superseded by signal {first_latest}"})
+            supersede_pending(self.conn, run_pk, task_id, actions=("start",), now=self.now, by=first_latest)
         superseder = None  # walking back: the next `latest` signal after each start
         for start, row in zip(reversed(starts), reversed(rows), strict=True):
             if superseder is not None:
                 row.update(status="superseded", done_at=self.now, detail=f"superseded by signal {superseder}")
             if start.latest:
                 superseder = start.signal_seq
-        if not rows:
-            return 0
-        stmt = _INSERT["postgresql" if self.conn.dialect.name == "postgresql" else "sqlite"]
-        written = {(r.signal_seq, r.rule) for r in self.conn.execute(stmt, rows)}
-        latencies = [max((s.row["decided_at"] - s.sent_at).total_seconds(), 0.0)  # a clock may be behind
-                     for s in starts if (s.signal_seq, s.rule) in written]
-        at_commit(self.conn, functools.partial(_observe, latencies))
-        return len(written)
+        return len(insert_actions(self.conn, rows, [s.sent_at for s in starts]))
 
 
-def _observe(latencies: list[float]) -> None:
-    for latency in latencies:
-        metrics.SIGNAL_ACTION_LATENCY.labels(action="start").observe(latency)
+def _observe(observed: list[tuple[str, float]]) -> None:
+    for action, latency in observed:
+        metrics.SIGNAL_ACTION_LATENCY.labels(action=action).observe(latency)
