@@ -143,7 +143,6 @@ class Scheduler:
         self._pending_reports: list = []  # read from the executor, not yet stored
         self._skipped_runs: set[int] = set()  # runs the mini-scheduler could not lock (a peer held them)
         self._work_waiting = False  # SQLite: the last reports stored saw runs newer than the last start step
-        self._pools_busy = 0  # critical sections skipped because a peer held the pools
         self._newest_seen = 0  # SQLite: the newest run id when the last start step looked
         self._stop_requested = False
         self._last_housekeeping = float("-inf")
@@ -184,26 +183,25 @@ class Scheduler:
 
     def _adopt_at_start(self) -> None:
         """Take over what ended replicas left before launching anything (housekeeping repeats it)."""
-        stats = LoopStats()
-        try:
-            self._step = "adopting orphaned task instances"
-            self._take_over(self.adopter.adopt_orphans(self.clock.now()), stats)
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            log.warning("database error while %s: %s; housekeeping tries again", self._step, first_line(exc))
+        self._at_start("adopting orphaned task instances",
+                       lambda: self._take_over(self.adopter.adopt_orphans(self.clock.now()), LoopStats()),
+                       "housekeeping tries again")
 
     def _load_dags_at_start(self) -> None:
-        """Load the current DAG versions before taking work (`DagCache.warm`); a database error leaves
-        the cache to fill as runs come, as it would anyway."""
+        """Load the current DAG versions before taking work (`DagCache.warm`)."""
+        self._at_start("loading the current DAG versions",
+                       lambda: self.tx.run(self.dags.warm, what=self._step), "they load as runs come")
+
+    def _at_start(self, step: str, work: Callable[[], object], otherwise: str) -> None:
+        """A start-up step that may be missed: after a transient database error, a warning saying what
+        makes up for it (`otherwise`), and the start goes on."""
+        self._step = step
         try:
-            self._step = "loading the current DAG versions"
-            loaded = self.tx.run(self.dags.warm, what=self._step)
-            log.debug("%d DAG versions loaded", loaded)
+            work()
         except Exception as exc:
             if not is_transient(exc):
                 raise
-            log.warning("database error while %s: %s; they load as runs come", self._step, first_line(exc))
+            log.warning("database error while %s: %s; %s", step, first_line(exc), otherwise)
 
     def stop(self) -> None:
         """Leave gracefully: store what the executor reported, leave its jobs running, deregister."""
@@ -448,13 +446,12 @@ class Scheduler:
                 decided += self._take_new_work(stats)
             if self._skipped_runs:  # runs a peer was examining when the reports came: their peer is done now
                 decided += self._retry_skipped(stats)
-            busy_before = self._pools_busy
             queued = self._queue_and_launch(stats, self.clock.now())
             with self._phase("executor_sync", "storing executor reports"):
                 decided = self._apply_reports(stats)
             look_again = False
             if not queued and not decided:
-                if self._pools_busy == busy_before:
+                if queued is not None:
                     break
                 # A peer held the pools: it queues what it sees, but what this replica made runnable may
                 # have come after its look. Look again once it is through (a critical section takes
@@ -518,16 +515,16 @@ class Scheduler:
             return None
         return queued, gather_launches(conn, queued, dags=self.dags, now=now, api_url=self.api_url)
 
-    def _queue_and_launch(self, stats: LoopStats, now) -> int:
-        """The critical section and the launches; returns how many TIs it queued."""
+    def _queue_and_launch(self, stats: LoopStats, now) -> int | None:
+        """The critical section and the launches; returns how many TIs it queued, None if a peer held
+        the pools (nothing queued)."""
         try:
             with self._phase("critical_section", "queueing task instances"):
                 queued, pending = self.tx.run(lambda conn: self._queue(conn, now), what=self._step)
         except PoolsBusy:
-            self._pools_busy += 1
             metrics.CRITICAL_SECTION_BUSY.inc()
             log.debug("another replica is in the critical section; queueing nothing this round")
-            return 0
+            return None
         return self._launch_queued(stats, queued, pending, now)
 
     def _launch_queued(self, stats: LoopStats, queued, pending, now) -> int:
