@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
 from sqlalchemy import select, update
 
 from dagline.clock import FixedClock
@@ -79,34 +80,25 @@ def test_a_stop_request_by_a_replica_wakes_the_peer_that_may_run_the_try(pg_db, 
         peer.close()
 
 
-def test_a_replica_whose_executor_is_full_wakes_its_peers_to_queue_the_rest(pg_db, tmp_path):
+@pytest.mark.parametrize(("slots", "woken", "within_s"), [
+    (1, "notified", 30),  # a full executor: its peers queue the other two
+    (8, "timeout", QUIET_S),  # room for all three: it queues, launches and ends them itself
+], ids=["full", "room-for-all"])
+def test_a_replica_wakes_its_peers_only_when_its_executor_is_full(pg_db, tmp_path, slots, woken, within_s):
     _apply(pg_db, tmp_path, dag("wide", task("a"), task("b"), task("c")))
     trigger_run(pg_db, "wide", now=NOW)
-    full = _replica(pg_db, slots=1)
-    full.start()
+    replica = _replica(pg_db, slots=slots)
+    replica.start()
     peer = _peer(pg_db)
     try:
-        full.iterate()
-        assert peer.wait(30) == "notified"
+        replica.iterate()
+        if slots >= 3:
+            with pg_db.begin() as conn:
+                assert set(conn.execute(select(ti_t.c.state)).scalars()) == {"success"}
+        assert peer.wait(within_s) == woken
     finally:
         peer.close()
-        full.stop()
-
-
-def test_a_replica_with_room_for_everything_wakes_no_peer(pg_db, tmp_path):
-    _apply(pg_db, tmp_path, dag("wide", task("a"), task("b"), task("c")))
-    trigger_run(pg_db, "wide", now=NOW)
-    roomy = _replica(pg_db, slots=8)
-    roomy.start()
-    peer = _peer(pg_db)
-    try:
-        roomy.iterate()  # queues, launches and stores the three ends, and finishes the run
-        with pg_db.begin() as conn:
-            assert set(conn.execute(select(ti_t.c.state)).scalars()) == {"success"}
-        assert peer.wait(QUIET_S) == "timeout"
-    finally:
-        peer.close()
-        roomy.stop()
+        replica.stop()
 
 
 def test_a_task_end_some_rule_listens_to_wakes_idle_replicas_to_react(pg_db, tmp_path):
