@@ -341,8 +341,8 @@ def _claim_signals_statement():
     claimed = (select(s.seq, s.key).where(s.handled_at.is_(None)).order_by(s.seq).limit(bindparam("limit"))
                .with_for_update(skip_locked=True).cte("claimed"))
     # Per key claimed, the first unhandled signal of that key outside the claim (another replica's, or
-    # later than the claim): one walk of the partial (key, seq) index of unhandled signals, which stops
-    # after the claimed ones. The claimed signals before it are ready.
+    # later than the claim), looked up once per key (MATERIALIZED: not once per claimed signal) with
+    # LIMIT 1 in `seq` order, so the walk stops at the first one. The claimed signals before it are ready.
     keys = select(claimed.c.key).distinct().subquery("keys")
     other = signal_t.alias("other")
     first_other = (select(other.c.seq)
