@@ -1,6 +1,8 @@
 """A scheduler loads the current version of every active, unpaused DAG when it starts
 (`DagCache.warm`), so the first runs of each DAG do not pay for reading and building it; a version
-that cannot be read does not stop the start (the step that needs it records the DAG's import error)."""
+that cannot be read does not stop the start (the step that needs it records the DAG's import error).
+A replica that stays (not `--until-idle`) also starts its template renderer process with itself, so
+its first templated launch does not wait for a Python process to start."""
 
 from __future__ import annotations
 
@@ -42,3 +44,13 @@ def test_a_scheduler_starts_even_when_a_current_version_cannot_be_read(db, tmp_p
     scheduler = Scheduler(db, NoopExecutor(1))
     scheduler.start()
     scheduler.stop()
+
+
+def test_a_replica_that_stays_starts_its_renderer_with_itself_and_one_run_until_idle_does_not(db, tmp_path):
+    _apply(db, tmp_path)
+    staying = Scheduler(db, NoopExecutor(1))
+    staying.run(should_stop=lambda: True)  # one loop: `on` has no schedule, so nothing was launched
+    assert staying.renderer.spawns == 1
+    once = Scheduler(db, NoopExecutor(1))
+    once.run(until_idle=True)
+    assert once.renderer.spawns == 0  # it renders nothing: no process is started for it

@@ -247,6 +247,24 @@ def test_a_template_that_never_ends_fails_on_the_time_budget_naming_task_and_arg
         renderer.close()
 
 
+def test_a_prestarted_renderer_has_its_process_before_the_first_render_and_again_after_a_kill():
+    from dagline.scheduler.renderer import Renderer, RenderFailed, RenderRequest
+
+    renderer = Renderer(time_budget_s=0.5)
+    try:
+        renderer.prestart()
+        assert renderer.spawns == 1  # started with the replica, not at its first launch
+        assert renderer.render(RenderRequest("extract", [("a", "{{ ds }}")], context())) == {"a": "2026-03-01"}
+        assert renderer.spawns == 1  # the render used it
+        with pytest.raises(RenderFailed, match="time budget"):
+            renderer.render(RenderRequest("extract", [("a", NEVER_ENDS)], context()))
+        assert renderer.spawns == 2  # its successor started as the killed one went, before any render asked
+        assert renderer.render(RenderRequest("load", [("a", "{{ try_number }}")], context())) == {"a": "2"}
+        assert renderer.spawns == 2
+    finally:
+        renderer.close()
+
+
 def test_a_stopping_replica_abandons_a_render_at_once():
     from dagline.scheduler.renderer import Renderer, RenderInterrupted, RenderRequest
 

@@ -241,6 +241,8 @@ class Scheduler:
     def run(self, *, until_idle: bool = False, should_stop: Callable[[], bool] | None = None,
             on_loop: Callable[[LoopStats], None] | None = None) -> None:
         try:
+            if not until_idle:  # a replica that stays: its first templated launch need not wait for a process
+                self.renderer.prestart()
             self.start()
             while not self._stop_requested:
                 stats = self.iterate_safely()

@@ -3,9 +3,11 @@
 The sandbox bounds what a template may allocate (`dagline.templating`), but not how long it runs: a
 loop such as `{% for i in range(99999) %}{% for j in range(99999) %}` cannot be interrupted inside a
 thread. So a replica renders in a small long-lived child process (`python -m
-dagline.scheduler.renderer`, started on first use, about 0.2 s) and waits for each template's answer
-at most `time_budget_s` (2 s): past that, the child is killed (and started again at the next render),
-and that one try fails with a message naming the task and the template. The child also runs under an
+dagline.scheduler.renderer`) and waits for each template's answer at most `time_budget_s` (2 s): past
+that, the child is killed and that one try fails with a message naming the task and the template.
+Starting the child takes about 0.2 s (more on a busy node): a replica starts it with itself
+(`prestart`) and again right after killing it, so no try's launch waits for Python to start; a
+renderer nobody prestarted (a test run, `--until-idle`) starts it on first use. The child also runs under an
 address-space limit (`MEMORY_LIMIT`), so a template that slips past the sandbox's checks fails with
 an out-of-memory error rather than taking the replica's memory.
 
@@ -67,8 +69,18 @@ class Renderer:
         self.time_budget_s = time_budget_s
         self.should_stop = should_stop or (lambda: False)
         self._proc: subprocess.Popen | None = None
+        self._ready = False  # the child said it is ready (see `_process`)
+        self._keep_started = False  # `prestart` was called: start a new child as soon as one is killed
         self.spawns = 0  # processes started so far (for tests and logs)
         self.kills = 0  # renders that ran out of time
+
+    def prestart(self) -> None:
+        """Start the child now, without waiting for it, and again whenever one is killed, so renders
+        never wait for its start. Its readiness is awaited by the first render."""
+        self._keep_started = True
+        if self._proc is None or self._proc.poll() is not None:
+            self._kill()
+            self._spawn()
 
     def render(self, request: RenderRequest) -> dict[str, str]:
         """Each template's text; raises RenderFailed naming the task and the template, or RenderInterrupted."""
@@ -87,6 +99,8 @@ class Renderer:
             if answer is None:
                 self.kills += 1
                 self._kill()
+                if self._keep_started:
+                    self._spawn()  # it boots while the caller records this failure
                 shown = text if len(text) <= 80 else text[:80] + "..."
                 raise RenderFailed(f"task {request.task_id}, {where}: template {shown!r} did not finish rendering "
                                    f"within the time budget of {self.time_budget_s:g}s")
@@ -111,16 +125,22 @@ class Renderer:
         if self._proc is not None and self._proc.poll() is not None:
             self._kill()  # it died: close its pipes before starting another
         if self._proc is None:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "dagline.scheduler.renderer"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, bufsize=0)
-            self.spawns += 1
+            self._spawn()
+        if not self._ready:
             # The budget is for rendering, not for starting Python: wait for the child to say it is ready.
             ready = select.select([self._proc.stdout.fileno()], [], [], STARTUP_TIMEOUT_S)[0]
             if not ready or _read_frame(self._proc.stdout) != b"ready":
                 self._kill()
                 raise RenderFailed(f"the renderer process did not start within {STARTUP_TIMEOUT_S:g}s")
+            self._ready = True
         return self._proc
+
+    def _spawn(self) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "dagline.scheduler.renderer"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, bufsize=0)
+        self._ready = False
+        self.spawns += 1
 
     def _read_answer(self, proc: subprocess.Popen) -> list | None:
         """The next answer, or None when the time budget passed (or the child died)."""
@@ -151,6 +171,7 @@ class Renderer:
                 except OSError:
                     pass
             self._proc = None
+            self._ready = False
 
 
 def _write_frame(stream, body: bytes) -> None:
