@@ -70,6 +70,34 @@ def test_the_wrapper_kills_a_job_that_ignores_sigterm_after_its_grace(tmp_path):
     assert "SIGKILL after 0.5s" in err and "did not stop in time" in err
 
 
+FAKE_JVM = textwrap.dedent("""
+    import ctypes, signal, subprocess, sys
+    ctypes.CDLL(None).prctl(15, b"java", 0, 0, 0)  # PR_SET_NAME: it looks like spark-submit's JVM
+    signal.signal(signal.SIGTERM, lambda *_: (print("the JVM got SIGTERM", flush=True), sys.exit(143)))
+    driver = subprocess.Popen([sys.executable, sys.argv[1]], stdout=subprocess.PIPE, text=True)
+    for line in driver.stdout:  # the JVM relays the driver's output, as PythonRunner does
+        print(line, end="", flush=True)
+    sys.exit(driver.wait())
+""")
+
+
+def test_a_stop_goes_to_the_pyspark_driver_alone_and_its_jvm_exits_with_it(tmp_path):
+    """SIGTERM to the JVM too would stop the SparkContext under the driver and could cut its last output."""
+    (tmp_path / "jvm.py").write_text(FAKE_JVM)
+    (tmp_path / "job.py").write_text(HELPER_JOB)
+    exit_file, log = tmp_path / "out.exit", tmp_path / "out.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "dagline.executors.wrapper", "--exit-file", str(exit_file),
+                                 "--grace", "20", "--", sys.executable, str(tmp_path / "jvm.py"),
+                                 str(tmp_path / "job.py")], stdout=out, stderr=subprocess.PIPE, text=True)
+        _wait(lambda: "started" in log.read_text(), "the driver to start")
+        proc.send_signal(signal.SIGTERM)  # how a try is stopped
+        _, err = proc.communicate(timeout=30)
+    assert "SIGTERM to the PySpark driver" in err
+    assert "stopped cleanly" in log.read_text() and "the JVM got SIGTERM" not in log.read_text()
+    assert json.loads(exit_file.read_text())["exit_code"] == 0  # the JVM exited with the driver's code
+
+
 STREAM_DAG = """
 apiVersion: dagline.io/v1alpha1
 kind: DAG

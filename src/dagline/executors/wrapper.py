@@ -18,11 +18,16 @@ file (or, while the wrapper still lives, find it through the pid file) and adopt
 running it a second time.
 
 Stopping a job: `spark-submit` execs a JVM that starts a Python driver, and PySpark's worker daemon
-moves itself into its own process group. So the wrapper marks itself a child subreaper (Linux),
-sends SIGTERM to the job's process group and to every other descendant, waits `--grace` seconds
-(the task's stopGracePeriod; `KILL_GRACE_S` by default), then sends SIGKILL. When the job's main
-process has exited, leftover descendants are killed too: a
-finished try leaves nothing behind. SIGTERM, SIGINT and SIGHUP sent to the wrapper are forwarded
+moves itself into its own process group. So the wrapper marks itself a child subreaper (Linux).
+The stop request (SIGTERM) goes to the PySpark driver alone when there is one (a Python process
+whose parent is the JVM, other than PySpark's workers): the driver's SparkSession lives in that JVM,
+so a JVM that got SIGTERM too would run its shutdown hooks and stop the SparkContext under the
+driver's feet (no clean stop of its streaming queries), and, since the JVM relays the driver's
+output, could exit before the driver's last lines reach the log. The driver stops, its JVM then
+exits with the driver's exit code. Without such a driver (a JVM application, any other command) the
+SIGTERM goes to the job's process group and every other descendant. After `--grace` seconds (the
+task's stopGracePeriod; `KILL_GRACE_S` by default) everything gets SIGKILL. When the job's main
+process has exited, leftover descendants are killed too: a finished try leaves nothing behind. SIGTERM, SIGINT and SIGHUP sent to the wrapper are forwarded
 the same way (that is how a try is cancelled), and the signal is recorded in the outcome.
 
 Log rotation (`--log-file`): the job writes its log file directly (O_APPEND, never through a pipe, so
@@ -81,13 +86,13 @@ def _set_child_subreaper() -> None:
         pass
 
 
-def _descendants(root: int) -> set[int]:
-    """Process ids below `root`, read from /proc (empty where /proc is absent)."""
-    children: dict[int, list[int]] = {}
+def _processes() -> dict[int, tuple[int, str]]:
+    """Every process: pid -> (parent pid, command name), read from /proc (empty where it is absent)."""
+    found: dict[int, tuple[int, str]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return set()
+        return found
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -99,7 +104,15 @@ def _descendants(root: int) -> set[int]:
         # the command name (field 2) may contain spaces and parentheses: split after the last ')'
         fields = stat[stat.rfind(")") + 2 :].split()
         if len(fields) >= 2:
-            children.setdefault(int(fields[1]), []).append(int(entry))
+            found[int(entry)] = (int(fields[1]), stat[stat.find("(") + 1 : stat.rfind(")")])
+    return found
+
+
+def _descendants(root: int, processes: dict[int, tuple[int, str]] | None = None) -> set[int]:
+    """Process ids below `root`."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _name) in (_processes() if processes is None else processes).items():
+        children.setdefault(parent, []).append(pid)
     found: set[int] = set()
     todo = [root]
     while todo:
@@ -108,6 +121,38 @@ def _descendants(root: int) -> set[int]:
                 found.add(child)
                 todo.append(child)
     return found
+
+
+def _pyspark_drivers(root: int) -> list[int]:
+    """The Python processes below `root` whose parent is a JVM, but PySpark's own workers."""
+    processes = _processes()
+    drivers = []
+    for pid in _descendants(root, processes):
+        parent, name = processes[pid]
+        if not name.startswith("python") or processes.get(parent, (0, ""))[1] != "java":
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if b"pyspark.daemon" not in cmdline and b"pyspark.worker" not in cmdline:
+            drivers.append(pid)
+    return drivers
+
+
+def _request_stop(pgid: int) -> str:
+    """SIGTERM to the PySpark driver alone if there is one, else to the whole job; says which."""
+    drivers = _pyspark_drivers(os.getpid())
+    for pid in drivers:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    if drivers:
+        return "the PySpark driver"
+    _signal_job(pgid, signal.SIGTERM)
+    return "the job"
 
 
 def _signal_job(pgid: int, sig: int) -> None:
@@ -207,8 +252,8 @@ def run(cmd: list[str], exit_file: str, timeout_s: float | None, pid_file: str |
             stop_reason = f"received {signal.Signals(_received_signal).name}"
             outcome["signal"] = signal.Signals(_received_signal).name
         if stop_reason is not None and kill_at is None:
-            _log(f"{stop_reason}: stopping the job (SIGTERM, then SIGKILL after {grace_s:g}s)")
-            _signal_job(child.pid, signal.SIGTERM)
+            whom = _request_stop(child.pid)
+            _log(f"{stop_reason}: stopping the job (SIGTERM to {whom}, then SIGKILL after {grace_s:g}s)")
             kill_at = now + grace_s
         elif kill_at is not None and now >= kill_at:
             _log("the job did not stop in time: SIGKILL")
