@@ -27,8 +27,9 @@ output, could exit before the driver's last lines reach the log. The driver stop
 exits with the driver's exit code. Without such a driver (a JVM application, any other command) the
 SIGTERM goes to the job's process group and every other descendant. After `--grace` seconds (the
 task's stopGracePeriod; `KILL_GRACE_S` by default) everything gets SIGKILL. When the job's main
-process has exited, leftover descendants are killed too: a finished try leaves nothing behind. SIGTERM, SIGINT and SIGHUP sent to the wrapper are forwarded
-the same way (that is how a try is cancelled), and the signal is recorded in the outcome.
+process has exited, leftover descendants are killed too: a finished try leaves nothing behind.
+SIGTERM, SIGINT and SIGHUP sent to the wrapper are forwarded the same way (that is how a try is
+cancelled), and the signal is recorded in the outcome.
 
 Log rotation (`--log-file`): the job writes its log file directly (O_APPEND, never through a pipe, so
 it neither blocks on a slow reader nor dies with the wrapper). Whenever the wrapper sees the file past
