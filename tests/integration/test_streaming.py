@@ -142,6 +142,7 @@ def test_a_streaming_task_stopped_by_tasks_stop_ends_success_after_a_clean_stop(
     serve = tis(db, run.id)["serve"]
     assert (serve.state, serve.try_number) == ("success", 1)
     assert "stopped cleanly" in log.read_text()
+    assert "SIGTERM to the PySpark driver" in log.read_text()  # not to spark-submit's JVM
     assert [e.to_state for e in events(db, entity="task_instance", task_id="serve")][-1] == "success"
 
 
