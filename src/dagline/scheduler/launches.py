@@ -82,7 +82,7 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
     for row in conn.execute(_RUNS_AND_SIGNALS, {"ti_ids": [q.ti_id for q in queued]}):
         runs[row.ti_id] = row
         if row.seq is not None:  # a signal started the try (a pruned signal is absent)
-            signals[row.ti_id] = _signal(row)
+            signals[row.ti_id] = signal_for_templates(row)
     dags.prefetch(conn, {q.dag_version_id for q in queued})
     tokens = issue_try_tokens(conn, [(q.ti_id, q.try_number) for q in queued], now=now)
     pending, broken = [], []
@@ -112,8 +112,9 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
     return Gathered(pending, broken)
 
 
-def _signal(row) -> dict:
-    """The signal that started a try, as templates see it ({key, value, seq, source})."""
+def signal_for_templates(row) -> dict:
+    """The signal that started a try, as its templates see it ({key, value, seq, source}), from a row
+    with the signal's columns."""
     return {"key": row.key, "value": json.loads(row.value), "seq": row.seq, "source": row.source}
 
 

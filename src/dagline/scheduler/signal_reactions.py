@@ -40,7 +40,6 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-from collections.abc import Sequence
 
 from sqlalchemy import and_, bindparam, func, null, select, union_all, update
 from sqlalchemy.engine import Connection
@@ -51,7 +50,7 @@ from dagline.db.models import dag_run_t, dag_t, signal_action_t, signal_listener
 from dagline.db.notify import hold_announcements
 from dagline.db.transitions import request_stop
 from dagline.scheduler.examine import examine_runs
-from dagline.scheduler.signal_starts import StartActions, insert_actions, supersede_pending
+from dagline.scheduler.signal_starts import StartActions, action_row, insert_actions, supersede_pending
 from dagline.states import RunState, TIState
 from dagline.timeline import NewRun, insert_runs, live_run_at, timetable_for
 
@@ -170,19 +169,14 @@ def _insert_action(conn: Connection, sent_at: dt.datetime, **row) -> bool:
     return bool(insert_actions(conn, [row], [sent_at]))
 
 
-def _supersede(conn: Connection, ti, *, actions: Sequence[str], now: dt.datetime, by: int) -> None:
-    supersede_pending(conn, ti.dag_run_id, ti.task_id, actions=actions, now=now, by=by)
-
-
 def _act(conn: Connection, s, r, ti, *, now: dt.datetime, who: str) -> bool:
     """Apply one `restart` or `stop` rule to one TI (`start` rules: `StartActions`); False if this
     signal already acted on it (nothing done)."""
-    row = dict(signal_seq=s.seq, rule=r.rule, dag_id=r.dag_id, dag_run_id=r.run_pk, run_id=r.run_name,
-               task_id=r.task_id, action=r.action, decided_at=now)
+    row = action_row(s, r, now=now)
     if r.action == "restart":
         if _already(conn, s, r):
             return False
-        _supersede(conn, ti, actions=("restart",), now=now, by=s.seq)
+        supersede_pending(conn, ti.dag_run_id, ti.task_id, actions=("restart",), now=now, by=s.seq)
         if ti.state in BUSY:
             _request_stop(conn, ti, now=now, who=who, why=f"restart by signal {s.seq} ({s.key})")
             return _insert_action(conn, s.sent_at, **row, status="pending", detail=f"stopping try {ti.try_number}")
@@ -200,7 +194,7 @@ def _act(conn: Connection, s, r, ti, *, now: dt.datetime, who: str) -> bool:
     # stop
     if _already(conn, s, r):
         return False
-    _supersede(conn, ti, actions=("start", "restart"), now=now, by=s.seq)
+    supersede_pending(conn, ti.dag_run_id, ti.task_id, actions=("start", "restart"), now=now, by=s.seq)
     if ti.state in BUSY:
         _request_stop(conn, ti, now=now, who=who, why=f"stop by signal {s.seq} ({s.key})")
         return _insert_action(conn, s.sent_at, **row, status="done", try_number=ti.try_number, done_at=now,

@@ -77,6 +77,12 @@ def supersede_pending(conn: Connection, run_pk: int, task_id: str, *, actions: S
                               "detail": f"superseded by signal {by}"})
 
 
+def action_row(s, r, *, now: dt.datetime, **fields) -> dict:
+    """The action row of signal `s` for rule `r` (a task rule on one running run), decided `now`."""
+    return dict(signal_seq=s.seq, rule=r.rule, dag_id=r.dag_id, dag_run_id=r.run_pk, run_id=r.run_name,
+                task_id=r.task_id, action=r.action, decided_at=now, **fields)
+
+
 @dataclasses.dataclass
 class _Start:
     signal_seq: int
@@ -96,9 +102,8 @@ class StartActions:
 
     def add(self, s, r, *, busy: bool) -> None:
         """Gather rule `r`'s start for signal `s` (the task instance's try is running: `busy`)."""
-        row = dict(signal_seq=s.seq, rule=r.rule, dag_id=r.dag_id, dag_run_id=r.run_pk, run_id=r.run_name,
-                   task_id=r.task_id, action="start", status="pending", try_number=None, decided_at=self.now,
-                   done_at=None, detail="waits for the task to be free" if busy else None)
+        row = action_row(s, r, now=self.now, status="pending", try_number=None, done_at=None,
+                         detail="waits for the task to be free" if busy else None)
         self._gathered.setdefault((r.run_pk, r.task_id), []).append(
             _Start(s.seq, s.sent_at, r.rule, r.handling == "latest", row))
 

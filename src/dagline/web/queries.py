@@ -231,10 +231,9 @@ def signal_log(conn: Connection, limit: int = 100) -> list[dict]:
 def rendered_job(conn: Connection, dag, run, task_id: str, try_number: int) -> dict:
     """The Spark job a try of this task gets (its arguments and conf rendered as the scheduler renders
     them, with the signal that started the try); `error` when a template fails."""
-    import json
 
     from dagline.db.models import signal_t
-    from dagline.scheduler.launches import render_job
+    from dagline.scheduler.launches import render_job, signal_for_templates
 
     task = dag.tasks.get(task_id)
     if task is None:
@@ -244,7 +243,7 @@ def rendered_job(conn: Connection, dag, run, task_id: str, try_number: int) -> d
     if seq is not None:
         row = conn.execute(select(signal_t).where(signal_t.c.seq == seq)).first()
         if row is not None:
-            signal = {"key": row.key, "value": json.loads(row.value), "seq": row.seq, "source": row.source}
+            signal = signal_for_templates(row)
     try:
         job = render_job(task, dag, run_id=run.run_id, logical_date=run.logical_date,
                          data_interval=(run.data_interval_start, run.data_interval_end),
