@@ -41,6 +41,7 @@ class DagCache:
         # Pure results derived from this database's versions, kept by their user (`scheduler.examine`
         # remembers run decisions by version id and TI ids, which only mean something in one database).
         self.decisions: dict = {}
+        self.task_facts: dict = {}  # version id -> what a run decision needs of its tasks (`scheduler.examine`)
 
     def get(self, conn: Connection, version_id: int) -> Dag:
         with self._lock:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from dagline.deps import Decision, TriggerRule, UpstreamCounts, depends_on_past_met, evaluate_trigger_rule, run_outcome
 from dagline.states import RunState, TIState
@@ -51,9 +52,9 @@ class TaskFacts:
     waits_for_signal: bool = False  # has a `start` rule
 
 
-@dataclasses.dataclass(frozen=True)
-class TIFacts:
-    """What the decision needs of a task instance of the run."""
+class TIFacts(NamedTuple):
+    """What the decision needs of a task instance of the run (a named tuple: the scheduler makes one
+    per task instance of every run it decides, many thousand a second)."""
 
     ti_id: int
     state: str

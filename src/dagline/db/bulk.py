@@ -35,7 +35,9 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
         stmt = _plain_insert(table, tuple(returning))
         result = conn.execute(stmt, [{name: row.get(name) for name in names} for row in rows])
         return result.all() if returning else []
-    document = json.dumps([{name: plain(row.get(name)) for name in names} for row in rows], separators=(",", ":"))
+    # a key a row lacks is NULL to json_populate_recordset too: the rows go in as they are, and only
+    # the values JSON cannot carry (datetimes) pass through `plain`, from the encoder
+    document = json.dumps(rows, separators=(",", ":"), default=_json_value)
     columns = ", ".join(names)
     back = f" RETURNING {', '.join(returning)}" if returning else ""
     result = conn.execute(text(f"INSERT INTO {table.name} ({columns}) SELECT {columns} FROM "
@@ -49,6 +51,13 @@ def _plain_insert(table: Table, returning: tuple[str, ...]):
     """`INSERT INTO table` (its columns are those of the parameters) returning `returning`, built once."""
     stmt = insert(table)
     return stmt.returning(*(table.c[name] for name in returning)) if returning else stmt
+
+
+def _json_value(value: Any) -> Any:
+    """`json.dumps`'s hook for what it cannot encode itself: a datetime as `plain` gives it, else an error."""
+    if isinstance(value, dt.datetime):
+        return plain(value)
+    raise TypeError(f"{type(value).__name__} value {value!r} cannot be stored as JSON")
 
 
 def plain(value: Any) -> Any:

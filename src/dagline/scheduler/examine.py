@@ -154,37 +154,46 @@ def _decide(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCach
     pending = pending_signals(conn, with_rules) if with_rules else Pending.none()
     previous_states = _previous_states(conn, [run for run in runs if run.id in dag_by_run], dag_by_run)
 
-    task_facts: dict[int, list[TaskFacts]] = {}  # per DAG version
+    task_facts = dags.task_facts
     remembered = dags.decisions
     for run in runs:
         dag = dag_by_run.get(run.id)
         if dag is None:
             continue
-        if run.dag_version_id not in task_facts:
-            task_facts[run.dag_version_id] = [TaskFacts(task_id, task.upstream, task.trigger_rule, task.depends_on_past,
-                                                        task.waits_for_signal)
-                                              for task_id, task in dag.tasks.items()]
-        ti_facts = {task_id: TIFacts(ti.id, ti.state, ti.next_retry_at, (run.id, task_id) in pending,
-                                     (run.id, task_id) in pending.restarts)
-                    for task_id, ti in tis_by_run.get(run.id, {}).items()}
+        tasks = task_facts.get(run.dag_version_id)
+        if tasks is None:
+            if len(task_facts) >= _REMEMBERED_MAX:
+                task_facts.clear()
+            tasks = task_facts[run.dag_version_id] = [
+                TaskFacts(task_id, task.upstream, task.trigger_rule, task.depends_on_past, task.waits_for_signal)
+                for task_id, task in dag.tasks.items()]
+        run_tis = tis_by_run.get(run.id, {})
+        if pending:
+            ti_facts = {task_id: TIFacts(ti.id, ti.state, ti.next_retry_at, (run.id, task_id) in pending,
+                                         (run.id, task_id) in pending.restarts)
+                        for task_id, ti in run_tis.items()}
+        else:
+            ti_facts = {task_id: TIFacts(ti.id, ti.state, ti.next_retry_at) for task_id, ti in run_tis.items()}
         previous = previous_states.get(run.previous_run_id, {})
         # decide_run is pure, and reads `now` only for TIs waiting to retry: without one, the same facts
         # give the same decision, so a run nothing happened to since the last look is not decided again
-        key = None if any(f.state == TIState.UP_FOR_RETRY for f in ti_facts.values()) else (
-            run.dag_version_id, tuple((task_id, f.ti_id, f.state, f.pending_signal, f.pending_restart)
-                                      for task_id, f in ti_facts.items()),
-            tuple(sorted(previous.items())))
+        retrying = any(f.state == TIState.UP_FOR_RETRY for f in ti_facts.values())
+        key = None if retrying else (run.dag_version_id, tuple(ti_facts.items()), tuple(sorted(previous.items())))
         decision = remembered.get(key) if key is not None else None
         if decision is None:
-            decision = guarded(run.dag_id, lambda run=run, dag=dag, ti_facts=ti_facts, previous=previous: decide_run(
-                task_facts[run.dag_version_id], ti_facts, leaves=dag.leaves, previous_states=previous, now=now,
-                reasons=False))
-            if decision is not None and key is not None:
+            try:
+                decision = decide_run(tasks, ti_facts, leaves=dag.leaves, previous_states=previous, now=now,
+                                      reasons=False)
+            except Exception as exc:
+                if not is_dags_fault(exc):
+                    raise
+                on_fault(run.dag_id, exc)
+                continue
+            if key is not None:
                 if len(remembered) >= _REMEMBERED_MAX:
                     remembered.clear()
                 remembered[key] = decision
-        if decision is not None:
-            facts.decisions[run.id] = decision
+        facts.decisions[run.id] = decision
     return facts
 
 
