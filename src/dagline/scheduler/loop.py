@@ -7,8 +7,10 @@
     deadlines (every `deadline_check_interval_s`: `deadlines`) -> housekeeping on intervals (timeouts;
     declare silent peers dead; adopt orphaned tries; reconcile this replica's own tries)
 
-A replica also adopts orphaned tries once at start, before it launches anything, and loads the current
-version of every active DAG (`DagCache.warm`), so the first runs do not pay for reading them.
+A replica loads the current version of every active DAG at start (`DagCache.warm`), before it registers
+(so a replica shown running is ready for work), and the first runs do not pay for reading them; then
+it adopts orphaned tries, before it launches anything. A replica that stays (not `until_idle`) then
+freezes what start-up built (`gc.freeze`): the collector's full passes skip it from then on.
 
 Any number of replicas may run this loop against one PostgreSQL (row locks, see `db.claims`), one
 against SQLite (`guard`). Between loops an idle replica waits (`wakeup`): on PostgreSQL until any
@@ -34,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import gc
 import logging
 import os
 import time
@@ -163,6 +166,7 @@ class Scheduler:
             return
         self._lock.acquire()
         self.wakeup.start()  # listen before the first look at the database
+        self._load_dags_at_start()  # before registering: a replica that shows as running is ready for work
         self.replica_id = self.liveness.register()
         self.who = f"scheduler:{self.replica_id}"
         self.wakeup.ignore(self.who)
@@ -176,7 +180,6 @@ class Scheduler:
             self.tx.run(lambda conn: declare_others_dead(conn, replica_id=self.replica_id, who=self.who),
                         what="declare earlier schedulers gone")
         self._adopt_at_start()
-        self._load_dags_at_start()
         scope = f", backfill {self.backfill_id} only" if self.backfill_id is not None else ""
         log.info("scheduler %s started: %s executor, parallelism %s%s", self.replica_id, self.executor.name,
                  self.executor.parallelism, scope)
@@ -244,6 +247,10 @@ class Scheduler:
             if not until_idle:  # a replica that stays: its first templated launch need not wait for a process
                 self.renderer.prestart()
             self.start()
+            if not until_idle:
+                # What start-up built (modules, the DAG versions) lives as long as the replica: frozen,
+                # the collector's full passes no longer walk it (one cost 60-90 ms, 1,000 TIs in).
+                gc.freeze()
             while not self._stop_requested:
                 stats = self.iterate_safely()
                 if stats is None:
