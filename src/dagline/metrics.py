@@ -57,7 +57,8 @@ PHASES = (
     "examine",            # 3. lock running runs, decide their TIs, finish runs
     "critical_section",   # 4. lock pools NOWAIT, queue TIs within every limit, render launches
     "launch",             #    hand the queued TIs to the executor (after the commit)
-    "executor_sync",      # 5. store the executor's reports and run the mini-scheduler
+    "executor_sync",      # 5. store the executor's reports and run the mini-scheduler; when that made TIs
+                          #    runnable, queue them in the same transaction (its own critical section)
     "stop_tries",         #    stop this replica's jobs whose tries were asked to stop
     "callbacks",          #    settle finished callback deliveries, claim due ones (the sending is in threads)
     "deadlines",          #    record missed deadlines (every deadline_check_interval_s)

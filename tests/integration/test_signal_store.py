@@ -4,6 +4,7 @@ and pruned; on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 from sqlalchemy import insert, select
@@ -116,3 +117,48 @@ def test_a_run_may_be_of_type_signal(db):
                 dag_id="d", run_id="x", logical_date=NOW + dt.timedelta(1), data_interval_start=NOW,
                 data_interval_end=NOW, run_after=NOW, run_type="bogus", state="queued", dag_version_id=vid,
                 created_at=NOW))
+
+
+def test_a_quick_tries_running_and_success_signals_are_stored_in_order_with_their_listeners(db, tmp_path):
+    """One statement stores both passages of tries reported once over: every `running` signal, in task
+    instance order, then every `success`; a key some rule listens to waits to be handled, the rest are
+    stored handled."""
+    from dagline.db.models import ti_t
+    from dagline.db.signal_log import record_task_state_passages
+    from dagline.runs import trigger_run
+
+    from .harness import apply, write_dag
+
+    apply(db, write_dag(tmp_path, """
+        apiVersion: dagline.io/v1alpha1
+        kind: DAG
+        metadata: {name: up}
+        spec:
+          schedule: null
+          tasks:
+            - {id: a, spark: {mainApplicationFile: a.py}}
+            - {id: b, spark: {mainApplicationFile: b.py}}
+    """, "up.yaml"))
+    apply(db, write_dag(tmp_path, """
+        apiVersion: dagline.io/v1alpha1
+        kind: DAG
+        metadata: {name: down}
+        spec:
+          schedule: null
+          triggers: [{signal: dagline.task.up.b.success}]
+          tasks: [{id: c, spark: {mainApplicationFile: c.py}}]
+    """, "down.yaml"))
+    run = trigger_run(db, "up", now=NOW)
+    later = NOW + dt.timedelta(seconds=3)
+    with db.begin() as conn:
+        rows = conn.execute(select(ti_t.c.id, ti_t.c.task_id).where(ti_t.c.dag_run_id == run.id)
+                            .order_by(ti_t.c.id)).all()
+        record_task_state_passages(conn, rows, [("running", NOW), ("queued", NOW), ("success", later)])
+    with db.begin() as conn:
+        stored = conn.execute(select(signal_t).order_by(signal_t.c.seq)).all()
+    assert [s.key for s in stored] == ["dagline.task.up.a.running", "dagline.task.up.b.running",
+                                       "dagline.task.up.a.success", "dagline.task.up.b.success"]
+    assert [s.sent_at for s in stored] == [NOW, NOW, later, later]
+    assert [s.source_ti_id for s in stored] == [rows[0].id, rows[1].id] * 2
+    assert [json.loads(s.value) for s in stored] == [{"run_id": run.run_id, "try_number": 0}] * 4
+    assert [s.handled_at for s in stored] == [NOW, NOW, later, None]  # `queued` is no signal

@@ -17,10 +17,11 @@ same decision taken at once; a DAG version stored after the signal does not reac
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Text, case, cast, exists, func, insert, literal, null, select
+from sqlalchemy import String, Text, bindparam, case, cast, exists, func, insert, literal, null, select, union_all
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
@@ -95,30 +96,54 @@ def record_task_state_signals(conn: Connection, rows: Sequence[Any], *, to: str,
     listens to any of them, the transaction announces `signal` (PostgreSQL), so idle replicas react at
     once: the scheduler replica writing them is busy with its own work, and its peers' ordinary
     changes wake no one (`notify`)."""
-    if to not in TASK_SIGNAL_STATES or not rows:
+    record_task_state_passages(conn, rows, [(to, at)])
+
+
+def record_task_state_passages(conn: Connection, rows: Sequence[Any],
+                               states: Sequence[tuple[str, dt.datetime]]) -> None:
+    """`record_task_state_signals` for task instances that entered each of `states` ((state, at), in
+    order) in one change (a quick try reported once it was over: `running`, then `success`), in one
+    statement: the signals of the first state, in task instance order, then those of the next."""
+    states = [(to, at) for to, at in states if to in TASK_SIGNAL_STATES]
+    if not states or not rows:
         return
+    postgresql = conn.dialect.name == "postgresql"
+    stmt = _task_state_insert(postgresql, len(states))
+    params = {f"state_{n}": to for n, (to, _) in enumerate(states)}
+    params.update({f"at_{n}": at for n, (_, at) in enumerate(states)})
+    listened_to = False
+    for start in range(0, len(rows), 500):
+        chunk = {**params, "ids": [r.id for r in rows[start:start + 500]]}
+        if postgresql and not listened_to:  # where wake-ups exist
+            handled = conn.execute(stmt.returning(signal_t.c.handled_at), chunk).scalars()
+            listened_to = any(at_ is None for at_ in handled)
+        else:
+            conn.execute(stmt, chunk)
+    if listened_to:
+        announce(conn, SIGNALS_ONLY)  # a peer's task ended: idle replicas react (peers' changes wake no one)
+
+
+@functools.lru_cache(maxsize=8)
+def _task_state_insert(postgresql: bool, count: int):
+    """The `INSERT ... SELECT` of `record_task_state_passages` for `count` states, built once per
+    dialect and count: bind parameters `ids` (expanding), `state_<n>` and `at_<n>`."""
     ti, run = ti_t.c, dag_run_t.c
-    key = literal(TASK_PREFIX) + ti.dag_id + literal(".") + ti.task_id + literal(f".{to}")
-    if conn.dialect.name == "postgresql":
+    passages = union_all(*[
+        select(bindparam(f"state_{n}", type_=String()).label("state"),
+               bindparam(f"at_{n}", type_=UTCDateTime()).label("at"), literal(n).label("ord"))
+        for n in range(count)]).subquery("passage")
+    key = literal(TASK_PREFIX) + ti.dag_id + literal(".") + ti.task_id + literal(".") + passages.c.state
+    if postgresql:
         value = cast(func.json_build_object("run_id", run.run_id, "try_number", ti.try_number), Text)
     else:
         value = func.json_object("run_id", run.run_id, "try_number", ti.try_number)
     heard = exists().where(signal_listener_t.c.key == key)
     columns = ["key", "value", "source", "sent_at", "source_dag_run_id", "source_ti_id", "handled_at"]
-    listened_to = False
-    for start in range(0, len(rows), 500):
-        ids = [r.id for r in rows[start:start + 500]]
-        stmt = insert(signal_t).from_select(columns, select(
-            key, value, literal(DAGLINE_SOURCE), literal(at, UTCDateTime()), ti.dag_run_id, ti.id,
-            case((heard, null()), else_=literal(at, UTCDateTime())),
-        ).join_from(ti_t, dag_run_t, run.id == ti.dag_run_id).where(ti.id.in_(ids)).order_by(ti.id))
-        if conn.dialect.name == "postgresql" and not listened_to:  # where wake-ups exist
-            handled = conn.execute(stmt.returning(signal_t.c.handled_at)).scalars()
-            listened_to = any(at_ is None for at_ in handled)
-        else:
-            conn.execute(stmt)
-    if listened_to:
-        announce(conn, SIGNALS_ONLY)  # a peer's task ended: idle replicas react (peers' changes wake no one)
+    return insert(signal_t).from_select(columns, select(
+        key, value, literal(DAGLINE_SOURCE), passages.c.at, ti.dag_run_id, ti.id,
+        case((heard, null()), else_=passages.c.at),
+    ).select_from(ti_t.join(dag_run_t, run.id == ti.dag_run_id).join(passages, literal(True)))
+        .where(ti.id.in_(bindparam("ids", expanding=True))).order_by(passages.c.ord, ti.id))
 
 
 def listened(conn: Connection, key: str) -> bool:

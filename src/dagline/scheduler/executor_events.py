@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection
 from dagline.dagstore import DagCache
 from dagline.db.models import dag_run_t, ti_t
 from dagline.db.replicas import HOSTNAME
-from dagline.db.signal_log import record_task_state_signals
+from dagline.db.signal_log import record_task_state_passages, record_task_state_signals
 from dagline.db.transitions import change_tis, change_tries_each, count_transitions, record_events, ti_events
 from dagline.deps import next_state_after_failure, retry_delay
 from dagline.executors.base import TaskReport
@@ -75,8 +75,8 @@ def apply_reports(
                                   at=max(r.at for r in quick.values()), who=who))
         count_transitions(conn, TIState.RUNNING, len(done))
         count_transitions(conn, TIState.SUCCESS, len(done))
-        record_task_state_signals(conn, done, to=TIState.RUNNING, at=min(r.at for r in quick.values()))
-        record_task_state_signals(conn, done, to=TIState.SUCCESS, at=max(r.at for r in quick.values()))
+        record_task_state_passages(conn, done, [(TIState.RUNNING, min(r.at for r in quick.values())),
+                                                (TIState.SUCCESS, max(r.at for r in quick.values()))])
         affected.update(row.dag_run_id for row in done)
         finished = {i: r for i, r in finished.items() if i not in quick}
 

@@ -387,9 +387,9 @@ class Scheduler:
         if not self._stop_requested:  # a stopping replica takes no new work
             self._queue_and_launch(stats, now)
         with self._phase("executor_sync", "storing executor reports"):
-            decided = self._apply_reports(stats)
+            decided, queued = self._apply_reports(stats, queue=True)
         stats.tries_stopped = self._stop_tries()  # before the follow-up: a restart's stop waits for nothing
-        self._follow_up(stats, decided, began=time.monotonic())
+        self._follow_up(stats, decided, began=time.monotonic(), queued=queued)
         if not testing:  # a test run fires no callbacks and has no deadline
             with self._phase("callbacks", "delivering callbacks"):
                 stats.callbacks = self.deliveries.pump(now)
@@ -434,11 +434,14 @@ class Scheduler:
             if not queued:  # the reaction woke no one (`hold_announcements`): a peer may queue them
                 self.tx.run(lambda conn: announce(conn, self.who, urgent=True), what="waking the other replicas")
 
-    def _follow_up(self, stats: LoopStats, decided: int, *, began: float) -> None:
+    def _follow_up(self, stats: LoopStats, decided: int, *, began: float, queued: int | None = None) -> None:
         """The fast path: while the reports just stored made tasks runnable (the mini-scheduler decided
         them), queue, launch and store reports again at once, without a full pass (create, start, examine)
-        in between, for at most `follow_up_s`. A chain of quick tasks then moves one hop per critical
-        section, not one hop per loop. Nothing is skipped: the next iteration's full pass still looks at
+        in between, for at most `follow_up_s`. A chain of quick tasks then moves one hop per transaction,
+        not one hop per loop: the transaction storing the reports queues what they made runnable
+        (`_apply_reports` with `queue`), and a critical section of its own runs only when that one did
+        not (`queued` None: a peer held the pools), may have left some (it queued its limit), or new
+        work was taken in since. Nothing is skipped: the next iteration's full pass still looks at
         everything.
 
         Runs triggered meanwhile are taken in on the way (`_take_new_work`), so they do not wait for a
@@ -451,13 +454,16 @@ class Scheduler:
         look_again = False
         while ((decided or self._skipped_runs or look_again) and not self._stop_requested
                and time.monotonic() - began < limit):
+            taken_in = 0
             if self.wakeup.pending() in ("notified", "runs") or self._work_waiting:
-                decided += self._take_new_work(stats)
+                taken_in += self._take_new_work(stats)
             if self._skipped_runs:  # runs a peer was examining when the reports came: their peer is done now
-                decided += self._retry_skipped(stats)
-            queued = self._queue_and_launch(stats, self.clock.now())
+                taken_in += self._retry_skipped(stats)
+            decided += taken_in
+            if queued is None or taken_in or queued >= self.settings.tis_per_loop:
+                queued = self._queue_and_launch(stats, self.clock.now())
             with self._phase("executor_sync", "storing executor reports"):
-                decided = self._apply_reports(stats)
+                decided, queued_with_reports = self._apply_reports(stats, queue=True)
             look_again = False
             if not queued and not decided:
                 if queued is not None:
@@ -467,6 +473,7 @@ class Scheduler:
                 # milliseconds) rather than leave it to a whole pass; a look that finds nothing ends it.
                 look_again = True
                 time.sleep(_PEER_IN_CRITICAL_SECTION_S)
+            queued = queued_with_reports
 
     def _take_new_work(self, stats: LoopStats) -> int:
         """Start the runs that may start and decide those (their first tasks are then queued by the next
@@ -569,14 +576,18 @@ class Scheduler:
             self.in_flight.add(launches)
         self._launched.inc(len(launches))
 
-    def _apply_reports(self, stats: LoopStats) -> int:
+    def _apply_reports(self, stats: LoopStats, *, queue: bool = False) -> tuple[int, int | None]:
         """Store the executor's reports. Reports whose transaction fails are kept and stored next time
-        (compare-and-set makes storing one twice harmless), so none is lost. Returns how many task
-        instances the mini-scheduler decided."""
+        (compare-and-set makes storing one twice harmless), so none is lost. With `queue`, when the
+        reports made task instances runnable, the same transaction runs the critical section too
+        (`if_free`: a peer holding the pools leaves it to a critical section of its own) and what it
+        queued is launched once it has committed: one commit per hop of a chain, not two. Returns (how
+        many task instances the mini-scheduler decided, how many were queued with the reports: None
+        when none was tried or a peer held the pools)."""
         self._pending_reports += self.executor.sync()
         reports = self._pending_reports
         if not reports:
-            return 0
+            return 0, None
         now = self.clock.now()
 
         def store(conn):
@@ -586,9 +597,10 @@ class Scheduler:
             # nothing announces new work on SQLite: look, for the follow-up (see `_follow_up`)
             self._work_waiting = not self.wakeup.listens and self.backfill_id is None and \
                 self.test_run_id is None and newest_run(conn) != self._newest_seen
-            return mini
+            queue_now = queue and mini.tis_decided and not self._stop_requested
+            return mini, self._queue(conn, now, if_free=True) if queue_now else None
 
-        mini = self.tx.run(store, what=self._step)
+        mini, done = self.tx.run(store, what=self._step)
         self._pending_reports = []
         self.in_flight.stored(reports)
         for report in reports:
@@ -596,7 +608,7 @@ class Scheduler:
         stats.reports += len(reports)
         stats.tis_decided += mini.tis_decided
         stats.runs_finished += mini.runs_finished
-        return mini.tis_decided
+        return mini.tis_decided, None if done is None else self._launch_queued(stats, *done, now)
 
     def _mini_schedule(self, conn, run_ids, stats: LoopStats, now) -> None:
         """Decide the downstream tasks of runs whose TIs just ended, in the same transaction. Runs a peer
