@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import weakref
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, bindparam, or_, select, update
 from sqlalchemy.engine import Connection
 
 from dagline.dagstore import DagCache, require_dag
@@ -51,9 +51,7 @@ def trigger_run(
         when = logical_date or now
         wanted = run_id or make_run_id("manual", when)
         # one look for both: a live run at this date (refused), and whether the run id is free
-        r = dag_run_t.c
-        found = conn.execute(select(r.id, r.run_id, r.state, r.logical_date, r.is_test).where(
-            r.dag_id == dag_id, or_(and_(r.logical_date == when, on_timeline()), r.run_id == wanted))).all()
+        found = conn.execute(_AT_DATE_OR_NAMED, {"dag_id": dag_id, "when": when, "run_id": wanted}).all()
         existing = next((row for row in found if row.logical_date == when and not row.is_test
                          and row.state != RunState.OVERRIDDEN), None)
         taken = any(row.run_id == wanted for row in found)
@@ -65,7 +63,15 @@ def trigger_run(
         chosen = None if taken and run_id is None else wanted  # a generated id taken: `insert_runs` numbers it
         [run_pk] = insert_runs(conn, dag=dag, version_id=version_id, run_type="manual",
                                runs=[NewRun(when, interval, when, conf=conf, run_id=chosen)], now=now, who=who)
-        return conn.execute(select(dag_run_t).where(dag_run_t.c.id == run_pk)).one()
+        return conn.execute(_RUN_BY_ID, {"id": run_pk}).one()
+
+
+_R = dag_run_t.c
+_AT_DATE_OR_NAMED = select(_R.id, _R.run_id, _R.state, _R.logical_date, _R.is_test).where(  # built once
+    _R.dag_id == bindparam("dag_id"),
+    or_(and_(_R.logical_date == bindparam("when", type_=_R.logical_date.type), on_timeline()),
+        _R.run_id == bindparam("run_id")))
+_RUN_BY_ID = select(dag_run_t).where(_R.id == bindparam("id"))
 
 
 def _refuse_other_arguments(run, logical_date: dt.datetime | None, conf: dict | None) -> None:

@@ -162,17 +162,7 @@ def _without_unset_deadlines(rows: list[dict]) -> None:
 def relink(conn: Connection, dag_id: str, from_date: dt.datetime) -> int:
     """Set `previous` of every live run at or after `from_date` to the live run just before it.
     Returns how many links changed."""
-    live = on_timeline()
-    # One query: the live runs from the latest one before `from_date` on (that one first, when there is one)
-    latest_before = (select(func.max(dag_run_t.c.logical_date))
-                     .where(dag_run_t.c.dag_id == dag_id, live, dag_run_t.c.logical_date < from_date)
-                     .scalar_subquery())
-    found = conn.execute(
-        select(dag_run_t.c.id, dag_run_t.c.previous_run_id, dag_run_t.c.logical_date)
-        .where(dag_run_t.c.dag_id == dag_id, live,
-               dag_run_t.c.logical_date >= func.coalesce(latest_before, from_date))
-        .order_by(dag_run_t.c.logical_date, dag_run_t.c.id)
-    ).all()
+    found = conn.execute(_LIVE_FROM_LATEST_BEFORE, {"dag_id": dag_id, "from_date": from_date}).all()
     earlier = [row for row in found if row.logical_date < from_date]
     previous = earlier[-1].id if earlier else None
     rows = found[len(earlier):]
@@ -183,6 +173,24 @@ def relink(conn: Connection, dag_id: str, from_date: dt.datetime) -> int:
         previous = row.id
     _set_previous(conn, changes)
     return len(changes)
+
+
+def _live_from_latest_before():
+    """The live runs of DAG `dag_id` from the latest one before `from_date` on (that one first, when there
+    is one), in timeline order: one query, built once."""
+    live = on_timeline()
+    dag_id = bindparam("dag_id", type_=dag_run_t.c.dag_id.type)
+    from_date = bindparam("from_date", type_=dag_run_t.c.logical_date.type)
+    latest_before = (select(func.max(dag_run_t.c.logical_date))
+                     .where(dag_run_t.c.dag_id == dag_id, live, dag_run_t.c.logical_date < from_date)
+                     .scalar_subquery())
+    return (select(dag_run_t.c.id, dag_run_t.c.previous_run_id, dag_run_t.c.logical_date)
+            .where(dag_run_t.c.dag_id == dag_id, live,
+                   dag_run_t.c.logical_date >= func.coalesce(latest_before, from_date))
+            .order_by(dag_run_t.c.logical_date, dag_run_t.c.id))
+
+
+_LIVE_FROM_LATEST_BEFORE = _live_from_latest_before()
 
 
 def _set_previous(conn: Connection, changes: list[dict]) -> None:

@@ -43,7 +43,10 @@ from dagline.db.models import callback_outbox_t, dag_run_t, dag_t, pool_t, repli
 def lock_dag(conn: Connection, dag_id: str) -> Any | None:
     """Wait for and hold one DAG row. Protects the DAG's timeline while runs are inserted or replaced
     (manual triggers, backfills, DAG updates), so `previous` links and `next_dagrun` stay consistent."""
-    return conn.execute(select(dag_t).where(dag_t.c.dag_id == dag_id).with_for_update()).first()
+    return conn.execute(_LOCK_DAG, {"dag_id": dag_id}).first()
+
+
+_LOCK_DAG = select(dag_t).where(dag_t.c.dag_id == bindparam("dag_id")).with_for_update()  # built once
 
 
 def lock_due_dags(conn: Connection, now: dt.datetime, limit: int, dag_ids: Sequence[str] | None = None) -> list[Any]:
