@@ -19,8 +19,10 @@ from dagline.db.faults import is_conflict, is_transient
 from dagline.errors import OperationFailed
 from dagline.executors.noop import NoopExecutor
 from dagline.runs import trigger_run
+from dagline.scheduler.examine import examine_running_runs
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
+from dagline.scheduler.start_runs import start_queued_runs
 from dagline.scheduler.wakeup import Wakeup
 from tests.dags import dag, task, write
 
@@ -153,12 +155,14 @@ def test_tries_a_replica_queued_but_lost_track_of_are_launched_once_by_its_own_r
     connection broke as the server acknowledged it): its task instances are queued and its own, yet its
     executor never heard of them. Housekeeping finds them and launches each as the same try."""
     clock = FixedClock(t(NOW))
-    # housekeeping at every iteration; one hop per iteration (no follow-up), so tasks are left to queue
-    settings = SchedulerSettings(housekeeping_interval_s=1e-6, follow_up_s=1e-9)
+    settings = SchedulerSettings(housekeeping_interval_s=1e-6)  # housekeeping at every iteration
     sched = Scheduler(chains, NoopExecutor(parallelism=8, clock=clock), clock=clock, settings=settings)
     sched.start()
     try:
-        sched.iterate()  # runs started, first tasks scheduled... and queued and launched normally
+        sched.tx.run(lambda conn: (  # runs started, their first tasks scheduled, as the replica would
+            start_queued_runs(conn, now=t(NOW), dags=sched.dags, who=sched.who, limit=10),
+            examine_running_runs(conn, limit=10, backfill_id=None, test_run_id=None, now=t(NOW), dags=sched.dags,
+                                 who=sched.who)), what="start the runs")
         lost = sched.tx.run(lambda conn: loop_module.queue_task_instances(
             conn, now=t(NOW), dags=sched.dags, who=sched.who, replica_id=sched.replica_id, executor_slots=8, limit=8),
             what="queue behind the replica's back")
@@ -204,3 +208,4 @@ def test_what_counts_as_transient(pg_db):
         with pg_db.begin() as conn:
             conn.execute(text("INSERT INTO pool (name, slots) VALUES ('default', 1)"))
     assert not is_transient(broken.value)  # a bug or bad data: the replica must not hide it
+
