@@ -209,3 +209,37 @@ def test_what_counts_as_transient(pg_db):
             conn.execute(text("INSERT INTO pool (name, slots) VALUES ('default', 1)"))
     assert not is_transient(broken.value)  # a bug or bad data: the replica must not hide it
 
+
+def _terminate_pooled_connection(db) -> None:
+    """End, from the server side, the one connection `db`'s pool holds (as a restart would)."""
+    with db.begin() as conn:
+        pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    killer = create_engine(db.url, isolation_level="AUTOCOMMIT")
+    with killer.connect() as conn:
+        conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    killer.dispose()
+
+
+def test_a_pooled_connection_idle_for_a_while_is_checked_and_replaced_before_use(pg_db, monkeypatch):
+    import dagline.db.engine as engine_module
+
+    _terminate_pooled_connection(pg_db)
+    monkeypatch.setattr(engine_module, "PING_AFTER_IDLE_S", 0.0)  # as if it had sat unused long enough
+    with pg_db.begin() as conn:  # the dead connection is found at checkout: a new one serves
+        assert conn.execute(text("SELECT 1")).scalar_one() == 1
+
+
+def test_a_connection_used_a_moment_ago_goes_out_unchecked_and_a_lost_one_fails_once(pg_db, monkeypatch):
+    """No round trip per transaction in a busy loop: a connection returned a moment ago is not pinged.
+    If the server ended it meanwhile, that transaction fails as a lost connection (transient: the loop
+    carries on), the pool is emptied, and the next one connects afresh."""
+    import dagline.db.engine as engine_module
+
+    _terminate_pooled_connection(pg_db)
+    monkeypatch.setattr(engine_module, "PING_AFTER_IDLE_S", 3600.0)
+    with pytest.raises(Exception) as lost:
+        with pg_db.begin() as conn:
+            conn.execute(text("SELECT 1"))
+    assert is_transient(lost.value)
+    with pg_db.begin() as conn:
+        assert conn.execute(text("SELECT 1")).scalar_one() == 1

@@ -4,18 +4,20 @@ SQLite: WAL journal, foreign keys on, a busy timeout, and `BEGIN IMMEDIATE` for 
 SQLite has no row locks, so writers are serialised by the database lock instead (and only one
 scheduler may run on it, see `scheduler.guard`); `writer_lock` lines them up so a waiter gets in as
 soon as the holder commits. PostgreSQL: `postgresql://` URLs are read as
-psycopg2 (the driver dagline ships with), connections are checked before use.
+psycopg2 (the driver dagline ships with); a pooled connection idle for a second or more is checked
+before use (`_check_idle_connections_before_use`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 
 from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DisconnectionError, OperationalError, SQLAlchemyError
 
 from dagline.db.faults import first_line, is_read_only
 from dagline.db.writer_lock import WriterLock
@@ -134,7 +136,37 @@ def _make_engine(url: str, dialect: str, *, echo: bool) -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
-    return create_engine(url, echo=echo, pool_pre_ping=True, pool_size=5, max_overflow=5)
+    engine = create_engine(url, echo=echo, pool_size=5, max_overflow=5)
+    _check_idle_connections_before_use(engine)
+    return engine
+
+
+PING_AFTER_IDLE_S = 1.0  # a pooled connection unused this long is checked before it is handed out
+
+
+def _check_idle_connections_before_use(engine: Engine) -> None:
+    """Hand out a pooled connection that sat unused for `PING_AFTER_IDLE_S` or longer only after a
+    `SELECT 1` on it (a restarted server or a dropped link is found then, and the pool connects
+    afresh), as SQLAlchemy's `pool_pre_ping` does for every checkout. A connection given back a moment
+    ago, as the scheduler's loop does many times a second, goes out unchecked: a ping per transaction
+    was a round trip in every short transaction. If the server went away in that moment, the first
+    statement fails as a lost connection, SQLAlchemy empties the pool, and the caller's transaction
+    fails as any other in an outage (the scheduler's loop carries on after a backoff)."""
+
+    @event.listens_for(engine, "checkin")
+    def _returned(_dbapi_conn, record):
+        record.info["returned_at"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _check(dbapi_conn, record, _proxy):
+        returned = record.info.get("returned_at")  # none yet: a connection just made
+        if returned is None or time.monotonic() - returned < PING_AFTER_IDLE_S:
+            return
+        try:
+            with dbapi_conn.cursor() as cursor:
+                cursor.execute("SELECT 1")
+        except Exception as exc:  # noqa: BLE001 - any failure: let the pool connect afresh
+            raise DisconnectionError() from exc
 
 
 # --- schema version -------------------------------------------------------------------------------
