@@ -130,3 +130,60 @@ def test_a_replica_leaving_wakes_its_peers(pg_db):
         assert peer.wait(30) == "notified"
     finally:
         peer.close()
+
+
+def test_a_peer_at_work_is_seen_from_its_ordinary_changes_and_no_one_elses(pg_db):
+    peer = _peer(pg_db)
+    try:
+        assert not peer.peer_active_within(60)
+        with pg_db.begin() as conn:
+            announce(conn, "cli")
+        assert peer.wait(30) == "notified" and not peer.peer_active_within(60)
+        with pg_db.begin() as conn:
+            announce(conn, "scheduler:2")  # a peer moving its chains on
+        assert peer.wait(QUIET_S) == "timeout"  # it wakes no one...
+        assert peer.peer_active_within(60)  # ...but it is seen at work
+    finally:
+        peer.close()
+
+
+def _started_by(pg_db, run_id: int) -> list[str]:
+    from dagline.db.models import event_t
+
+    with pg_db.begin() as conn:
+        return list(conn.execute(select(event_t.c.who).where(
+            event_t.c.entity == "dag_run", event_t.c.dag_run_id == run_id, event_t.c.to_state == "running")).scalars())
+
+
+@pytest.mark.parametrize("peer_takes_them", [True, False], ids=["peer-takes-them", "peer-does-not"])
+def test_new_runs_are_left_a_moment_to_a_peer_at_work_then_taken_in(pg_db, tmp_path, peer_takes_them):
+    """An idle replica woken for new runs while a peer is at work leaves them to the peer (whose
+    follow-up takes them in with its own chains) for a moment; if they are still waiting then, it
+    takes them in itself."""
+    from dagline.scheduler.settings import SchedulerSettings
+    from dagline.scheduler.start_runs import start_queued_runs
+
+    _apply(pg_db, tmp_path, dag("one", task("a")))
+    clock = FixedClock(NOW)
+    idle = Scheduler(pg_db, NoopExecutor(8, clock=clock), clock=clock, settings=SchedulerSettings(poll_interval_s=2))
+    idle.start()
+    try:
+        with pg_db.begin() as conn:
+            announce(conn, "scheduler:2")  # the peer at work
+        run = trigger_run(pg_db, "one", now=NOW)
+        waits, real_wait = [], idle.wakeup.wait
+
+        def wait(timeout, **kw):
+            if waits and peer_takes_them:  # the replica left the runs to the peer: the peer takes them in now
+                with pg_db.begin() as conn:
+                    waits.append(start_queued_runs(conn, now=NOW, dags=idle.dags, who="scheduler:2", limit=10))
+            why = real_wait(timeout, **kw)
+            waits.append(why)
+            return why
+
+        idle.wakeup.wait = wait
+        idle._idle_wait()
+    finally:
+        idle.stop()
+    assert waits[0] == "runs"
+    assert _started_by(pg_db, run.id) == (["scheduler:2"] if peer_takes_them else [idle.who])
