@@ -456,13 +456,14 @@ class Scheduler:
         in between, for at most `follow_up_s`. A chain of quick tasks then moves one hop per transaction,
         not one hop per loop: the transaction storing the reports queues what they made runnable
         (`_apply_reports` with `queue`), and a critical section of its own runs only when that one did
-        not (`queued` None: a peer held the pools), may have left some (it queued its limit), or new
-        work was taken in since. Nothing is skipped: the next iteration's full pass still looks at
+        not (`queued` None: a peer held the pools), may have left some (it queued its limit), or runs
+        a peer held were decided since. Nothing is skipped: the next iteration's full pass still looks at
         everything.
 
-        Runs triggered meanwhile are taken in on the way (`_take_new_work`), so they do not wait for a
-        whole chain: on PostgreSQL when new runs or a change a replica must act on were announced (peers'
-        ordinary changes wake no one: `db.notify`), on SQLite (nothing is announced) when the transaction
+        Runs triggered meanwhile are taken in on the way, in the transaction storing the reports (as
+        `_take_new_work` would, and queued with them), so they do not wait for a whole chain: on
+        PostgreSQL when new runs or a change a replica must act on were announced (peers' ordinary
+        changes wake no one: `db.notify`), on SQLite (nothing is announced) when the transaction
         storing the reports saw a run newer than the last start step had seen. New signals are left to
         idle peers (woken for them) or to the next full pass: reacting to a storm of them at every hop
         would hold up the chains being followed."""
@@ -470,16 +471,15 @@ class Scheduler:
         look_again = False
         while ((decided or self._skipped_runs or look_again) and not self._stop_requested
                and time.monotonic() - began < limit):
-            taken_in = 0
-            if self.wakeup.pending() in ("notified", "runs") or self._work_waiting:
-                taken_in += self._take_new_work(stats)
+            take_in = self.wakeup.pending() in ("notified", "runs") or self._work_waiting
+            retried = 0
             if self._skipped_runs:  # runs a peer was examining when the reports came: their peer is done now
-                taken_in += self._retry_skipped(stats)
-            decided += taken_in
-            if queued is None or taken_in or queued >= self.settings.tis_per_loop:
+                retried = self._retry_skipped(stats)
+                decided += retried
+            if queued is None or retried or queued >= self.settings.tis_per_loop:
                 queued = self._queue_and_launch(stats, self.clock.now())
             with self._phase("executor_sync", "storing executor reports"):
-                decided, queued_with_reports = self._apply_reports(stats, queue=True)
+                decided, queued_with_reports = self._apply_reports(stats, queue=True, take_in=take_in)
             look_again = False
             if not queued and not decided:
                 if queued is not None:
@@ -592,24 +592,33 @@ class Scheduler:
             self.in_flight.add(launches)
         self._launched.inc(len(launches))
 
-    def _apply_reports(self, stats: LoopStats, *, queue: bool = False) -> tuple[int, int | None]:
+    def _apply_reports(self, stats: LoopStats, *, queue: bool = False,
+                       take_in: bool = False) -> tuple[int, int | None]:
         """Store the executor's reports. Reports whose transaction fails are kept and stored next time
-        (compare-and-set makes storing one twice harmless), so none is lost. With `queue`, when the
-        reports made task instances runnable, the same transaction runs the critical section too
+        (compare-and-set makes storing one twice harmless), so none is lost. With `take_in`, the same
+        transaction starts the runs that may start and decides them (`_take_new_work`), reports or not.
+        With `queue`, when that made task instances runnable, it runs the critical section too
         (`if_free`: a peer holding the pools leaves it to a critical section of its own) and what it
-        queued is launched once it has committed: one commit per hop of a chain, not two. Returns (how
-        many task instances the mini-scheduler decided, how many were queued with the reports: None
-        when none was tried or a peer held the pools)."""
+        queued is launched once it has committed: one commit per hop of a chain, not three. Returns
+        (how many task instances were decided, how many were queued with the reports: None when none
+        was tried or a peer held the pools)."""
         self._pending_reports += self.executor.sync()
         reports = self._pending_reports
-        if not reports:
+        take_in = take_in and self.test_run_id is None  # a test run's process has nothing else to take in
+        if not reports and not take_in:
             return 0, None
         now = self.clock.now()
 
         def store(conn):
             mini = LoopStats()
-            affected = apply_reports(conn, reports, dags=self.dags, who=self.who)
-            self._mini_schedule(conn, affected, mini, now)
+            if reports:
+                affected = apply_reports(conn, reports, dags=self.dags, who=self.who)
+                self._mini_schedule(conn, affected, mini, now)
+            if take_in:
+                self._work_waiting = False
+                started = self._start_runs(conn, now)
+                mini.runs_started = len(started)
+                self._mini_schedule(conn, started, mini, now)
             # nothing announces new work on SQLite: look, for the follow-up (see `_follow_up`)
             self._work_waiting = not self.wakeup.listens and self.backfill_id is None and \
                 self.test_run_id is None and newest_run(conn) != self._newest_seen
@@ -622,6 +631,7 @@ class Scheduler:
         for report in reports:
             metrics.EXECUTOR_REPORTS.labels(executor=self.executor.name, state=report.state).inc()
         stats.reports += len(reports)
+        stats.runs_started += mini.runs_started
         stats.tis_decided += mini.tis_decided
         stats.runs_finished += mini.runs_finished
         return mini.tis_decided, None if done is None else self._launch_queued(stats, *done, now)
