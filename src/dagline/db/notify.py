@@ -100,7 +100,6 @@ class Listener:
         self.engine = engine
         self.ignore: str | None = None
         self.peers: str | None = None  # payload prefix of the peers whose ordinary changes wake no one
-        self.peer_active_at: float | None = None  # time.monotonic() of the last such change seen
         self._conn = None
         self.reconnects = 0  # connections opened after the first (after losing one)
         self._opened = 0
@@ -204,12 +203,8 @@ class Listener:
                 continue
             urgent = payload.startswith(URGENT)
             writer = payload[len(URGENT):] if urgent else payload
-            if writer == self.ignore:
-                continue
-            if urgent or not (self.peers and writer.startswith(self.peers)):
+            if writer != self.ignore and (urgent or not (self.peers and writer.startswith(self.peers))):
                 full = True
-            else:
-                self.peer_active_at = time.monotonic()  # a peer at work (see `Scheduler._idle_wait`)
         if full or len(light) > 1:
             return "notified"
         if light:

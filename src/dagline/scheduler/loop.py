@@ -78,8 +78,6 @@ from dagline.scheduler.wakeup import Wakeup
 log = logging.getLogger(__name__)
 
 _PEER_IN_CRITICAL_SECTION_S = 0.002  # the follow-up's pause before it looks again when a peer held the pools
-_PEER_AT_WORK_S = 0.25  # a peer that committed an ordinary change this recently is following up its work
-_LEAVE_RUNS_TO_PEER_S = 0.1  # how long an idle replica leaves new runs to such a peer (a few of its hops)
 
 
 @dataclasses.dataclass
@@ -280,24 +278,10 @@ class Scheduler:
         changed) is met with the reaction step alone, one for new runs alone with starting runs alone
         (`_take_new_work`): the replica that claims them goes on with a full pass; the others, finding
         them taken, wait on until the same deadline, so the full pass they owe to the poll is not put
-        off, and a burst of triggers costs each idle peer a look, not a full pass.
-
-        New runs announced while a peer is at work (it committed an ordinary change in the last
-        `_PEER_AT_WORK_S`) are left to that peer for `_LEAVE_RUNS_TO_PEER_S`: its follow-up takes new
-        runs in at its next hop, with the chains it is already moving, so a burst of triggers is not
-        spread over every replica in small pieces (each with its own transactions). If the runs are
-        still waiting then, this replica takes them in; the wake-ups in between are one look."""
+        off, and a burst of triggers costs each idle peer a look, not a full pass."""
         deadline = time.monotonic() + self.settings.poll_interval_s
-        runs_due: float | None = None  # new runs left to a peer at work: look at them then
         while True:
-            until = deadline if runs_due is None else min(deadline, runs_due)
-            why = self.wakeup.wait(max(0.0, until - time.monotonic()))
-            if why == "timeout" and runs_due is not None and time.monotonic() < deadline:
-                why, runs_due = "runs", None  # the peer had its chance: look now
-            elif why == "runs" and self.test_run_id is None and self.wakeup.peer_active_within(_PEER_AT_WORK_S):
-                if runs_due is None:
-                    runs_due = time.monotonic() + _LEAVE_RUNS_TO_PEER_S
-                continue
+            why = self.wakeup.wait(max(0.0, deadline - time.monotonic()))
             if why not in ("signals", "runs") or self._stop_requested:
                 return
             if self.test_run_id is not None or (why == "signals" and self.backfill_id is not None):

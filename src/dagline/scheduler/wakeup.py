@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import select
-import time
 
 from dagline.db.engine import Database
 from dagline.db.notify import Listener
@@ -58,12 +57,6 @@ class Wakeup:
             reason = "interrupted" if readable and self._drain_interrupts() else "timeout"
         self.reasons[reason] = self.reasons.get(reason, 0) + 1
         return reason
-
-    def peer_active_within(self, seconds: float) -> bool:
-        """Whether a peer replica committed an ordinary change (one that wakes no one) in the last
-        `seconds`, as seen by the last look at the notifications: it is following up its own work."""
-        seen = self._listener.peer_active_at if self._listener is not None else None
-        return seen is not None and time.monotonic() - seen < seconds
 
     @property
     def listens(self) -> bool:
