@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import IntegrityError
 
+import dagline.db.engine as engine_module
 import dagline.scheduler.loop as loop_module
 from dagline.clock import FixedClock
 from dagline.db.engine import Database
@@ -221,8 +222,6 @@ def _terminate_pooled_connection(db) -> None:
 
 
 def test_a_pooled_connection_idle_for_a_while_is_checked_and_replaced_before_use(pg_db, monkeypatch):
-    import dagline.db.engine as engine_module
-
     _terminate_pooled_connection(pg_db)
     monkeypatch.setattr(engine_module, "PING_AFTER_IDLE_S", 0.0)  # as if it had sat unused long enough
     with pg_db.begin() as conn:  # the dead connection is found at checkout: a new one serves
@@ -233,8 +232,6 @@ def test_a_connection_used_a_moment_ago_goes_out_unchecked_and_a_lost_one_fails_
     """No round trip per transaction in a busy loop: a connection returned a moment ago is not pinged.
     If the server ended it meanwhile, that transaction fails as a lost connection (transient: the loop
     carries on), the pool is emptied, and the next one connects afresh."""
-    import dagline.db.engine as engine_module
-
     _terminate_pooled_connection(pg_db)
     monkeypatch.setattr(engine_module, "PING_AFTER_IDLE_S", 3600.0)
     with pytest.raises(Exception) as lost:

@@ -9,10 +9,14 @@ import json
 import pytest
 from sqlalchemy import insert, select
 
-from dagline.db.models import dag_run_t, dag_t, dag_version_t, signal_t
+from dagline.db.models import dag_run_t, dag_t, dag_version_t, signal_t, ti_t
+from dagline.db.signal_log import record_task_state_passages
 from dagline.errors import InvalidInput
+from dagline.runs import trigger_run
 from dagline.signal_store import SignalConflict, list_signals, prune, send_signal, show_signal
 from dagline.times import UTC
+
+from .harness import apply, write_dag
 
 NOW = dt.datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -123,11 +127,6 @@ def test_a_quick_tries_running_and_success_signals_are_stored_in_order_with_thei
     """One statement stores both passages of tries reported once over: every `running` signal, in task
     instance order, then every `success`; a key some rule listens to waits to be handled, the rest are
     stored handled."""
-    from dagline.db.models import ti_t
-    from dagline.db.signal_log import record_task_state_passages
-    from dagline.runs import trigger_run
-
-    from .harness import apply, write_dag
 
     apply(db, write_dag(tmp_path, """
         apiVersion: dagline.io/v1alpha1

@@ -135,9 +135,9 @@ def _decide(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCach
     for ti in tis:
         tis_by_run[ti.dag_run_id][ti.task_id] = ti
 
-    def guarded(dag_id: str, fn):
+    def guarded(dag_id: str, fn, *args, **kwargs):
         try:
-            return fn()
+            return fn(*args, **kwargs)
         except Exception as exc:
             if not is_dags_fault(exc):
                 raise
@@ -147,7 +147,7 @@ def _decide(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCach
     dags.prefetch(conn, {run.dag_version_id for run in runs})
     dag_by_run = facts.dag_by_run
     for run in runs:
-        dag = guarded(run.dag_id, lambda run=run: dags.get(conn, run.dag_version_id))
+        dag = guarded(run.dag_id, dags.get, conn, run.dag_version_id)
         if dag is not None:
             dag_by_run[run.id] = dag
     with_rules = [run.id for run in runs if run.id in dag_by_run and dag_by_run[run.id].has_task_rules]
@@ -167,13 +167,9 @@ def _decide(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCach
             tasks = task_facts[run.dag_version_id] = [
                 TaskFacts(task_id, task.upstream, task.trigger_rule, task.depends_on_past, task.waits_for_signal)
                 for task_id, task in dag.tasks.items()]
-        run_tis = tis_by_run.get(run.id, {})
-        if pending:
-            ti_facts = {task_id: TIFacts(ti.id, ti.state, ti.next_retry_at, (run.id, task_id) in pending,
-                                         (run.id, task_id) in pending.restarts)
-                        for task_id, ti in run_tis.items()}
-        else:
-            ti_facts = {task_id: TIFacts(ti.id, ti.state, ti.next_retry_at) for task_id, ti in run_tis.items()}
+        ti_facts = {task_id: TIFacts(ti.id, ti.state, ti.next_retry_at, (run.id, task_id) in pending,
+                                     (run.id, task_id) in pending.restarts)
+                    for task_id, ti in tis_by_run.get(run.id, {}).items()}
         previous = previous_states.get(run.previous_run_id, {})
         # decide_run is pure, and reads `now` only for TIs waiting to retry: without one, the same facts
         # give the same decision, so a run nothing happened to since the last look is not decided again
@@ -181,13 +177,9 @@ def _decide(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCach
         key = None if retrying else (run.dag_version_id, tuple(ti_facts.items()), tuple(sorted(previous.items())))
         decision = remembered.get(key) if key is not None else None
         if decision is None:
-            try:
-                decision = decide_run(tasks, ti_facts, leaves=dag.leaves, previous_states=previous, now=now,
-                                      reasons=False)
-            except Exception as exc:
-                if not is_dags_fault(exc):
-                    raise
-                on_fault(run.dag_id, exc)
+            decision = guarded(run.dag_id, decide_run, tasks, ti_facts, leaves=dag.leaves, previous_states=previous,
+                               now=now, reasons=False)
+            if decision is None:
                 continue
             if key is not None:
                 if len(remembered) >= _REMEMBERED_MAX:

@@ -478,26 +478,32 @@ class Scheduler:
     def _take_new_work(self, stats: LoopStats) -> int:
         """Start the runs that may start and decide those (their first tasks are then queued by the next
         critical section), as a full pass would; the rest of a full pass (reacting to signals, creating
-        scheduled runs, examining every running run) waits for the next one. For the follow-up, and for
-        a replica woken by new runs alone. Returns how many task instances it made runnable."""
-        self._work_waiting = False
+        scheduled runs, examining every running run) waits for the next one. For a replica woken by new
+        runs alone (the follow-up does the same within its reports' transaction: `_apply_reports`).
+        Returns how many task instances it made runnable."""
         if self.test_run_id is not None:  # a test run's process has nothing else to take in
+            self._work_waiting = False
             return 0
         now = self.clock.now()
-        before = stats.tis_decided
 
         def start(conn):
-            started = self._start_runs(conn, now)
             mini = LoopStats()
-            self._mini_schedule(conn, started, mini, now)
-            return started, mini
+            self._start_and_decide(conn, mini, now)
+            return mini
 
         with self._phase("start_runs", "starting runs"):
-            started, mini = self.tx.run(start, what=self._step)
-        stats.runs_started += len(started)
+            mini = self.tx.run(start, what=self._step)
+        stats.runs_started += mini.runs_started
         stats.tis_decided += mini.tis_decided
         stats.runs_finished += mini.runs_finished
-        return stats.tis_decided - before
+        return mini.tis_decided
+
+    def _start_and_decide(self, conn, mini: LoopStats, now) -> None:
+        """Start the runs that may start and decide them, in `conn`'s transaction, counting into `mini`."""
+        self._work_waiting = False
+        started = self._start_runs(conn, now)
+        mini.runs_started += len(started)
+        self._mini_schedule(conn, started, mini, now)
 
     def _start_runs(self, conn, now) -> list[int]:
         """Start the queued runs that may start (`start_queued_runs`); on SQLite, also remember the newest
@@ -599,10 +605,7 @@ class Scheduler:
                 affected = apply_reports(conn, reports, dags=self.dags, who=self.who)
                 self._mini_schedule(conn, affected, mini, now)
             if take_in:
-                self._work_waiting = False
-                started = self._start_runs(conn, now)
-                mini.runs_started = len(started)
-                self._mini_schedule(conn, started, mini, now)
+                self._start_and_decide(conn, mini, now)
             # nothing announces new work on SQLite: look, for the follow-up (see `_follow_up`)
             self._work_waiting = not self.wakeup.listens and self.backfill_id is None and \
                 self.test_run_id is None and newest_run(conn) != self._newest_seen
