@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import os
 import select
+import time
 
 from dagline.db.engine import Database
-from dagline.db.notify import Listener
+from dagline.db.notify import AT_WORK_GAP_S, Listener
 
 
 class Wakeup:
-    def __init__(self, db: Database):
+    def __init__(self, db: Database, *, at_work_gap_s: float = AT_WORK_GAP_S):
         listens = not db.is_sqlite and db.engine.dialect.driver == "psycopg2"
-        self._listener = Listener(db.engine) if listens else None
+        self._listener = Listener(db.engine, at_work_gap_s=at_work_gap_s) if listens else None
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._read_fd, False)
         os.set_blocking(self._write_fd, False)
@@ -57,6 +58,18 @@ class Wakeup:
             reason = "interrupted" if readable and self._drain_interrupts() else "timeout"
         self.reasons[reason] = self.reasons.get(reason, 0) + 1
         return reason
+
+    def replicas_at_work(self, within_s: float) -> dict[int, float]:
+        """Scheduler replica id -> since when (`time.monotonic()`) it has been at work, for the replicas,
+        this one included, whose ordinary changes were seen in the last `within_s` seconds
+        (`Listener.at_work`, read up to now by `Listener.look`). Always empty where nothing is
+        announced (SQLite)."""
+        if self._listener is None:
+            return {}
+        self._listener.look()
+        recent = time.monotonic() - within_s
+        return {int(writer.split(":", 1)[1]): since for writer, (since, last) in self._listener.at_work.items()
+                if last >= recent and writer.split(":", 1)[1].isdigit()}
 
     @property
     def listens(self) -> bool:
