@@ -66,12 +66,14 @@ def lock_due_dags(conn: Connection, now: dt.datetime, limit: int, dag_ids: Seque
 
 
 def lock_dags_with_startable_runs(
-    conn: Connection, now: dt.datetime, limit: int, backfill_id: int | None = None
+    conn: Connection, now: dt.datetime, limit: int, backfill_id: int | None = None,
+    waited_since: dt.datetime | None = None,
 ) -> list[Any]:
-    """Claim unpaused DAGs that have queued runs due to start (`run_after <= now`).
+    """Claim unpaused DAGs that have queued runs due to start (`run_after <= now`); with `waited_since`,
+    only runs due and queued since then at the latest (`startable_runs`).
     Protects `maxActiveRuns` (per DAG and per backfill): only the holder of a DAG row promotes its
     queued runs, after counting its running ones."""
-    startable = select(dag_run_t.c.dag_id).where(dag_run_t.c.state == "queued", dag_run_t.c.run_after <= now)
+    startable = select(dag_run_t.c.dag_id).where(*startable_runs(now, waited_since))
     if backfill_id is not None:
         startable = startable.where(dag_run_t.c.backfill_id == backfill_id)
     stmt = (
@@ -82,6 +84,16 @@ def lock_dags_with_startable_runs(
         .with_for_update(skip_locked=True)
     )
     return [row.dag_id for row in conn.execute(stmt)]
+
+
+def startable_runs(now: dt.datetime, waited_since: dt.datetime | None = None) -> list:
+    """The conditions on a queued run that may start now; with `waited_since`, one that has been due
+    and queued since then at least (a replica leaving new runs to a peer at work takes only those)."""
+    due = min(now, waited_since) if waited_since is not None else now
+    conditions = [dag_run_t.c.state == "queued", dag_run_t.c.run_after <= due]
+    if waited_since is not None:
+        conditions.append(or_(dag_run_t.c.queued_at.is_(None), dag_run_t.c.queued_at <= waited_since))
+    return conditions
 
 
 # What deciding a run's task instances reads of the run (`scheduler.examine`): not its conf or times.

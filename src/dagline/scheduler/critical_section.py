@@ -15,6 +15,9 @@ reaction queues the tries it made runnable in its own transaction: one commit, n
 rows are taken with `claims.lock_pools_if_free`, and if a peer holds any it returns None, queueing
 nothing and leaving the transaction intact; the caller then tries again after its commit, as usual.
 Such a caller has just scheduled task instances, so the first look is left out.
+
+With `leave` (a replica leaving new work to a peer at work, see `Scheduler._queue`), the task
+instances it says so of are left scheduled for that peer to queue.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
@@ -58,7 +63,7 @@ _ANY_SCHEDULED = select(ti_t.c.id).where(ti_t.c.state == TIState.SCHEDULED).limi
 def queue_task_instances(
     conn: Connection, *, now: dt.datetime, dags: DagCache, who: str, replica_id: int | None,
     executor_slots: int, limit: int, backfill_id: int | None = None, test_run_id: int | None = None,
-    if_free: bool = False,
+    if_free: bool = False, leave: Callable[[Any], bool] | None = None,
 ) -> list[QueuedTI] | None:
     if executor_slots <= 0:
         return []
@@ -71,6 +76,8 @@ def queue_task_instances(
             return []  # nothing anywhere to queue: a look, not the pool lock (which peers would then find busy)
         pools = lock_pools_nowait(conn)  # PoolsBusy: another replica is here; the caller rolls back
     candidates = lock_schedulable_tis(conn, limit, backfill_id, test_run_id)
+    if leave is not None:
+        candidates = [c for c in candidates if not leave(c)]
     if not candidates:
         return []
     dag_ids = sorted({c.dag_id for c in candidates})

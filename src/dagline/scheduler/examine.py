@@ -39,6 +39,7 @@ from dagline.waiting import previous_states
 class ExamineResult:
     tis_changed: int = 0
     runs_finished: int = 0
+    scheduled: list[int] = dataclasses.field(default_factory=list)  # the TIs made runnable (`scheduled`)
 
 
 def examine_running_runs(conn: Connection, *, limit: int, backfill_id: int | None, test_run_id: int | None,
@@ -95,6 +96,8 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
             values = {"next_retry_at": None, "scheduled_at": now}
         changed = change_tis(conn, ids, expected=expected, to=to, at=now, who=who, values=values)
         result.tis_changed += len(changed)
+        if to == TIState.SCHEDULED:
+            result.scheduled += [r.id for r in changed]
         started = [r for r in changed if r.id in by_signal]
         if started:
             kinds = ("restart",) if expected == TIState.UP_FOR_RETRY else ("start", "restart")

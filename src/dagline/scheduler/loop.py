@@ -16,6 +16,9 @@ Any number of replicas may run this loop against one PostgreSQL (row locks, see 
 against SQLite (`guard`). Between loops an idle replica waits (`wakeup`): on PostgreSQL until any
 writer commits a state change, else for `poll_interval_s`. A transient database error ends the
 iteration (its transaction rolls back) and the loop carries on after a backoff (`resilience`).
+New work gathers on the replica at work for longest: the others leave it new runs, and idle ones
+their polling passes, for a moment (`_leaving_runs_to_peers`), so one replica's hops carry many
+chains at once rather than each replica's a few.
 SIGTERM (`request_stop`) is a graceful stop: the iteration finishes, nothing new is queued, the
 replica records itself `stopped`, and its running jobs are left running for a peer (or, on SQLite,
 the next scheduler) to adopt. A replica its peers declared dead stops at once (`ReplicaFenced`).
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as dt
 import functools
 import gc
 import logging
@@ -130,7 +134,7 @@ class Scheduler:
         self.tx = Transactions(db)
         self.liveness = Liveness(self.tx, executor=executor.name, heartbeat_interval_s=s.heartbeat_interval_s,
                                  timeout_s=s.replica_timeout_s)
-        self.wakeup = Wakeup(db)
+        self.wakeup = Wakeup(db, at_work_gap_s=s.peer_at_work_s)
         self.backoff = Backoff(max_s=s.backoff_max_s)
         self.in_flight = InFlight()
         self.renderer = Renderer(time_budget_s=s.template_time_budget_s, should_stop=lambda: self._stop_requested)
@@ -148,6 +152,9 @@ class Scheduler:
         self._work_waiting = False  # SQLite: the last reports stored saw runs newer than the last start step
         self._newest_seen = 0  # SQLite: the newest run id when the last start step looked
         self._stop_requested = False
+        self._created_runs = False  # runs created (schedule, signals) since the last start step: started by it
+        self._own_scheduled: set[int] = set()  # TIs this replica made runnable since its last critical section
+        self._tis_left_at: float | None = None  # time.monotonic() when a critical section left a peer fresh TIs
         self._last_housekeeping = float("-inf")
         self._step = "start"
         self._launch_failures = metrics.EXECUTOR_LAUNCH_FAILURES.labels(executor=executor.name)
@@ -278,10 +285,40 @@ class Scheduler:
         changed) is met with the reaction step alone, one for new runs alone with starting runs alone
         (`_take_new_work`): the replica that claims them goes on with a full pass; the others, finding
         them taken, wait on until the same deadline, so the full pass they owe to the poll is not put
-        off, and a burst of triggers costs each idle peer a look, not a full pass."""
+        off, and a burst of triggers costs each idle peer a look, not a full pass.
+
+        While a peer is at work, new runs are left to it (`_leaving_runs_to_peers`): a wake-up for them
+        costs no look at all, and this replica looks once they have waited `runs_left_to_peer_s`,
+        taking in only those the peer left waiting that long; likewise for the task instances its
+        critical sections left to the peer (`_queue`). And the full pass owed to the poll is left to it
+        too, when this replica has nothing of its own to follow (`_pass_left_to_peers`)."""
         deadline = time.monotonic() + self.settings.poll_interval_s
+        leave_s = self.settings.runs_left_to_peer_s
+        left_first = left_last = None  # wake-ups for new runs left to a peer: the oldest not yet looked after
         while True:
-            why = self.wakeup.wait(max(0.0, deadline - time.monotonic()))
+            until = deadline if left_first is None else min(deadline, left_first + leave_s)
+            if self._tis_left_at is not None:
+                until = min(until, self._tis_left_at + leave_s)
+            why = self.wakeup.wait(max(0.0, until - time.monotonic()))
+            if self._tis_left_at is not None and time.monotonic() >= self._tis_left_at + leave_s:
+                self._tis_left_at = None  # the peer had its time: queue what it left (set again if still fresh)
+                stats = self.iterate_safely(self._queue_alone)
+                if stats is None or stats.tis_queued:
+                    return
+                continue
+            if why == "timeout" and time.monotonic() >= deadline and self._pass_left_to_peers():
+                self.iterate_safely(self._heartbeat_alone)
+                deadline = time.monotonic() + self.settings.poll_interval_s
+                continue
+            if why == "timeout" and left_first is not None and time.monotonic() < deadline:
+                # the peer had its time: this look takes the runs announced more than `leave_s` ago
+                covered = time.monotonic() - leave_s
+                left_first = left_last if left_last > covered else None
+                why = "runs"
+            elif why == "runs" and self._leaving_runs_to_peers():
+                left_last = time.monotonic()
+                left_first = left_first if left_first is not None else left_last
+                continue
             if why not in ("signals", "runs") or self._stop_requested:
                 return
             if self.test_run_id is not None or (why == "signals" and self.backfill_id is not None):
@@ -289,6 +326,25 @@ class Scheduler:
             stats = self.iterate_safely(self._react_alone if why == "signals" else self._start_alone)
             if stats is None or stats.work:
                 return
+
+    def _pass_left_to_peers(self) -> bool:
+        """Whether an idle replica leaves the full pass it owes to the poll to a peer at work: that peer
+        runs a full pass at least every `follow_up_s` (every pass looks at every DAG, run and pool), so
+        this one's would find nothing to do, while holding run locks and the pools it needs. Only a
+        replica with nothing of its own to follow leaves it: no tries in flight (their ends are seen by
+        polling), no executor reports or callback deliveries pending."""
+        return (not len(self.in_flight) and not self._pending_reports and not self.executor.has_work()
+                and (self.deliveries is None or not self.deliveries.busy()) and self._leaving_runs_to_peers())
+
+    def _queue_alone(self) -> LoopStats:
+        stats = LoopStats()
+        self._heartbeat_if_due()
+        self._queue_and_launch(stats, self.clock.now())
+        return stats
+
+    def _heartbeat_alone(self) -> LoopStats:
+        self._heartbeat_if_due()
+        return LoopStats()
 
     def _react_alone(self) -> LoopStats:
         stats = LoopStats()
@@ -372,9 +428,11 @@ class Scheduler:
         if self.backfill_id is None and not testing:
             self._react(stats, now)
             with self._phase("create_runs", "creating runs"):
-                stats.runs_created += self.tx.run(lambda conn: create_scheduled_runs(
+                created = self.tx.run(lambda conn: create_scheduled_runs(
                     conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop,
                     per_dag=s.runs_created_per_dag), what=self._step)
+                stats.runs_created += created
+                self._created_runs = self._created_runs or created > 0
         if not testing:
             with self._phase("start_runs", "starting runs"):
                 stats.runs_started = len(self.tx.run(lambda conn: self._start_runs(conn, now), what=self._step))
@@ -384,6 +442,7 @@ class Scheduler:
                 dags=self.dags, who=self.who), what=self._step)
         stats.tis_decided += result.tis_changed
         stats.runs_finished += result.runs_finished
+        self._own_scheduled.update(result.scheduled)
         if not self._stop_requested:  # a stopping replica takes no new work
             self._queue_and_launch(stats, now)
         with self._phase("executor_sync", "storing executor reports"):
@@ -418,12 +477,14 @@ class Scheduler:
         def react(conn):
             reacted = react_to_signals(conn, now=now, dags=self.dags, who=self.who,
                                        limit=self.settings.signals_per_loop)
+            self._own_scheduled.update(reacted.scheduled)
             return reacted, self._queue(conn, now, if_free=True) if reacted.tis_changed and queue_now else None
 
         with self._phase("signals", "reacting to signals"):
             reacted, done = self.tx.run(react, what=self._step)
         stats.signals_handled += reacted.signals
         stats.runs_created += reacted.runs_created
+        self._created_runs = self._created_runs or reacted.runs_created > 0
         stats.tis_decided += reacted.tis_changed
         stats.runs_finished += reacted.runs_finished
         if reacted.tis_changed:
@@ -506,21 +567,46 @@ class Scheduler:
         self._mini_schedule(conn, started, mini, now)
 
     def _start_runs(self, conn, now) -> list[int]:
-        """Start the queued runs that may start (`start_queued_runs`); on SQLite, also remember the newest
-        run this step has seen (see `_follow_up`), unless it started as many runs as it may in one step:
-        then more may be waiting, and the next look takes in again."""
+        """Start the queued runs that may start (`start_queued_runs`), but those left to a peer at work
+        (`_leaving_runs_to_peers`), unless this replica created runs since its last start step (from
+        the schedule or a signal: a replica starts what it created); on SQLite, also remember the
+        newest run this step has seen (see `_follow_up`), unless it started as many runs as it may in
+        one step: then more may be waiting, and the next look takes in again."""
         newest = None if self.wakeup.listens else newest_run(conn)
+        own, self._created_runs = self._created_runs, False
+        waited_since = None if own or not self._leaving_runs_to_peers() else \
+            now - dt.timedelta(seconds=self.settings.runs_left_to_peer_s)
         started = start_queued_runs(conn, now=now, dags=self.dags, who=self.who, limit=self.settings.dags_per_loop,
-                                    backfill_id=self.backfill_id)
+                                    backfill_id=self.backfill_id, waited_since=waited_since)
         if newest is not None:
             self._newest_seen = -1 if len(started) >= self.settings.dags_per_loop else newest
         return started
+
+    def _leaving_runs_to_peers(self) -> bool:
+        """Whether new runs are left to a peer at work for now: new work goes to the replica already
+        moving chains of tasks, whose next hop takes it in with them, one transaction for all (spread
+        over every replica in small pieces, each piece costs a transaction of its own per hop: with
+        three replicas on one machine, about twice the CPU of one for the same work). A replica is at work
+        while it commits ordinary changes, at most `peer_at_work_s` apart (`Wakeup.replicas_at_work`);
+        new runs go to the one at work for longest (ties: the lowest replica id), and the others, idle
+        or at work, leave them to it. A run left waiting `runs_left_to_peer_s` is taken in by any
+        replica (that one is overloaded, stuck or gone), and a replica's own new runs (`_start_runs`)
+        are never left. Not for a replica of one backfill or one test run, nor on SQLite
+        (one scheduler)."""
+        if self.replica_id is None or self.backfill_id is not None or self.test_run_id is not None:
+            return False
+        at_work = self.wakeup.replicas_at_work(self.settings.peer_at_work_s)
+        if not at_work:
+            return False
+        first = min(at_work, key=lambda replica: (at_work[replica], replica))
+        return first != self.replica_id
 
     def _retry_skipped(self, stats: LoopStats) -> int:
         run_ids, self._skipped_runs = self._skipped_runs, set()
         mini = LoopStats()
         with self._phase("executor_sync", "deciding runs a peer held"):
-            self.tx.run(lambda conn: self._mini_schedule(conn, run_ids, mini, self.clock.now()), what=self._step)
+            self.tx.run(lambda conn: self._mini_schedule(conn, run_ids, mini, self.clock.now(), hop=True),
+                        what=self._step)
         self._skipped_runs -= run_ids  # skipped twice: left to the next examination
         stats.tis_decided += mini.tis_decided
         stats.runs_finished += mini.runs_finished
@@ -528,13 +614,30 @@ class Scheduler:
 
     def _queue(self, conn, now, *, if_free: bool = False):
         """The critical section in `conn`'s transaction: (queued, their launches), or None when
-        `if_free` and a peer holds the pools (see `critical_section`)."""
+        `if_free` and a peer holds the pools (see `critical_section`). A replica leaving new work to a
+        peer (`_leaving_runs_to_peers`) leaves it what was made runnable less than `runs_left_to_peer_s`
+        ago, but what it made runnable itself (`_own_scheduled`, see `_mini_schedule`): the peer's
+        fresh work (it missed the pools only because this replica held them), and the next hops of
+        this replica's chains, which then go on with the peer's. If the peer leaves them waiting that
+        long, this replica queues them (`_idle_wait` comes back for them)."""
+        leave = None
+        if self._leaving_runs_to_peers():
+            waited_since, mine = now - dt.timedelta(seconds=self.settings.runs_left_to_peer_s), self._own_scheduled
+
+            def leave(candidate) -> bool:
+                left = candidate.id not in mine and candidate.scheduled_at is not None and \
+                    candidate.scheduled_at > waited_since
+                if left and self._tis_left_at is None:
+                    self._tis_left_at = time.monotonic()  # `_idle_wait` looks again once they have waited
+                return left
+
         queued = queue_task_instances(
             conn, now=now, dags=self.dags, who=self.who, replica_id=self.replica_id,
             executor_slots=self.executor.free_slots(), limit=self.settings.tis_per_loop,
-            backfill_id=self.backfill_id, test_run_id=self.test_run_id, if_free=if_free)
+            backfill_id=self.backfill_id, test_run_id=self.test_run_id, if_free=if_free, leave=leave)
         if queued is None:
             return None
+        at_commit(conn, self._own_scheduled.clear)
         return queued, gather_launches(conn, queued, dags=self.dags, now=now, api_url=self.api_url)
 
     def _queue_and_launch(self, stats: LoopStats, now) -> int | None:
@@ -603,7 +706,7 @@ class Scheduler:
             mini = LoopStats()
             if reports:
                 affected = apply_reports(conn, reports, dags=self.dags, who=self.who)
-                self._mini_schedule(conn, affected, mini, now)
+                self._mini_schedule(conn, affected, mini, now, hop=True)
             if take_in:
                 self._start_and_decide(conn, mini, now)
             # nothing announces new work on SQLite: look, for the follow-up (see `_follow_up`)
@@ -623,12 +726,16 @@ class Scheduler:
         stats.runs_finished += mini.runs_finished
         return mini.tis_decided, None if done is None else self._launch_queued(stats, *done, now)
 
-    def _mini_schedule(self, conn, run_ids, stats: LoopStats, now) -> None:
+    def _mini_schedule(self, conn, run_ids, stats: LoopStats, now, *, hop: bool = False) -> None:
         """Decide the downstream tasks of runs whose TIs just ended, in the same transaction. Runs a peer
-        holds (it is examining them) are skipped, and noted: the follow-up tries them again once."""
+        holds (it is examining them) are skipped, and noted: the follow-up tries them again once. What
+        it makes runnable is this replica's to queue (`_queue`), save the next hop of a chain (`hop`)
+        while it leaves new work to a peer: that chain then goes on with the peer's."""
         if run_ids:
             locked = lock_runs_by_id(conn, sorted(run_ids))
             result = examine_runs(conn, locked, now=now, dags=self.dags, who=self.who)
+            if not hop or not self._leaving_runs_to_peers():
+                self._own_scheduled.update(result.scheduled)
             stats.tis_decided += result.tis_changed
             stats.runs_finished += result.runs_finished
             skipped = set(run_ids) - {run.id for run in locked}

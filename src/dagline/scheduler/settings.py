@@ -26,6 +26,8 @@ class SchedulerSettings:
     heartbeat_interval_s: float = 5.0  # how often a replica records that it is alive (database clock)
     housekeeping_interval_s: float = 10.0  # timeouts, adoption of orphaned tries, reconciling own jobs
     follow_up_s: float = 1.0           # longest an iteration keeps queueing what its own reports made runnable
+    peer_at_work_s: float = 0.25       # a replica whose ordinary changes came this recently is at work
+    runs_left_to_peer_s: float = 0.25  # how long new runs are left to the replica at work for longest
     replica_timeout_s: float = 30.0    # a replica silent this long (database clock) is declared dead by a peer
     backoff_max_s: float = 5.0         # longest wait after a database error (the wait doubles from 0.1 s)
     retry_wait_max_s: float = 60.0     # `--until-idle` waiting for a retry time looks again at least this often

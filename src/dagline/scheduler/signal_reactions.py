@@ -66,6 +66,7 @@ class ReactionResult:
     runs_created: int = 0
     tis_changed: int = 0
     runs_finished: int = 0
+    scheduled: list[int] = dataclasses.field(default_factory=list)  # the TIs made runnable
 
 
 def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who: str, limit: int) -> ReactionResult:
@@ -118,6 +119,7 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
         examined = examine_runs(conn, list(locked.values()), now=now, dags=dags, who=who,
                                 tis=tis.values())  # as read and kept up to date above
         result.tis_changed += examined.tis_changed
+        result.scheduled += examined.scheduled
         result.runs_finished += examined.runs_finished
     return result
 

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 
 from dagline.admission import max_active_runs_reason
 from dagline.dagstore import DagCache
-from dagline.db.claims import lock_dags_with_startable_runs
+from dagline.db.claims import lock_dags_with_startable_runs, startable_runs
 from dagline.db.models import backfill_t, dag_run_t, dag_t
 from dagline.db.transitions import change_runs
 from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
@@ -25,10 +25,12 @@ from dagline.states import RunState
 
 
 def start_queued_runs(
-    conn: Connection, *, now: dt.datetime, dags: DagCache, who: str, limit: int, backfill_id: int | None = None
+    conn: Connection, *, now: dt.datetime, dags: DagCache, who: str, limit: int, backfill_id: int | None = None,
+    waited_since: dt.datetime | None = None,
 ) -> list[int]:
-    """Start what may start; returns the ids of the runs started."""
-    dag_ids = lock_dags_with_startable_runs(conn, now, limit, backfill_id)
+    """Start what may start; returns the ids of the runs started. With `waited_since`, only runs due and
+    queued since then at the latest are started (see `Scheduler._runs_left_to_peers`)."""
+    dag_ids = lock_dags_with_startable_runs(conn, now, limit, backfill_id, waited_since)
     if not dag_ids:
         return []
     max_active = _max_active_runs(conn, dag_ids, dags, now=now, who=who)
@@ -37,7 +39,7 @@ def start_queued_runs(
     dag_ids = [dag_id for dag_id in dag_ids if dag_id in max_active]
     running = _running_counts(conn, dag_ids)
     backfills = _backfills_with_queued_runs(conn, dag_ids, backfill_id)
-    queued = _first_queued(conn, dag_ids, now, max(max_active.values()), backfill_id)
+    queued = _first_queued(conn, dag_ids, now, max(max_active.values()), backfill_id, waited_since)
     chosen: list[int] = []
     for dag_id in dag_ids:
         limit_runs, counts = max_active[dag_id], running[dag_id]
@@ -117,7 +119,7 @@ class _Queued:
 
 
 def _first_queued(conn: Connection, dag_ids: list[str], now: dt.datetime, cap: int,
-                  only: int | None) -> dict[tuple[str, int | None], _Queued]:
+                  only: int | None, waited_since: dt.datetime | None) -> dict[tuple[str, int | None], _Queued]:
     """Up to `cap` due queued runs per (DAG, backfill) in each direction of logical date (ties by id), in
     one query (window functions, on both databases). Test runs are never queued, so never met here."""
     partition = (dag_run_t.c.dag_id, dag_run_t.c.backfill_id)
@@ -127,7 +129,7 @@ def _first_queued(conn: Connection, dag_ids: list[str], now: dt.datetime, cap: i
     due = (
         select(dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.backfill_id, oldest.label("oldest"),
                newest.label("newest"))
-        .where(dag_run_t.c.dag_id.in_(dag_ids), dag_run_t.c.state == RunState.QUEUED, dag_run_t.c.run_after <= now)
+        .where(dag_run_t.c.dag_id.in_(dag_ids), *startable_runs(now, waited_since))
     )
     if only is not None:
         due = due.where(dag_run_t.c.backfill_id == only)
