@@ -14,9 +14,10 @@ import datetime as dt
 import pytest
 from sqlalchemy import select
 
+from dagline.backfill import create_backfill
 from dagline.clock import FixedClock
 from dagline.db.models import dag_run_t, ti_t
-from dagline.db.notify import RUNS_ONLY, announce
+from dagline.db.notify import RUNS_ONLY, announce, announce_as_scoped
 from dagline.executors.noop import NoopExecutor
 from dagline.runs import trigger_run
 from dagline.scheduler.loop import Scheduler
@@ -70,13 +71,15 @@ def test_a_listener_sees_which_replicas_are_at_work_since_when_without_consuming
     wakeup = Wakeup(pg_db, at_work_gap_s=60.0)
     wakeup.start()
     wakeup.ignore("scheduler:1")
+    announce_as_scoped(pg_db.engine, "scheduler:3")  # a replica of one backfill (`dagline backfill run`)
     try:
-        for payload in ("scheduler:2", "scheduler:1", RUNS_ONLY, "cli"):
+        for payload in ("scheduler:3", "scheduler:2", "scheduler:1", RUNS_ONLY, "cli"):
             with pg_db.begin() as conn:
                 announce(conn, payload)
         at_work = wait_for(lambda: wakeup.replicas_at_work(60.0), "both replicas' changes",
                            until=lambda seen: set(seen) == {1, 2})
         assert at_work[2] <= at_work[1]  # replica 2 was at work first; its own changes count too
+        assert 3 not in at_work  # never one to leave new work to: it takes only its backfill's
         assert wakeup.wait(0) == "notified"  # looking did not consume the wake-up (the CLI's change)
         with pg_db.begin() as conn:
             announce(conn, "scheduler:2", urgent=True)  # e.g. its executor is full: leave it nothing
@@ -141,3 +144,29 @@ def test_an_idle_replica_leaves_its_polling_pass_to_the_replica_at_work(pg_db, r
     senior, peer = replicas
     assert peer._pass_left_to_peers()
     assert not senior._pass_left_to_peers()  # the replica at work keeps its passes
+
+
+
+def test_a_replica_of_one_backfill_is_never_one_to_leave_new_work_to(pg_db, tmp_path):
+    write(tmp_path, dag("daily", task("a"), task("b", "a"), schedule="@daily", startDate="2026-02-01",
+                        endDate="2026-02-03"))
+    apply(pg_db, str(tmp_path))
+    backfill = create_backfill(pg_db, "daily", start=t("2026-02-01T00:00:00Z"), end=t("2026-02-03T00:00:00Z"),
+                               now=NOW)
+    watcher = Wakeup(pg_db, at_work_gap_s=60.0)
+    watcher.start()
+    watcher.ignore("scheduler:999999")
+    clock = FixedClock(NOW)
+    scoped = Scheduler(pg_db, NoopExecutor(8, clock=clock), clock=clock, settings=SETTINGS,
+                       backfill_id=backfill.backfill_id)
+    scoped.start()
+    try:
+        scoped.iterate()  # at work on its backfill: the two runs, one hop after another
+        with pg_db.begin() as conn:
+            assert set(conn.execute(select(dag_run_t.c.state)).scalars()) == {"success"}
+            announce(conn, "cli")  # after its changes: once this arrives, so have they
+        assert watcher.wait(30) == "notified"
+        assert scoped.replica_id not in watcher.replicas_at_work(60.0)
+    finally:
+        scoped.stop()
+        watcher.close()

@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import select
 import time
+import weakref
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -49,6 +50,7 @@ CHANNEL = "dagline"
 SIGNALS_ONLY = "signal"  # the payload of a transaction that stored new signals and changed nothing else
 RUNS_ONLY = "runs"  # the payload of a transaction that created queued runs and changed nothing else
 URGENT = "!"  # before a writer's name: peers must act on this change (see the module docstring)
+SCOPED = "/scoped"  # after a scheduler replica's name: it works on one backfill only (`announce_as_scoped`)
 AT_WORK_GAP_S = 0.25  # by default, a replica whose ordinary changes pause longer starts new work when they resume
 _AT_WORK_KEPT = 64  # replicas `Listener.at_work` keeps before it forgets the silent ones
 _LIGHT = frozenset({SIGNALS_ONLY, RUNS_ONLY})  # a replica woken by one of these has only that to look at
@@ -79,8 +81,9 @@ def announce(conn: Connection, who: str, *, urgent: bool = False) -> None:
         done = _Announced(transaction, held=False)
     if done.held and not urgent:
         return
-    payload = (URGENT + who if urgent else who)[:100]
-    if payload in done.payloads or (not urgent and URGENT + who in done.payloads):
+    name = who + SCOPED if who in _scoped.get(conn.engine, ()) else who
+    payload = (URGENT + name if urgent else name)[:100]
+    if payload in done.payloads or (not urgent and URGENT + name in done.payloads):
         return  # said already (an urgent announcement says the plain one too)
     conn.execute(_NOTIFY, {"who": payload})
     done.payloads.add(payload)
@@ -88,6 +91,14 @@ def announce(conn: Connection, who: str, *, urgent: bool = False) -> None:
 
 
 _NOTIFY = sa.select(sa.func.pg_notify(CHANNEL, sa.bindparam("who", type_=sa.String)))  # built once
+_scoped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # engine -> writers announced SCOPED
+
+
+def announce_as_scoped(engine, who: str) -> None:
+    """Scheduler replica `who` (writing through `engine`) works on one backfill only (`dagline backfill
+    run`): its announcements say so (`scheduler:7/scoped`), so that peers never count it as a replica
+    at work to leave new work to (`Listener.at_work`); they still take its ordinary changes as a peer's."""
+    _scoped.setdefault(engine, set()).add(who)
 
 
 def hold_announcements(conn: Connection) -> None:
@@ -212,8 +223,8 @@ class Listener:
         self._conn.poll()
         while self._conn.notifies:
             payload = self._conn.notifies.pop(0).payload
-            if self.peers and payload.startswith(self.peers):  # an ordinary change of a replica
-                self._saw_at_work(payload)
+            if self.peers and payload.startswith(self.peers) and not payload.endswith(SCOPED):
+                self._saw_at_work(payload)  # an ordinary change of a replica that takes any work
             elif self.peers and payload.startswith(URGENT + self.peers):  # full, leaving: not one to leave work to
                 self.at_work.pop(payload[len(URGENT):], None)
             self._unread.append(payload)
@@ -232,7 +243,8 @@ class Listener:
                 continue
             urgent = payload.startswith(URGENT)
             writer = payload[len(URGENT):] if urgent else payload
-            if writer != self.ignore and (urgent or not (self.peers and writer.startswith(self.peers))):
+            if writer.removesuffix(SCOPED) != self.ignore and (
+                    urgent or not (self.peers and writer.startswith(self.peers))):
                 full = True
         if full or len(light) > 1:
             return "notified"

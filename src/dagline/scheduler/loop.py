@@ -53,7 +53,7 @@ from dagline.dagstore import DagCache
 from dagline.db.claims import PoolsBusy, lock_runs_by_id
 from dagline.db.engine import Database
 from dagline.db.faults import first_line, is_transient
-from dagline.db.notify import announce
+from dagline.db.notify import announce, announce_as_scoped
 from dagline.db.observe import at_commit
 from dagline.db.replicas import database_now
 from dagline.executors.base import Executor, TaskLaunch
@@ -176,6 +176,8 @@ class Scheduler:
         self._load_dags_at_start()  # before registering: a replica that shows as running is ready for work
         self.replica_id = self.liveness.register()
         self.who = f"scheduler:{self.replica_id}"
+        if self.backfill_id is not None:  # no peer leaves new work to it (see `_leaving_runs_to_peers`)
+            announce_as_scoped(self.db.engine, self.who)
         self.wakeup.ignore(self.who)
         self.adopter = Adopter(self.tx, self.executor, dags=self.dags, replica_id=self.replica_id, who=self.who,
                                batch=self.settings.tis_per_loop, sqlite=self.db.is_sqlite, renderer=self.renderer,
@@ -591,8 +593,8 @@ class Scheduler:
         new runs go to the one at work for longest (ties: the lowest replica id), and the others, idle
         or at work, leave them to it. A run left waiting `runs_left_to_peer_s` is taken in by any
         replica (that one is overloaded, stuck or gone), and a replica's own new runs (`_start_runs`)
-        are never left. Not for a replica of one backfill or one test run, nor on SQLite
-        (one scheduler)."""
+        are never left. Not for a replica of one backfill or one test run, nor to one (a backfill's
+        replica announces itself so: `announce_as_scoped`), nor on SQLite (one scheduler)."""
         if self.replica_id is None or self.backfill_id is not None or self.test_run_id is not None:
             return False
         at_work = self.wakeup.replicas_at_work(self.settings.peer_at_work_s)
