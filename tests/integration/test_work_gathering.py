@@ -16,7 +16,7 @@ from sqlalchemy import select
 
 from dagline.backfill import create_backfill
 from dagline.clock import FixedClock
-from dagline.db.models import dag_run_t, ti_t
+from dagline.db.models import dag_run_t, dag_t, ti_t
 from dagline.db.notify import RUNS_ONLY, announce, announce_as_scoped
 from dagline.executors.noop import NoopExecutor
 from dagline.runs import trigger_run
@@ -170,3 +170,29 @@ def test_a_replica_of_one_backfill_is_never_one_to_leave_new_work_to(pg_db, tmp_
     finally:
         scoped.stop()
         watcher.close()
+
+
+def test_an_idle_replica_that_finds_the_runs_it_was_woken_for_taken_leaves_the_next_ones_a_moment(
+        pg_db, tmp_path):
+    """Before the replica that took them is even seen at work: as when idle replicas race for the
+    first run of a burst. (`_start_alone` is what an idle replica woken by new runs does.)"""
+    write(tmp_path, dag("first", task("a")))
+    write(tmp_path, dag("second", task("a")))
+    apply(pg_db, str(tmp_path))
+    clock = FixedClock(NOW)
+    idle = Scheduler(pg_db, NoopExecutor(8, clock=clock), clock=clock, settings=SETTINGS)
+    idle.start()
+    try:
+        taken = trigger_run(pg_db, "first", now=NOW)
+        with pg_db.begin() as conn:
+            conn.execute(select(dag_t.c.dag_id).where(dag_t.c.dag_id == "first").with_for_update())
+            idle._start_alone()  # a peer holds that DAG, taking the run in: nothing for this replica
+        assert _state(pg_db, taken.id) == "queued"
+        following = trigger_run(pg_db, "second", now=NOW)
+        idle._start_alone()
+        assert _state(pg_db, following.id) == "queued"  # left to the peer at work
+        clock.advance(dt.timedelta(seconds=LEAVE_S + 1))
+        idle._start_alone()
+        assert _state(pg_db, following.id) == "running"  # the peer left it waiting: taken in
+    finally:
+        idle.stop()

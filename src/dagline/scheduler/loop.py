@@ -154,6 +154,7 @@ class Scheduler:
         self._stop_requested = False
         self._created_runs = False  # runs created (schedule, signals) since the last start step: started by it
         self._own_scheduled: set[int] = set()  # TIs this replica made runnable since its last critical section
+        self._peer_took_runs_at = float("-inf")  # time.monotonic() when a look found the announced runs taken
         self._tis_left_at: float | None = None  # time.monotonic() when a critical section left a peer fresh TIs
         self._last_housekeeping = float("-inf")
         self._step = "start"
@@ -355,9 +356,15 @@ class Scheduler:
         return stats
 
     def _start_alone(self) -> LoopStats:
+        """Woken by new runs: take them in (`_take_new_work`). Only those queued by then: when several
+        idle replicas race for a burst's first run, the losers do not take the next ones from under the
+        winner. A replica that found nothing to take knows a peer took the runs, and leaves it the
+        next ones for a moment, before that peer's changes even arrive (`_leaving_runs_to_peers`)."""
         stats = LoopStats()
         self._heartbeat_if_due()
-        self._take_new_work(stats)
+        self._take_new_work(stats, queued_by=self.clock.now() if self.wakeup.listens else None)
+        if not stats.runs_started:
+            self._peer_took_runs_at = time.monotonic()
         return stats
 
     def _retry_wait(self) -> float | None:
@@ -538,12 +545,12 @@ class Scheduler:
                 time.sleep(_PEER_IN_CRITICAL_SECTION_S)
             queued = queued_with_reports
 
-    def _take_new_work(self, stats: LoopStats) -> int:
+    def _take_new_work(self, stats: LoopStats, *, queued_by: dt.datetime | None = None) -> int:
         """Start the runs that may start and decide those (their first tasks are then queued by the next
         critical section), as a full pass would; the rest of a full pass (reacting to signals, creating
         scheduled runs, examining every running run) waits for the next one. For a replica woken by new
         runs alone (the follow-up does the same within its reports' transaction: `_apply_reports`).
-        Returns how many task instances it made runnable."""
+        With `queued_by`, only runs queued by then. Returns how many task instances it made runnable."""
         if self.test_run_id is not None:  # a test run's process has nothing else to take in
             self._work_waiting = False
             return 0
@@ -551,7 +558,7 @@ class Scheduler:
 
         def start(conn):
             mini = LoopStats()
-            self._start_and_decide(conn, mini, now)
+            self._start_and_decide(conn, mini, now, queued_by=queued_by)
             return mini
 
         with self._phase("start_runs", "starting runs"):
@@ -561,22 +568,24 @@ class Scheduler:
         stats.runs_finished += mini.runs_finished
         return mini.tis_decided
 
-    def _start_and_decide(self, conn, mini: LoopStats, now) -> None:
-        """Start the runs that may start and decide them, in `conn`'s transaction, counting into `mini`."""
+    def _start_and_decide(self, conn, mini: LoopStats, now, *, queued_by: dt.datetime | None = None) -> None:
+        """Start the runs that may start (with `queued_by`, those queued by then) and decide them, in
+        `conn`'s transaction, counting into `mini`."""
         self._work_waiting = False
-        started = self._start_runs(conn, now)
+        started = self._start_runs(conn, now, queued_by=queued_by)
         mini.runs_started += len(started)
         self._mini_schedule(conn, started, mini, now)
 
-    def _start_runs(self, conn, now) -> list[int]:
+    def _start_runs(self, conn, now, *, queued_by: dt.datetime | None = None) -> list[int]:
         """Start the queued runs that may start (`start_queued_runs`), but those left to a peer at work
         (`_leaving_runs_to_peers`), unless this replica created runs since its last start step (from
         the schedule or a signal: a replica starts what it created); on SQLite, also remember the
         newest run this step has seen (see `_follow_up`), unless it started as many runs as it may in
-        one step: then more may be waiting, and the next look takes in again."""
+        one step: then more may be waiting, and the next look takes in again. With `queued_by`, only
+        runs queued by then."""
         newest = None if self.wakeup.listens else newest_run(conn)
         own, self._created_runs = self._created_runs, False
-        waited_since = None if own or not self._leaving_runs_to_peers() else \
+        waited_since = queued_by if own or not self._leaving_runs_to_peers() else \
             now - dt.timedelta(seconds=self.settings.runs_left_to_peer_s)
         started = start_queued_runs(conn, now=now, dags=self.dags, who=self.who, limit=self.settings.dags_per_loop,
                                     backfill_id=self.backfill_id, waited_since=waited_since)
@@ -598,8 +607,8 @@ class Scheduler:
         if self.replica_id is None or self.backfill_id is not None or self.test_run_id is not None:
             return False
         at_work = self.wakeup.replicas_at_work(self.settings.peer_at_work_s)
-        if not at_work:
-            return False
+        if not at_work:  # unless this idle replica just found the runs it was woken for taken (`_start_alone`)
+            return time.monotonic() - self._peer_took_runs_at < self.settings.peer_at_work_s
         first = min(at_work, key=lambda replica: (at_work[replica], replica))
         return first != self.replica_id
 
