@@ -303,7 +303,9 @@ class Scheduler:
             if self._tis_left_at is not None:
                 until = min(until, self._tis_left_at + leave_s)
             why = self.wakeup.wait(max(0.0, until - time.monotonic()))
-            if self._tis_left_at is not None and time.monotonic() >= self._tis_left_at + leave_s:
+            if self._stop_requested:
+                return
+            if why == "timeout" and self._tis_left_at is not None and time.monotonic() >= self._tis_left_at + leave_s:
                 self._tis_left_at = None  # the peer had its time: queue what it left (set again if still fresh)
                 stats = self.iterate_safely(self._queue_alone)
                 if stats is None or stats.tis_queued:
