@@ -29,7 +29,7 @@ def start_queued_runs(
     waited_since: dt.datetime | None = None,
 ) -> list[int]:
     """Start what may start; returns the ids of the runs started. With `waited_since`, only runs due and
-    queued since then at the latest are started (see `Scheduler._runs_left_to_peers`)."""
+    queued since then at the latest are started (see `Scheduler._leaving_runs_to_peers`)."""
     dag_ids = lock_dags_with_startable_runs(conn, now, limit, backfill_id, waited_since)
     if not dag_ids:
         return []
