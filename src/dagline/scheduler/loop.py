@@ -307,12 +307,12 @@ class Scheduler:
                 return
             if why == "timeout" and self._tis_left_at is not None and time.monotonic() >= self._tis_left_at + leave_s:
                 self._tis_left_at = None  # the peer had its time: queue what it left (set again if still fresh)
-                stats = self.iterate_safely(self._queue_alone)
+                stats = self.iterate_safely(functools.partial(self._alone, self._queue_and_launch))
                 if stats is None or stats.tis_queued:
                     return
                 continue
             if why == "timeout" and time.monotonic() >= deadline and self._pass_left_to_peers():
-                self.iterate_safely(self._heartbeat_alone)
+                self.iterate_safely(self._alone)
                 deadline = time.monotonic() + self.settings.poll_interval_s
                 continue
             if why == "timeout" and left_first is not None and time.monotonic() < deadline:
@@ -341,33 +341,20 @@ class Scheduler:
         return (not len(self.in_flight) and not self._pending_reports and not self.executor.has_work()
                 and (self.deliveries is None or not self.deliveries.busy()) and self._leaving_runs_to_peers())
 
-    def _queue_alone(self) -> LoopStats:
+    def _alone(self, step: Callable[[LoopStats, object], object] | None = None) -> LoopStats:
+        """One step outside a full pass, for `_idle_wait`: the heartbeat when due, then `step(stats,
+        now)` (the critical section, a reaction to signals, taking new runs in), counted in the stats."""
         stats = LoopStats()
         self._heartbeat_if_due()
-        self._queue_and_launch(stats, self.clock.now())
+        if step is not None:
+            step(stats, self.clock.now())
         return stats
-
-    def _heartbeat_alone(self) -> LoopStats:
-        self._heartbeat_if_due()
-        return LoopStats()
 
     def _react_alone(self) -> LoopStats:
-        stats = LoopStats()
-        self._heartbeat_if_due()
-        self._react(stats, self.clock.now())
-        return stats
+        return self._alone(self._react)
 
     def _start_alone(self) -> LoopStats:
-        """Woken by new runs: take them in (`_take_new_work`). Only those queued by then: when several
-        idle replicas race for a burst's first run, the losers do not take the next ones from under the
-        winner. A replica that found nothing to take knows a peer took the runs, and leaves it the
-        next ones for a moment, before that peer's changes even arrive (`_leaving_runs_to_peers`)."""
-        stats = LoopStats()
-        self._heartbeat_if_due()
-        self._take_new_work(stats, queued_by=self.clock.now() if self.wakeup.listens else None)
-        if not stats.runs_started:
-            self._peer_took_runs_at = time.monotonic()
-        return stats
+        return self._alone(self._take_new_work)
 
     def _retry_wait(self) -> float | None:
         """With nothing runnable and nothing running: seconds until the earliest retry time of a task
@@ -547,16 +534,20 @@ class Scheduler:
                 time.sleep(_PEER_IN_CRITICAL_SECTION_S)
             queued = queued_with_reports
 
-    def _take_new_work(self, stats: LoopStats, *, queued_by: dt.datetime | None = None) -> int:
+    def _take_new_work(self, stats: LoopStats, now) -> None:
         """Start the runs that may start and decide those (their first tasks are then queued by the next
         critical section), as a full pass would; the rest of a full pass (reacting to signals, creating
         scheduled runs, examining every running run) waits for the next one. For a replica woken by new
         runs alone (the follow-up does the same within its reports' transaction: `_apply_reports`).
-        With `queued_by`, only runs queued by then. Returns how many task instances it made runnable."""
+
+        Only the runs queued by `now` (where wake-ups exist): when several idle replicas race for a
+        burst's first run, the losers do not take the next ones from under the winner. A replica that
+        found nothing to take knows a peer took the runs, and leaves it the next ones for a moment,
+        before that peer's changes even arrive (`_leaving_runs_to_peers`)."""
         if self.test_run_id is not None:  # a test run's process has nothing else to take in
             self._work_waiting = False
-            return 0
-        now = self.clock.now()
+            return
+        queued_by = now if self.wakeup.listens else None
 
         def start(conn):
             mini = LoopStats()
@@ -568,7 +559,8 @@ class Scheduler:
         stats.runs_started += mini.runs_started
         stats.tis_decided += mini.tis_decided
         stats.runs_finished += mini.runs_finished
-        return mini.tis_decided
+        if not mini.runs_started:
+            self._peer_took_runs_at = time.monotonic()
 
     def _start_and_decide(self, conn, mini: LoopStats, now, *, queued_by: dt.datetime | None = None) -> None:
         """Start the runs that may start (with `queued_by`, those queued by then) and decide them, in
@@ -609,7 +601,7 @@ class Scheduler:
         if self.replica_id is None or self.backfill_id is not None or self.test_run_id is not None:
             return False
         at_work = self.wakeup.replicas_at_work(self.settings.peer_at_work_s)
-        if not at_work:  # unless this idle replica just found the runs it was woken for taken (`_start_alone`)
+        if not at_work:  # unless this idle replica just found the runs it was woken for taken (`_take_new_work`)
             return time.monotonic() - self._peer_took_runs_at < self.settings.peer_at_work_s
         first = min(at_work, key=lambda replica: (at_work[replica], replica))
         return first != self.replica_id
@@ -747,7 +739,7 @@ class Scheduler:
         if run_ids:
             locked = lock_runs_by_id(conn, sorted(run_ids))
             result = examine_runs(conn, locked, now=now, dags=self.dags, who=self.who)
-            if not hop or not self._leaving_runs_to_peers():
+            if result.scheduled and (not hop or not self._leaving_runs_to_peers()):
                 self._own_scheduled.update(result.scheduled)
             stats.tis_decided += result.tis_changed
             stats.runs_finished += result.runs_finished
