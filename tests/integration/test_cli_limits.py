@@ -178,6 +178,18 @@ def test_a_poll_interval_that_is_not_a_positive_finite_number_is_refused(db, app
             words=["DAGLINE_SCHEDULER_POLL_INTERVAL_S", "must be a positive number no larger than 86,400"])
 
 
+@pytest.mark.parametrize(("variable", "value", "says"), [
+    ("DAGLINE_SCHEDULER_PEER_AT_WORK_S", "0", "must be a positive number no larger than 86,400"),
+    ("DAGLINE_SCHEDULER_PEER_AT_WORK_S", "nan", "must be a positive number no larger than 86,400"),
+    ("DAGLINE_SCHEDULER_RUNS_LEFT_TO_PEER_S", "-0.25", "must be a positive number no larger than 86,400"),
+    ("DAGLINE_SCHEDULER_RUNS_LEFT_TO_PEER_S", "soon", "must be a number, got 'soon'"),
+], ids=["at-work-zero", "at-work-nan", "left-negative", "left-not-a-number"])
+def test_a_work_gathering_window_that_is_not_a_positive_finite_number_is_refused(db, applied, variable, value,
+                                                                                 says):
+    refused(db, "scheduler", "--until-idle", "--executor", "noop", "--now", "2026-03-02",
+            env={variable: value}, words=[variable, says])
+
+
 # --- the database ---------------------------------------------------------------------------------------
 
 
