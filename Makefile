@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench install clean
+.PHONY: demo test lint bench install clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "dagline needs Python 3.11 or newer (set PYTHON=...)")'
@@ -22,8 +22,11 @@ demo: $(STAMP)
 demo-signals: $(STAMP)
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash examples/ml-signals/demo.sh
 
-test: $(STAMP)   # the import contracts (pyproject.toml [tool.importlinter]), the pinned helm and Chromium, then the suite
+lint: $(STAMP)   # ruff, then the import contracts (pyproject.toml [tool.importlinter])
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+
+test: lint   # the pinned helm, Debian's current Chromium (at or above a floor), then the suite
 	$(PY) tests/tools/fetch_helm.py
 	$(PY) tests/tools/install_chromium.py
 	$(PY) -m pytest

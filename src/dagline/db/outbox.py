@@ -4,7 +4,8 @@
 no path that changes a state can skip it), and the deadline phase calls `enqueue_deadline_misses`;
 each adds one `callback_outbox` row per callback of the run's DAG version that listens to the event,
 with a fresh delivery id and the finished JSON body. A state change that rolls back takes its outbox
-rows with it; one that commits cannot lose them. Delivery is someone else's job (`dagline.scheduler.deliveries`), outside any transaction.
+rows with it; one that commits cannot lose them. Delivery is someone else's job
+(`dagline.scheduler.deliveries`), outside any transaction.
 
 What a DAG version asks for never changes (versions are immutable), nor do a run's logical date and
 DAG version, so both are cached per process and database (ids are only unique within one database):

@@ -12,8 +12,8 @@
 | `DAGLINE_EXECUTOR` | spark-k8s | the executor of the scheduler loop (`noop` for demos and tests) |
 | `DAGLINE_PARALLELISM` | 32 | tries the executor runs at once |
 | `DAGLINE_LOG_FORMAT` | text | `json`: one JSON object per log line, and a line per scheduler decision |
-| `DAGLINE_API_PORT` | 8793 | the HTTP API (`POST`/`GET /api/v1/signals`), served by every replica; 0 picks a free port; -1: off |
-| `DAGLINE_API_URL` | `http://127.0.0.1:<api port>` | the API's address as tries reach it (the chart sets the Service's) |
+| `DAGLINE_API_PORT` | 8793 | the HTTP API (`/api/v1/signals`), served by every replica; 0: a free port; -1: off |
+| `DAGLINE_API_URL` | `http://127.0.0.1:<api port>` | the API's address as tries reach it (the chart sets it) |
 | `DAGLINE_API_ANONYMOUS_READ` | false | allow GET without a token |
 
 Callback delivery reads `DAGLINE_CALLBACK_*` (`dagline.scheduler.deliveries.CallbackSettings`).

@@ -93,8 +93,9 @@ def apply_reports(
         record_task_state_signals(conn, moved, to=TIState.RUNNING, at=min(r.at for r in starting.values()))
     succeeded = {i: r for i, r in finished.items() if r.state == "success"}
     if succeeded:
+        tries = {i: r.try_number for i, r in succeeded.items()}
         done = change_tries_each(
-            conn, {i: r.try_number for i, r in succeeded.items()}, {i: {"end_date": r.at} for i, r in succeeded.items()},
+            conn, tries, {i: {"end_date": r.at} for i, r in succeeded.items()},
             expected=TIState.RUNNING, to=TIState.SUCCESS)
         record_events(conn, ti_events(done, expected=TIState.RUNNING, to=TIState.SUCCESS,
                                       at=max(r.at for r in succeeded.values()), who=who))

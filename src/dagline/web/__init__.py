@@ -7,7 +7,8 @@ the very functions the command line calls (`runs.trigger_run`, `runs.clear_tasks
 `backfill.create_backfill`, `dagstore.set_paused`, `signal_store.send_signal`), so an action taken
 here is recorded in the event log exactly as the CLI's is, with `web:<token name>` as who did it.
 
-Modules: `app` (mount), `respond` (the shared request plumbing), `access` (who is asking: API tokens from a header or a cookie, scopes, CSRF), `render`
+Modules: `app` (mount), `respond` (the shared request plumbing), `access` (who is asking: API tokens
+from a header or a cookie, scopes, CSRF), `render`
 (the Jinja2 environment and formatting), `queries` (the pages' read models), `charts` (graph layout,
 Gantt and duration charts as SVG geometry, pure), `live` (server-sent events fed by PostgreSQL
 NOTIFY, or by polling on SQLite), `logs` (a try's log by offset), `pages` (GET routes), `actions`

@@ -57,8 +57,8 @@ def layout_graph(upstream: dict[str, tuple[str, ...]], states: dict[str, str]) -
             a, b = nodes[u], nodes[task]
             x1, y1, x2, y2 = a.x + NODE_W, a.y + NODE_H / 2, b.x, b.y + NODE_H / 2
             mid = (x1 + x2) / 2
-            edges.append(Edge(u, task, f"M{x1:.0f},{y1:.0f} C{mid:.0f},{y1:.0f} {mid:.0f},{y2:.0f} {x2 - 6:.0f},{y2:.0f}",
-                              states.get(u)))
+            path = f"M{x1:.0f},{y1:.0f} C{mid:.0f},{y1:.0f} {mid:.0f},{y2:.0f} {x2 - 6:.0f},{y2:.0f}"
+            edges.append(Edge(u, task, path, states.get(u)))
     width = PAD * 2 + (max(layers, default=0) + 1) * NODE_W + max(layers, default=0) * GAP_X
     return {"nodes": list(nodes.values()), "edges": edges, "width": width, "height": height,
             "node_w": NODE_W, "node_h": NODE_H}
