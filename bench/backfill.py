@@ -21,10 +21,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import chain_dag_yaml, fresh_database  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
-from dagline.backfill import create_backfill  # noqa: E402
-from dagline.dagstore import apply_dags  # noqa: E402
 from dagline.db.models import dag_run_t, ti_t  # noqa: E402
 from dagline.spec import load_dag_paths  # noqa: E402
+from dagline.store.backfills import create_backfill  # noqa: E402
+from dagline.store.dags import apply_dags  # noqa: E402
 from dagline.times import UTC  # noqa: E402
 
 

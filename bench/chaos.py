@@ -34,7 +34,7 @@ What it does, in order:
 5. stop the chaos, stop the `sig-stream` run (`dagline runs stop`), keep REPLICAS replicas running until
    every run is finished, every signal handled and no DAG has an interval left (at most
    `--drain-seconds`), stop them with SIGTERM;
-6. run every check of `dagline.audit` (`drained_violations`) and print one JSON object: the
+6. run every check of `dagline.testing.audit` (`drained_violations`) and print one JSON object: the
    violation counts, and what helps read them (kills, freezes, zombies settled, retries, replicas
    declared dead, the signal counts: `signals_sent`, `signals_stored`, `signal_runs` (must equal the
    `chaos.ready` signals), `signal_starts` (tries started by `chaos.model` signals), `signal_actions`,
@@ -77,10 +77,10 @@ from common import PG_URL  # noqa: E402
 from pg_cluster import MachineServer, ThrowawayCluster, wait_until_accepting  # noqa: E402
 from sqlalchemy import create_engine, func, select, text  # noqa: E402
 
-from dagline import audit  # noqa: E402
 from dagline.db.engine import Database, normalize_url  # noqa: E402
 from dagline.db.models import dag_run_t, dag_t, event_t, signal_action_t, signal_t, ti_t  # noqa: E402
-from dagline.signal_store import send_signal  # noqa: E402
+from dagline.store.signals import send_signal  # noqa: E402
+from dagline.testing import audit  # noqa: E402
 
 POOLS = {"alpha": 8, "beta": 8}
 

@@ -75,8 +75,8 @@ def percentiles(values: list[float]) -> dict:
 def apply_dag_texts(db: Database, texts: dict[str, str]) -> None:
     """Store DAG specs given as {file name: YAML}, as `dagline dags apply` of a folder does."""
     from dagline.clock import SystemClock
-    from dagline.dagstore import apply_dags
     from dagline.spec import load_dag_paths
+    from dagline.store.dags import apply_dags
 
     with tempfile.TemporaryDirectory(prefix="dagline-bench-dags-") as folder:
         for name, text in texts.items():

@@ -40,11 +40,11 @@ from common import (  # noqa: E402
 )
 from sqlalchemy import func, select  # noqa: E402
 
-from dagline import audit  # noqa: E402
 from dagline.clock import SystemClock  # noqa: E402
 from dagline.db.models import dag_run_t, ti_t  # noqa: E402
-from dagline.runs import trigger_run  # noqa: E402
 from dagline.scheduler.settings import SchedulerSettings  # noqa: E402
+from dagline.store.runs import trigger_run  # noqa: E402
+from dagline.testing import audit  # noqa: E402
 
 
 def run_once(kind: str, replicas: int, dags: int, length: int, poll_interval_s: float) -> dict:

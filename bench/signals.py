@@ -4,7 +4,7 @@
 
 PostgreSQL (`$DAGLINE_TEST_POSTGRES_URL`), a fresh database per replica count; `dagline scheduler
 --executor noop` replicas woken by NOTIFY (their fallback poll left at 0.5 s) and one `dagline api`
-process (uvicorn); signals go through `dagline.client` (HTTP, a named token), as a job would send them.
+process (uvicorn); signals go through `dagline.sdk.client` (HTTP, a named token), as a job would send them.
 
 - `latency` (per replica count): a running run whose task `evaluate` has a `start` rule
   (`handling: each`) on `model.published`, kept running by a streaming task. One signal at a time, at
@@ -55,12 +55,12 @@ from common import (  # noqa: E402
 )
 from sqlalchemy import func, select  # noqa: E402
 
-from dagline import audit  # noqa: E402
-from dagline.api_tokens import create_token  # noqa: E402
-from dagline.client import send_signal, send_signals  # noqa: E402
 from dagline.clock import SystemClock  # noqa: E402
 from dagline.db.models import dag_run_t, event_t, signal_action_t, signal_t, ti_t  # noqa: E402
-from dagline.runs import trigger_run  # noqa: E402
+from dagline.sdk.client import send_signal, send_signals  # noqa: E402
+from dagline.store.runs import trigger_run  # noqa: E402
+from dagline.store.tokens import create_token  # noqa: E402
+from dagline.testing import audit  # noqa: E402
 
 WARM_UP_MAX = 30  # warm-up signals at most, until every replica has reacted once
 

@@ -32,10 +32,10 @@ from common import fresh_database  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
 from dagline.api import ApiSettings, create_app  # noqa: E402
-from dagline.api_tokens import create_token  # noqa: E402
-from dagline.dagstore import DagCache, apply_dags  # noqa: E402
 from dagline.db.models import dag_run_t, ti_t  # noqa: E402
 from dagline.spec import load_dag_paths  # noqa: E402
+from dagline.store.dags import DagCache, apply_dags  # noqa: E402
+from dagline.store.tokens import create_token  # noqa: E402
 
 STATES = ["success"] * 90 + ["failed"] * 3 + ["upstream_failed"] * 3 + ["skipped"] * 2 + ["running"] * 2
 

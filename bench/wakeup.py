@@ -35,7 +35,7 @@ from sqlalchemy import func, select  # noqa: E402
 
 from dagline.clock import SystemClock  # noqa: E402
 from dagline.db.models import dag_run_t, ti_t  # noqa: E402
-from dagline.runs import trigger_run  # noqa: E402
+from dagline.store.runs import trigger_run  # noqa: E402
 
 DAG_ID = "one-task"
 

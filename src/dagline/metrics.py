@@ -4,7 +4,7 @@ The modules that do the work only observe (`metrics.RUNS_CREATED.labels(run_type
 module holds the definitions, their help texts and units, and nothing that reads the database, so any
 layer may import it. Figures that live in the database (runs and task instances by state, pool slots,
 backfill progress) are read at scrape time by a `DatabaseCollector` whose `read` function the process
-wiring supplies (`dagline.queries.metric_figures`): one grouped query per table per scrape, never per loop.
+wiring supplies (`dagline.store.read_models.metric_figures`): one grouped query per table per scrape, never per loop.
 
 Conventions (https://prometheus.io/docs/practices/naming/): the `dagline_` prefix, base units
 (seconds), `_total` on counters, and only bounded labels: a loop phase, a run type, a state, an

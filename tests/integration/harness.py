@@ -7,15 +7,15 @@ import textwrap
 
 from sqlalchemy import select
 
-from dagline import audit
-from dagline.backfill import create_backfill
 from dagline.clock import FixedClock
-from dagline.dagstore import apply_dags
 from dagline.db.models import dag_run_t, event_t, ti_t
 from dagline.executors.noop import NoopExecutor
-from dagline.queries import list_runs
 from dagline.scheduler.loop import Scheduler
 from dagline.spec import load_dag_paths
+from dagline.store.backfills import create_backfill
+from dagline.store.dags import apply_dags
+from dagline.store.read_models import list_runs
+from dagline.testing import audit
 from dagline.times import parse_instant
 from tests.dags import dag, task
 

@@ -12,10 +12,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
 from dagline.api import ApiSettings, create_app
-from dagline.api_tokens import create_token, issue_try_tokens, revoke_token
 from dagline.clock import FixedClock
 from dagline.db.models import signal_t, ti_t
-from dagline.runs import trigger_run
+from dagline.store.runs import trigger_run
+from dagline.store.tokens import create_token, issue_try_tokens, revoke_token
 from tests.integration.harness import apply, write_dag
 
 NOW = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)

@@ -1,4 +1,4 @@
-"""A real uvicorn server (`ApiServer` on a free port) driven by `dagline.client` and by `dagline tokens`:
+"""A real uvicorn server (`ApiServer` on a free port) driven by `dagline.sdk.client` and by `dagline tokens`:
 what a job in a try and a person at a terminal see, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import func, select
 
-from dagline import client
 from dagline.api import ApiSettings, create_app
 from dagline.api.server import ApiServer
 from dagline.cli import main
 from dagline.db.models import signal_t
+from dagline.sdk import client
 
 
 def cli(db, *args, expect: int = 0):

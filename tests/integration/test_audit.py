@@ -1,4 +1,4 @@
-"""The invariant checks of `dagline.audit`, each against hand-made histories on PostgreSQL: a planted
+"""The invariant checks of `dagline.testing.audit`, each against hand-made histories on PostgreSQL: a planted
 violation is found and named, and a clean history of the same shape passes.
 
 Histories are written straight into the tables (runs, task instances, `event` rows), the way a buggy
@@ -12,11 +12,11 @@ import itertools
 import pytest
 from sqlalchemy import insert, select, text
 
-from dagline import audit
-from dagline.dagstore import apply_dags, set_paused
 from dagline.db.models import backfill_t, dag_run_t, dag_t, event_t, ti_t
-from dagline.pools import set_pool
 from dagline.spec import load_dag_paths
+from dagline.store.dags import apply_dags, set_paused
+from dagline.store.pools import set_pool
+from dagline.testing import audit
 
 pytestmark = pytest.mark.postgres
 

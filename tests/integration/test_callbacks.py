@@ -20,11 +20,11 @@ from dagline.db.models import callback_outbox_t
 from dagline.db.outbox import list_deliveries
 from dagline.errors import InvalidInput
 from dagline.executors.noop import NoopExecutor
-from dagline.runs import trigger_run
 from dagline.scheduler.channels import SecretReader
 from dagline.scheduler.deliveries import CallbackSettings
 from dagline.scheduler.loop import Scheduler
 from dagline.spec import parse_dag_yaml
+from dagline.store.runs import trigger_run
 from tests.polling import wait_for
 
 from .harness import apply, runs, t, write_dag

@@ -12,13 +12,13 @@ import pytest
 from sqlalchemy import insert, select, text, update
 from sqlalchemy.exc import OperationalError
 
-from dagline.dagstore import DagCache
 from dagline.db import claims, replicas
 from dagline.db.models import pool_t, replica_t, ti_t
-from dagline.runs import trigger_run
 from dagline.scheduler.critical_section import queue_task_instances
 from dagline.scheduler.examine import examine_runs
 from dagline.scheduler.start_runs import start_queued_runs
+from dagline.store.dags import DagCache
+from dagline.store.runs import trigger_run
 from tests.dags import dag, task, write
 
 from .harness import apply, t

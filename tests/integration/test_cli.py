@@ -177,7 +177,7 @@ def test_bad_requests_exit_non_zero_with_the_cause_and_change_nothing(db, applie
 
 
 def test_backfill_over_a_paused_or_deleted_dag_is_refused(db, applied):
-    from dagline.dagstore import deactivate
+    from dagline.store.dags import deactivate
     from dagline.times import parse_instant
 
     cli(db, "dags", "pause", "sales")

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from dagline import limits
 from dagline.cli import main
 from dagline.errors import InvalidInput
-from dagline.runs import trigger_run
+from dagline.store.runs import trigger_run
 from dagline.times import parse_instant
 from tests.integration.test_cli import GOOD, applied, cli, snapshot  # noqa: F401 (applied: a fixture)
 

@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import select
 
-from dagline.audit import all_violations
 from dagline.cli import main
 from dagline.db.models import dag_run_t, ti_t
+from dagline.testing.audit import all_violations
 from tests.integration.test_cli import cli, snapshot
 
 DAG = """
@@ -104,7 +104,7 @@ def test_a_test_run_that_cannot_go_on_stops_and_says_why(db, tmp_path):
 
 
 def test_scheduler_replicas_leave_a_test_run_alone(db, applied):
-    from dagline.runs import create_test_run
+    from dagline.store.runs import create_test_run
     from dagline.times import parse_instant
 
     cli(db, "dags", "unpause", "sales", "--now", "2026-03-03T02:00+01:00")

@@ -9,11 +9,11 @@ from __future__ import annotations
 from sqlalchemy import event, select, update
 
 from dagline.clock import SystemClock
-from dagline.dagstore import DagCache, apply_dags
 from dagline.db.models import dag_t, dag_version_t
 from dagline.executors.noop import NoopExecutor
 from dagline.scheduler.loop import Scheduler
 from dagline.spec import load_dag_paths
+from dagline.store.dags import DagCache, apply_dags
 from tests.dags import dag, task, write
 
 

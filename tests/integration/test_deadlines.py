@@ -20,9 +20,9 @@ from dagline.clock import FixedClock
 from dagline.db.models import callback_outbox_t, dag_run_t, ti_t
 from dagline.db.outbox import list_deliveries
 from dagline.executors.noop import NoopExecutor
-from dagline.pools import set_pool
 from dagline.scheduler.deadlines import record_missed_deadlines
 from dagline.scheduler.loop import Scheduler
+from dagline.store.pools import set_pool
 from tests import prometheus
 from tests.polling import wait_for
 

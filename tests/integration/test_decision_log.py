@@ -13,9 +13,9 @@ from dagline.clock import FixedClock
 from dagline.db import decisions
 from dagline.executors.noop import NoopExecutor
 from dagline.logformat import DECISIONS, JsonFormatter
-from dagline.runs import trigger_run
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
+from dagline.store.runs import trigger_run
 
 from .harness import apply, t, write_dag
 

@@ -19,12 +19,12 @@ from dagline.db.engine import Database
 from dagline.db.faults import is_conflict, is_transient
 from dagline.errors import OperationFailed
 from dagline.executors.noop import NoopExecutor
-from dagline.runs import trigger_run
 from dagline.scheduler.examine import examine_running_runs
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.scheduler.start_runs import start_queued_runs
 from dagline.scheduler.wakeup import Wakeup
+from dagline.store.runs import trigger_run
 from tests.dags import dag, task, write
 
 from .harness import apply, assert_invariants, runs, t

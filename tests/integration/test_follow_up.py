@@ -11,14 +11,14 @@ from sqlalchemy import func, select
 
 from dagline import metrics
 from dagline.clock import SystemClock
-from dagline.dagstore import apply_dags
 from dagline.db.engine import Database
 from dagline.db.models import dag_run_t, event_t, ti_t
 from dagline.executors.noop import NoopExecutor
-from dagline.runs import trigger_run
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.spec import load_dag_paths
+from dagline.store.dags import apply_dags
+from dagline.store.runs import trigger_run
 from tests.dags import dag, task, write
 from tests.polling import wait_for
 

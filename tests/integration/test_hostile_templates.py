@@ -19,9 +19,9 @@ from dagline.cli import main
 from dagline.clock import FixedClock
 from dagline.db.models import replica_t
 from dagline.executors.noop import NoopExecutor
-from dagline.runs import trigger_run
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
+from dagline.store.runs import trigger_run
 
 from .harness import assert_invariants, events, t, ti_states, write_dag
 

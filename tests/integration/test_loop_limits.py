@@ -3,12 +3,12 @@ backfill, execution timeouts, pausing. Real loop, noop executor, frozen clock, b
 
 from __future__ import annotations
 
-from dagline.backfill import cancel_backfill
 from dagline.clock import FixedClock
-from dagline.dagstore import set_paused
 from dagline.executors.noop import NoopExecutor
-from dagline.runs import trigger_run
 from dagline.scheduler.loop import Scheduler
+from dagline.store.backfills import cancel_backfill
+from dagline.store.dags import set_paused
+from dagline.store.runs import trigger_run
 from tests.dags import dag, task, write
 
 from .harness import apply, assert_invariants, backfill, events, runs, schedule, t, ti_states, write_dag

@@ -12,7 +12,7 @@ import time
 from sqlalchemy import func, select
 
 from dagline.db.models import ti_t
-from dagline.states import TIState
+from dagline.domain.states import TIState
 from tests import prometheus
 from tests.integration.harness import apply, write_dag
 

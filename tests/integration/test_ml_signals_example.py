@@ -18,9 +18,9 @@ from dagline.api import create_app
 from dagline.api.server import ApiServer
 from dagline.clock import SystemClock
 from dagline.executors.local import LocalExecutor
-from dagline.runs import stop_run, trigger_run
 from dagline.scheduler.loop import Scheduler
-from dagline.signal_store import list_signals
+from dagline.store.runs import stop_run, trigger_run
+from dagline.store.signals import list_signals
 from tests.integration.harness import apply, runs, tis
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "ml-signals"

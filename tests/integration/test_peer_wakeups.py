@@ -11,15 +11,15 @@ import pytest
 from sqlalchemy import select, update
 
 from dagline.clock import FixedClock
-from dagline.dagstore import apply_dags
 from dagline.db.models import ti_t
 from dagline.db.notify import announce
 from dagline.db.transitions import request_stop
 from dagline.executors.noop import NoopExecutor
-from dagline.runs import trigger_run
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.wakeup import Wakeup
 from dagline.spec import load_dag_paths
+from dagline.store.dags import apply_dags
+from dagline.store.runs import trigger_run
 from tests.dags import dag, task, write
 
 NOW = dt.datetime(2026, 5, 1, 12, tzinfo=dt.timezone.utc)

@@ -10,11 +10,11 @@ from click.testing import CliRunner
 
 from dagline.cli import main
 from dagline.clock import FixedClock
-from dagline.dagstore import set_paused
 from dagline.executors.noop import NoopExecutor
-from dagline.pools import set_pool
-from dagline.runs import trigger_run
 from dagline.scheduler.loop import Scheduler
+from dagline.store.dags import set_paused
+from dagline.store.pools import set_pool
+from dagline.store.runs import trigger_run
 
 from .harness import apply, t, ti_states, write_dag
 

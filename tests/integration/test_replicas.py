@@ -23,7 +23,6 @@ from alembic import command
 from click.testing import CliRunner
 from sqlalchemy import select, text, update
 
-from dagline.backfill import create_backfill
 from dagline.cli import main
 from dagline.clock import FixedClock
 from dagline.db import replicas
@@ -33,10 +32,11 @@ from dagline.executors.base import TaskKey
 from dagline.executors.local import LocalExecutor
 from dagline.executors.noop import NoopExecutor
 from dagline.executors.try_files import log_path
-from dagline.runs import trigger_run
 from dagline.scheduler.liveness import ReplicaFenced
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
+from dagline.store.backfills import create_backfill
+from dagline.store.runs import trigger_run
 from tests.dags import dag, task, write
 from tests.polling import wait_for
 

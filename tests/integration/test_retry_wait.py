@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from dagline.cli import main
 from dagline.clock import ShiftedClock
 from dagline.executors.noop import NoopExecutor
-from dagline.runs import trigger_run
 from dagline.scheduler.loop import Scheduler
+from dagline.store.runs import trigger_run
 
 from .harness import apply, t, ti_states, tis, write_dag
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dagline.errors import OperationFailed
-from dagline.runs import trigger_run
+from dagline.store.runs import trigger_run
 
 from .harness import (
     apply,
@@ -310,7 +310,7 @@ def test_pool_slots_and_task_limits_are_never_exceeded(db, tmp_path):
     from dagline.clock import FixedClock
     from dagline.db.models import ti_t
     from dagline.executors.noop import NoopExecutor
-    from dagline.pools import set_pool
+    from dagline.store.pools import set_pool
 
     tasks = []
     for i in range(10):

@@ -16,12 +16,12 @@ import time
 import pytest
 from sqlalchemy import select
 
-from dagline import audit
-from dagline.dagstore import DagCache
 from dagline.db.models import dag_run_t, signal_action_t, signal_t, ti_t
-from dagline.runs import stop_run, trigger_run
 from dagline.scheduler.signal_reactions import react_to_signals
-from dagline.signal_store import send_signal
+from dagline.store.dags import DagCache
+from dagline.store.runs import stop_run, trigger_run
+from dagline.store.signals import send_signal
+from dagline.testing import audit
 
 from .harness import apply, runs, write_dag
 

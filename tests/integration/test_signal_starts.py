@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from sqlalchemy import select, update
 
-from dagline.dagstore import DagCache
 from dagline.db.models import dag_run_t, ti_t
-from dagline.runs import trigger_run
 from dagline.scheduler.signal_reactions import react_to_signals
-from dagline.signal_store import send_signal, show_signal
+from dagline.store.dags import DagCache
+from dagline.store.runs import trigger_run
+from dagline.store.signals import send_signal, show_signal
 
 from .harness import apply, t, write_dag
 

@@ -12,8 +12,8 @@ from sqlalchemy import insert, select
 from dagline.db.models import dag_run_t, dag_t, dag_version_t, signal_t, ti_t
 from dagline.db.signal_log import record_task_state_passages
 from dagline.errors import InvalidInput
-from dagline.runs import trigger_run
-from dagline.signal_store import SignalConflict, list_signals, prune, send_signal, show_signal
+from dagline.store.runs import trigger_run
+from dagline.store.signals import SignalConflict, list_signals, prune, send_signal, show_signal
 from dagline.times import UTC
 
 from .harness import apply, write_dag

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 
-from dagline.dagstore import apply_dags
 from dagline.db.notify import RUNS_ONLY, SIGNALS_ONLY, announce, hold_announcements
 from dagline.db.signal_log import insert_signal
-from dagline.runs import trigger_run
 from dagline.scheduler.wakeup import Wakeup
 from dagline.spec import load_dag_paths
+from dagline.store.dags import apply_dags
+from dagline.store.runs import trigger_run
 from tests.dags import dag, task, write
 
 AT = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)

@@ -11,15 +11,15 @@ from sqlalchemy import select, text
 
 from dagline import metrics
 from dagline.clock import FixedClock
-from dagline.dagstore import DagCache
 from dagline.db import claims
 from dagline.db.models import signal_action_t, signal_t, ti_t
 from dagline.executors.noop import NoopExecutor
-from dagline.runs import stop_run, stop_task, trigger_run
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.signal_reactions import react_to_signals
 from dagline.scheduler.wakeup import Wakeup
-from dagline.signal_store import send_signal, show_signal
+from dagline.store.dags import DagCache
+from dagline.store.runs import stop_run, stop_task, trigger_run
+from dagline.store.signals import send_signal, show_signal
 
 from .harness import apply, assert_invariants, events, runs, t, tis, write_dag
 
@@ -294,7 +294,7 @@ def test_an_action_row_is_written_once_per_signal_rule_run_and_task(db, tmp_path
 
 
 def test_the_audit_sees_signals_acted_on_out_of_order_or_twice_and_runs_without_their_signal(db, tmp_path, replica):
-    from dagline import audit
+    from dagline.testing import audit
 
     run = _ml(db, tmp_path, replica)
     seqs = [replica.send("model.published", {"path": f"/m/{i}"}) for i in (1, 2)]
@@ -322,7 +322,7 @@ def test_the_audit_sees_signals_acted_on_out_of_order_or_twice_and_runs_without_
 def test_a_storm_of_signals_loses_none_and_doubles_none(db, tmp_path, replica):
     """600 signals sent at once: every trigger signal gets exactly one run (all run, maxActiveRuns 1),
     `latest` keeps only the newest waiting start, every signal is handled and has its one action."""
-    from dagline import audit
+    from dagline.testing import audit
 
     _ml(db, tmp_path, replica, handling="latest")
     apply(db, write_dag(tmp_path, TRIGGERED, "t.yaml"))

@@ -1,4 +1,4 @@
-"""Streaming tries stop cooperatively: the `dagline.streaming` helper turns SIGTERM into a clean stop
+"""Streaming tries stop cooperatively: the `dagline.sdk.streaming` helper turns SIGTERM into a clean stop
 (exit 0), the wrapper waits the task's stopGracePeriod before SIGKILL, and a streaming task stopped
 with `dagline tasks stop` under the real local executor ends `success` (its job's own log says it
 stopped cleanly)."""
@@ -17,14 +17,14 @@ import pytest
 
 from dagline.clock import SystemClock
 from dagline.executors.local import LocalExecutor
-from dagline.runs import stop_task, trigger_run
 from dagline.scheduler.loop import Scheduler
+from dagline.store.runs import stop_task, trigger_run
 
 from .harness import apply, events, tis, write_dag
 
 HELPER_JOB = textwrap.dedent("""
     import sys, time
-    from dagline.streaming import StopRequest
+    from dagline.sdk.streaming import StopRequest
 
     def close():
         print("stopped cleanly", flush=True)
@@ -149,7 +149,7 @@ def test_a_streaming_task_stopped_by_tasks_stop_ends_success_after_a_clean_stop(
 SPARK_JOB = textwrap.dedent("""
     import os, sys, time
     from pyspark.sql import SparkSession
-    from dagline.streaming import run_until_stopped
+    from dagline.sdk.streaming import run_until_stopped
 
     out, ckpt = sys.argv[1], sys.argv[2]
     spark = (SparkSession.builder.master("local[1]").appName("stream-test")

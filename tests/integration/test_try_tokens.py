@@ -9,12 +9,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from dagline.api import create_app
-from dagline.api_tokens import delete_ended_try_tokens
 from dagline.clock import FixedClock
 from dagline.db.models import api_token_t, signal_t
 from dagline.executors.noop import NoopExecutor
-from dagline.runs import trigger_run
 from dagline.scheduler.loop import Scheduler
+from dagline.store.runs import trigger_run
+from dagline.store.tokens import delete_ended_try_tokens
 from tests.integration.harness import apply, write_dag
 
 NOW = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)

@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from dagline.api import ApiSettings, create_app
 from dagline.db.models import dag_run_t, event_t, signal_t
-from dagline.pools import set_pool
+from dagline.store.pools import set_pool
 from dagline.times import parse_instant
 from dagline.web.live import LiveFeed
 from tests import web_scenario as scene

@@ -14,15 +14,15 @@ import datetime as dt
 import pytest
 from sqlalchemy import select
 
-from dagline.backfill import create_backfill
 from dagline.clock import FixedClock
 from dagline.db.models import dag_run_t, dag_t, ti_t
 from dagline.db.notify import RUNS_ONLY, announce, announce_as_scoped
 from dagline.executors.noop import NoopExecutor
-from dagline.runs import trigger_run
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.scheduler.wakeup import Wakeup
+from dagline.store.backfills import create_backfill
+from dagline.store.runs import trigger_run
 from tests.dags import dag, task, write
 from tests.polling import wait_for
 

@@ -11,14 +11,14 @@ import threading
 import pytest
 from sqlalchemy import insert, select, text
 
-from dagline.backfill import create_backfill
-from dagline.dagstore import _apply_one, apply_dags, deactivate
 from dagline.db.claims import lock_dag
 from dagline.db.models import backfill_t, dag_t
 from dagline.errors import OperationFailed
-from dagline.pools import remove_pool, set_pool
-from dagline.runs import trigger_run
 from dagline.spec import LoadedDag
+from dagline.store.backfills import create_backfill
+from dagline.store.dags import _apply_one, apply_dags, deactivate
+from dagline.store.pools import remove_pool, set_pool
+from dagline.store.runs import trigger_run
 from tests.dags import loaded
 from tests.integration.harness import events, run_row, schedule, t, ti_states
 from tests.k8s.operator_harness import dag_manifest, run_rows

@@ -13,9 +13,9 @@ import threading
 
 from sqlalchemy import select
 
-from dagline.api_tokens import create_token
-from dagline.client import send_signal
 from dagline.db.models import replica_t
+from dagline.sdk.client import send_signal
+from dagline.store.tokens import create_token
 from tests import prometheus
 from tests.k8s.operator_harness import NS, dag_manifest, dagrun_manifest, http_get, is_ready
 

@@ -23,8 +23,8 @@ from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
 from dagline.k8s import sparkapp
 from dagline.k8s.client import load_api_client
 from dagline.k8s.executor import SparkK8sExecutor, SparkK8sSettings
-from dagline.runs import trigger_run
 from dagline.scheduler.loop import Scheduler
+from dagline.store.runs import trigger_run
 from tests.integration.harness import apply, assert_invariants, events, runs, tis, write_dag
 from tests.k8s.cluster import Cluster
 from tests.k8s.emulator import SPARK_APPLICATIONS
@@ -789,7 +789,7 @@ STREAMING_DAG = """
 
 def test_tasks_stop_deletes_the_streaming_tries_application_and_the_try_ends_success(
         pg_db, kube, spark_operator, make_executor, clock, tmp_path):
-    from dagline.runs import stop_task
+    from dagline.store.runs import stop_task
 
     spark_operator.on({"dagline.io/task": "serve"}, Behaviour.hang("RUNNING"))
     apply(pg_db, write_dag(tmp_path, STREAMING_DAG))

@@ -1,10 +1,10 @@
-"""Tests for dagline.admission: which scheduled task instances the critical section queues."""
+"""Tests for dagline.domain.admission: which scheduled task instances the critical section queues."""
 
 from __future__ import annotations
 
 import pytest
 
-from dagline.admission import Admission, Candidate, Limits, Load, admit
+from dagline.domain.admission import Admission, Candidate, Limits, Load, admit
 
 
 def ti(ti_id: int, dag: str = "d", task: str | None = None, pool: str = "default", slots: int = 1,

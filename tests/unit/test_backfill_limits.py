@@ -7,11 +7,12 @@ import datetime as dt
 
 import pytest
 
-from dagline import backfill, limits
-from dagline.backfill import plan_backfill
+from dagline import limits
+from dagline.domain.timetable import make_timetable
 from dagline.errors import InvalidInput
+from dagline.store import backfills as backfill
+from dagline.store.backfills import plan_backfill
 from dagline.times import UTC
-from dagline.timetable import make_timetable
 
 pytestmark = pytest.mark.timeout(60)
 

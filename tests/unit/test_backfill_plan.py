@@ -6,9 +6,9 @@ import datetime as dt
 
 import pytest
 
-from dagline.backfill import plan_backfill
+from dagline.domain.timetable import make_timetable
+from dagline.store.backfills import plan_backfill
 from dagline.times import UTC
-from dagline.timetable import make_timetable
 
 
 def day(d: int, h: int = 0) -> dt.datetime:

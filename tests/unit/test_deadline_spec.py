@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from dagline.deadlines import DeadlineSpec, deadline_at
+from dagline.domain.deadlines import DeadlineSpec, deadline_at
 from dagline.errors import InvalidInput
 from dagline.spec import parse_dag_yaml
 

@@ -1,4 +1,4 @@
-"""Tests for dagline.deps: trigger rules, depends_on_past, retries and run outcomes."""
+"""Tests for dagline.domain.deps: trigger rules, depends_on_past, retries and run outcomes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import datetime as dt
 import pendulum
 import pytest
 
-from dagline.deps import (
+from dagline.domain.deps import (
     Decision,
     TriggerRule,
     UpstreamCounts,
@@ -17,7 +17,7 @@ from dagline.deps import (
     retry_delay,
     run_outcome,
 )
-from dagline.states import RunState, TIState
+from dagline.domain.states import RunState, TIState
 
 R = Decision.RUN
 W = Decision.WAIT

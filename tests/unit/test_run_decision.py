@@ -1,4 +1,4 @@
-"""Tests for dagline.run_decision: the next states of a running run's task instances, and its outcome."""
+"""Tests for dagline.domain.run_decision: the next states of a running run's task instances, and its outcome."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 
-from dagline.run_decision import Change, TaskFacts, TIFacts, decide_run
-from dagline.states import RunState, TIState
+from dagline.domain.run_decision import Change, TaskFacts, TIFacts, decide_run
+from dagline.domain.states import RunState, TIState
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
 EARLIER = NOW - dt.timedelta(minutes=1)

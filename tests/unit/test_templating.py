@@ -7,8 +7,7 @@ import datetime as dt
 import pendulum
 import pytest
 
-from dagline.spec import SparkSpec
-from dagline.templating import (
+from dagline.domain.templating import (
     TEMPLATE_VARIABLES,
     build_context,
     check_template,
@@ -16,6 +15,7 @@ from dagline.templating import (
     render,
     render_spark,
 )
+from dagline.spec import SparkSpec
 
 UTC = dt.timezone.utc
 

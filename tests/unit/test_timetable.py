@@ -1,4 +1,4 @@
-"""Tests for dagline.timetable: schedules -> data intervals, in UTC, across DST.
+"""Tests for dagline.domain.timetable: schedules -> data intervals, in UTC, across DST.
 
 2026 DST transitions used below (all instants UTC):
   Europe/Amsterdam  spring forward 2026-03-29 01:00 (02:00 CET -> 03:00 CEST, +1 -> +2)
@@ -15,8 +15,7 @@ import zoneinfo
 import pendulum
 import pytest
 
-from dagline.times import UTC
-from dagline.timetable import (
+from dagline.domain.timetable import (
     CronTimetable,
     DagRunInfo,
     DataInterval,
@@ -26,6 +25,7 @@ from dagline.timetable import (
     make_timetable,
     validate_schedule,
 )
+from dagline.times import UTC
 
 AMS = "Europe/Amsterdam"
 NYC = "America/New_York"

@@ -19,7 +19,7 @@ import pathlib
 
 import pytest
 
-from dagline.timetable import make_timetable
+from dagline.domain.timetable import make_timetable
 
 DATA = json.loads((pathlib.Path(__file__).parent / "airflow_reference" / "airflow_timetables.json").read_text())
 CASES = {case["id"]: case for case in DATA["cases"]}

@@ -26,7 +26,7 @@ from functools import cache
 import pytest
 from croniter import croniter
 
-from dagline.timetable import make_timetable
+from dagline.domain.timetable import make_timetable
 
 UTC = dt.timezone.utc
 YEAR_START, YEAR_END = dt.datetime(2026, 1, 1, tzinfo=UTC), dt.datetime(2027, 1, 1, tzinfo=UTC)

@@ -21,7 +21,7 @@ def main() -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from dagline.client import send_signal
+    from dagline.sdk.client import send_signal
 
     with open(args.model) as f:
         model = json.load(f)

@@ -23,7 +23,7 @@ def main() -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from dagline.streaming import run_until_stopped
+    from dagline.sdk.streaming import run_until_stopped
 
     model = None if args.model == "none" else json.load(open(args.model))
     name = f"v{model['version']}" if model else "none"

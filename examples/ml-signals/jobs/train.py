@@ -2,7 +2,7 @@
 every `--every` seconds a micro-batch refines a linear model y = a*x + b on the rows seen so far
 (running sums: least squares), writes it to <root>/models/v<N>.json and sends `model.published`
 with {path, version}. After `--models` models it keeps streaming without publishing. Stops
-cleanly when dagline asks (SIGTERM: `dagline.streaming.run_until_stopped`).
+cleanly when dagline asks (SIGTERM: `dagline.sdk.streaming.run_until_stopped`).
 
     spark-submit train.py --root /tmp/dagline-ml-signals --every 6 --models 3
 """
@@ -24,8 +24,8 @@ def main() -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from dagline.client import send_signal
-    from dagline.streaming import run_until_stopped
+    from dagline.sdk.client import send_signal
+    from dagline.sdk.streaming import run_until_stopped
 
     spark = SparkSession.builder.appName("train").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

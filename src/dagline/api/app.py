@@ -21,10 +21,10 @@ from fastapi.responses import JSONResponse
 from dagline.api import errors
 from dagline.api.settings import ApiSettings
 from dagline.api.signals import router as signals_router
-from dagline.api_tokens import Forbidden, Principal, Unauthorized, authenticate
 from dagline.clock import Clock, SystemClock
 from dagline.db.engine import Database
 from dagline.db.faults import first_line, is_transient, run_again_on_conflict
+from dagline.store.tokens import Forbidden, Principal, Unauthorized, authenticate
 from dagline.web import mount as mount_web_ui
 
 log = logging.getLogger(__name__)

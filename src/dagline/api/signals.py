@@ -23,11 +23,11 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from dagline.api.errors import ApiError, bad_request, conflict, too_large, unprocessable
-from dagline.api_tokens import READ, SEND
+from dagline.domain.signal_keys import MAX_VALUE_BYTES, validate_key, validate_sender_id
 from dagline.errors import InvalidInput, OperationFailed
-from dagline.signal_batches import send_signals
-from dagline.signal_keys import MAX_VALUE_BYTES, validate_key, validate_sender_id
-from dagline.signal_store import MAX_LIST, SignalConflict, list_signals, listeners, show_signal
+from dagline.store.signal_batches import send_signals
+from dagline.store.signals import MAX_LIST, SignalConflict, list_signals, listeners, show_signal
+from dagline.store.tokens import READ, SEND
 
 router = APIRouter()
 FIELDS = ("key", "value", "id")

@@ -55,7 +55,7 @@ def tokens():
 @click.pass_obj
 def tokens_create(obj: Context, name, scopes, now, as_json):
     """Create a token and print its secret (the only time it is shown: store it now)."""
-    from dagline.api_tokens import SEND, create_token, validate_name, validate_scopes
+    from dagline.store.tokens import SEND, create_token, validate_name, validate_scopes
 
     validate_name(name)
     scope_set = validate_scopes(scopes or (SEND,))
@@ -74,7 +74,7 @@ def tokens_create(obj: Context, name, scopes, now, as_json):
 @click.pass_obj
 def tokens_list(obj: Context, as_json):
     """Named tokens (never their secrets)."""
-    from dagline.api_tokens import list_tokens
+    from dagline.store.tokens import list_tokens
 
     with obj.db().begin() as conn:
         rows = list_tokens(conn)
@@ -89,7 +89,7 @@ def tokens_list(obj: Context, as_json):
 @click.pass_obj
 def tokens_revoke(obj: Context, name):
     """Revoke a token: it is refused (401) from the next request on."""
-    from dagline.api_tokens import revoke_token
+    from dagline.store.tokens import revoke_token
 
     with obj.db().begin() as conn:
         revoke_token(conn, name)

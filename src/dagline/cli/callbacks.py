@@ -24,7 +24,7 @@ def callbacks_list(obj: Context, state, run_ref, limit, as_json):
     """Callbacks, oldest first: `delivery_id, channel, event, dag_id, run_id, task_id, try_number, state,
     attempts, next_attempt_at, last_error, created_at, delivered_at`."""
     from dagline.db.outbox import list_deliveries
-    from dagline.runs import find_run
+    from dagline.store.runs import find_run
 
     with obj.db().begin() as conn:
         run_pk = find_run(conn, run_ref).id if run_ref is not None else None

@@ -60,8 +60,8 @@ def dags_apply(obj: Context, paths, now):
     All or nothing: every file is validated before anything is written, so one invalid file (named,
     with its field) applies nothing, exit 2. (Airflow's DAG processor loads the files it can; dagline
     gets that isolation at scheduling time instead: a DAG it cannot schedule is an import error.)"""
-    from dagline.dagstore import apply_dags
     from dagline.spec import load_dag_paths
+    from dagline.store.dags import apply_dags
 
     loaded = load_dag_paths(list(paths), warn=lambda message: click.echo(f"warning: {message}", err=True))
     results = apply_dags(obj.db(), loaded, now=make_clock(now).now())
@@ -87,7 +87,7 @@ def dags_apply(obj: Context, paths, now):
 @click.pass_obj
 def dags_list(obj: Context, limit, as_json):
     """The DAGs, their schedule and where they stand (times in each DAG's zone; JSON in UTC)."""
-    from dagline.queries import list_dags
+    from dagline.store.read_models import list_dags
 
     with obj.db().begin() as conn:
         rows = list_dags(conn)
@@ -111,7 +111,7 @@ def _first_line(text: str | None, limit: int = 100) -> str | None:
 @click.pass_obj
 def dags_show(obj: Context, dag_id, as_json):
     """The stored spec and versions of a DAG."""
-    from dagline.dagstore import require_dag
+    from dagline.store.dags import require_dag
 
     with obj.db().begin() as conn:
         row = require_dag(conn, dag_id, active=False)
@@ -163,7 +163,7 @@ def dags_next_runs(obj: Context, dag_ref, after, count, now, as_json):
     import itertools
 
     from dagline.spec import load_dag_paths
-    from dagline.timeline import timetable_for, upcoming_scheduled_runs
+    from dagline.store.timeline import timetable_for, upcoming_scheduled_runs
 
     def rows_of(runs):
         return [{"logical_date": isoformat(info.logical_date),
@@ -179,7 +179,7 @@ def dags_next_runs(obj: Context, dag_ref, after, count, now, as_json):
         dag = loaded[0].dag
         rows = None if after else rows_of(timetable_for(dag).upcoming(None, catchup=dag.spec.catchup, now=instant))
     else:
-        from dagline.dagstore import DagCache, require_dag
+        from dagline.store.dags import DagCache, require_dag
 
         with obj.db().begin() as conn:
             require_dag(conn, dag_ref)
@@ -222,7 +222,7 @@ def dags_unpause(obj: Context, dag_id, now):
 
 
 def _set_paused(obj: Context, dag_id: str, paused: bool, now: str | None) -> None:
-    from dagline.dagstore import set_paused
+    from dagline.store.dags import set_paused
 
     changed = set_paused(obj.db(), dag_id, paused, now=make_clock(now).now())
     word = "paused" if paused else "unpaused"
@@ -237,7 +237,7 @@ def _set_paused(obj: Context, dag_id: str, paused: bool, now: str | None) -> Non
 @click.pass_obj
 def dags_trigger(obj: Context, dag_id, logical_date, conf, conf_file, now):
     """Create a manual run; prints its run id."""
-    from dagline.runs import trigger_run
+    from dagline.store.runs import trigger_run
 
     database = obj.db()
     conf_value = read_conf(conf, conf_file)
@@ -257,7 +257,7 @@ def dags_delete(obj: Context, dag_id, yes, now):
     As in Airflow, running task instances do not stop it: the scheduler running them stops their
     jobs. The event log keeps the DAG's history. Without --yes, with no terminal and no answer on
     stdin, it refuses (exit 1) and removes nothing."""
-    from dagline.deletion import delete_dag, footprint
+    from dagline.store.deletion import delete_dag, footprint
 
     database = obj.db()
     with database.begin() as conn:

@@ -53,7 +53,7 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, m
     itself stopped and leaves its running jobs running, for another replica (or the next start) to
     adopt. A second Ctrl-C stops it at once."""
     logging.getLogger("dagline.scheduler").setLevel(logging.INFO)  # say what it does, even without -v
-    logging.getLogger("dagline.callbacks").setLevel(logging.INFO)  # `log` callbacks are this log's lines
+    logging.getLogger("dagline.domain.callbacks").setLevel(logging.INFO)  # `log` callbacks are this log's lines
     from dagline import logformat
     from dagline.scheduler.deliveries import CallbackSettings
     from dagline.scheduler.loop import Scheduler
@@ -69,7 +69,7 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, m
     server = None
     if metrics_port is not None:
         from dagline import metrics
-        from dagline.queries import database_collector
+        from dagline.store.read_models import database_collector
 
         metrics.watch_database(database_collector(database))
         try:
@@ -102,7 +102,7 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, m
 def _report_failed_runs(database, who: str) -> None:
     """`--until-idle`: exit 1, saying why, when a run this replica finished ended failed."""
     from dagline.db.models import event_t
-    from dagline.queries import run_failures
+    from dagline.store.read_models import run_failures
 
     with database.begin() as conn:
         failed = sorted(set(conn.execute(select(event_t.c.dag_run_id).where(
@@ -142,7 +142,7 @@ def _backfill_options(f):
 
 def _create_backfill(obj: Context, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
                      request_id, conf, conf_file, now_value):
-    from dagline.backfill import create_backfill, resolve_range
+    from dagline.store.backfills import create_backfill, resolve_range
 
     database = obj.db()
     first, last = resolve_range(start, end, dag_timezone(database, dag_id))  # `--end 2026-03-07`: all that day
@@ -196,9 +196,9 @@ def backfill_create(obj: Context, dag_id, start, end, reprocess, max_active_runs
 def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run, request_id,
                  conf, conf_file, as_json, now, executor, parallelism, log_folder):
     """Create a backfill, then run a scheduler for its runs until they finish, with a progress bar."""
-    from dagline.progress import ProgressBar, retry_words
-    from dagline.queries import backfill_dict, backfill_task_counts, pending_retries, run_failures
+    from dagline.cli.progress import ProgressBar, retry_words
     from dagline.scheduler.loop import Scheduler
+    from dagline.store.read_models import backfill_dict, backfill_task_counts, pending_retries, run_failures
 
     clock = make_clock(now)
     result = _create_backfill(obj, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
@@ -250,7 +250,7 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
 @click.pass_obj
 def backfill_list(obj: Context, dag_id, limit, as_json):
     """Backfills and their progress, oldest first; `--limit N`: the latest N."""
-    from dagline.queries import list_backfills
+    from dagline.store.read_models import list_backfills
 
     with obj.db().begin() as conn:
         rows = list_backfills(conn, dag_id)
@@ -266,7 +266,7 @@ def backfill_list(obj: Context, dag_id, limit, as_json):
 @click.pass_obj
 def backfill_show(obj: Context, backfill_id, as_json):
     """One backfill and its runs."""
-    from dagline.queries import backfill_dict, list_runs
+    from dagline.store.read_models import backfill_dict, list_runs
 
     with obj.db().begin() as conn:
         row = conn.execute(select(backfill_t).where(backfill_t.c.id == backfill_id)).first()
@@ -292,7 +292,7 @@ def backfill_show(obj: Context, backfill_id, as_json):
 @click.pass_obj
 def backfill_cancel(obj: Context, backfill_id, now):
     """Cancel a backfill: runs not yet started are failed; running ones finish."""
-    from dagline.backfill import cancel_backfill
+    from dagline.store.backfills import cancel_backfill
 
     n = cancel_backfill(obj.db(), backfill_id, now=make_clock(now).now())
     click.echo(f"backfill {backfill_id}: cancelled ({n} runs not started were failed)")

@@ -36,8 +36,8 @@ def signals():
 @click.pass_obj
 def signals_send(obj: Context, key, value_text, sender_id, now, as_json):
     """Store a signal; prints its seq. Warns when no DAG listens to KEY."""
-    from dagline.signal_keys import parse_value
-    from dagline.signal_store import SignalConflict, listeners, send_signal
+    from dagline.domain.signal_keys import parse_value
+    from dagline.store.signals import SignalConflict, listeners, send_signal
 
     value = parse_value(value_text, field="--value") if value_text is not None else None
     at = make_clock(now).now()
@@ -65,7 +65,7 @@ def signals_send(obj: Context, key, value_text, sender_id, now, as_json):
 @click.pass_obj
 def signals_list(obj: Context, key, since, limit, as_json):
     """Signals in seq order, each with what it caused."""
-    from dagline.signal_store import list_signals
+    from dagline.store.signals import list_signals
 
     with obj.db().begin() as conn:
         rows = list_signals(conn, key=key, since=since, limit=limit)
@@ -82,7 +82,7 @@ def signals_list(obj: Context, key, since, limit, as_json):
 @click.pass_obj
 def signals_show(obj: Context, seq, as_json):
     """One signal and every action it caused (or why nothing)."""
-    from dagline.signal_store import show_signal
+    from dagline.store.signals import show_signal
 
     with obj.db().begin() as conn:
         row = show_signal(conn, seq)
@@ -107,7 +107,7 @@ def signals_show(obj: Context, seq, as_json):
 @click.pass_obj
 def signals_prune(obj: Context, older_than, now):
     """Delete old signals and their action rows (unhandled and pending ones are kept)."""
-    from dagline.signal_store import prune
+    from dagline.store.signals import prune
     from dagline.times import parse_duration
 
     try:
@@ -140,7 +140,7 @@ def _summary(row) -> str:
 @click.pass_obj
 def tasks_stop(obj: Context, run_ref, task_id, now):
     """Stop a task's running try (a streaming try ends success, a batch try failed, no retry)."""
-    from dagline.runs import stop_task
+    from dagline.store.runs import stop_task
 
     click.echo(stop_task(obj.db(), run_ref, task_id, now=make_clock(now).now()))
 
@@ -151,7 +151,7 @@ def tasks_stop(obj: Context, run_ref, task_id, now):
 @click.pass_obj
 def runs_stop(obj: Context, run_ref, now):
     """Stop a run: its running tries are asked to stop, the tasks that have not started are skipped."""
-    from dagline.runs import stop_run
+    from dagline.store.runs import stop_run
 
     stopping, skipped = stop_run(obj.db(), run_ref, now=make_clock(now).now())
     click.echo(f"stopping {len(stopping)} try(ies): {', '.join(stopping) or '-'}; "

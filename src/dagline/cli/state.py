@@ -27,9 +27,9 @@ from dagline.cli.base import (
 )
 from dagline.cli.display import for_people
 from dagline.db.models import ti_t
+from dagline.domain.states import TIState
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.executors import resolve_log_folder
-from dagline.states import TIState
 
 
 @main.group()
@@ -47,8 +47,8 @@ def runs():
 def runs_list(obj: Context, dag_id, dag_option, state, limit, as_json):
     """Runs in logical-date order (per DAG); `--limit N`: the latest N. The table shows the logical date
     in the DAG's zone, the run's duration, and `manual (test)` for `dags test` runs (JSON: `is_test`)."""
-    from dagline.dagstore import require_dag
-    from dagline.queries import list_runs
+    from dagline.store.dags import require_dag
+    from dagline.store.read_models import list_runs
 
     if dag_id is not None and dag_option is not None and dag_id != dag_option:
         raise InvalidInput(f"names DAG {dag_option!r}, but DAG_ID names {dag_id!r}", field="--dag")
@@ -81,8 +81,8 @@ def _deadline_text(row: dict, timezone: str) -> str | None:
 @click.pass_obj
 def runs_show(obj: Context, run_ref, as_json):
     """One run: its fields and conf, its task instances with durations, its neighbours on the timeline."""
-    from dagline.queries import run_detail
-    from dagline.runs import find_run
+    from dagline.store.read_models import run_detail
+    from dagline.store.runs import find_run
 
     with obj.db().begin() as conn:
         data = run_detail(conn, find_run(conn, run_ref))
@@ -116,9 +116,9 @@ def runs_show(obj: Context, run_ref, as_json):
 @click.pass_obj
 def runs_grid(obj: Context, dag_id, limit, color):
     """A terminal grid: runs as columns, tasks as rows, coloured by state."""
-    from dagline.dagstore import DagCache, require_dag
-    from dagline.grid import render_grid
-    from dagline.queries import list_runs
+    from dagline.cli.grid import render_grid
+    from dagline.store.dags import DagCache, require_dag
+    from dagline.store.read_models import list_runs
 
     with obj.db().begin() as conn:
         require_dag(conn, dag_id, active=False)
@@ -146,9 +146,9 @@ def tasks():
 def tasks_list(obj: Context, run_ref, limit, as_json, now):
     """The task instances of a run, and why each one that is not running or finished waits (times in
     the DAG's zone; JSON in UTC)."""
-    from dagline.queries import list_tasks
-    from dagline.runs import find_run
-    from dagline.waiting import task_reasons
+    from dagline.store.read_models import list_tasks
+    from dagline.store.runs import find_run
+    from dagline.store.waiting import task_reasons
 
     with obj.db().begin() as conn:
         run = find_run(conn, run_ref)
@@ -175,7 +175,7 @@ def tasks_clear(obj: Context, run_ref, task_ids, downstream, failed_only, yes, n
 
     Asks before clearing more than one task instance (as Airflow does); without --yes, with no
     terminal and no answer on stdin, it refuses (exit 1) and changes nothing."""
-    from dagline.runs import clear_tasks
+    from dagline.store.runs import clear_tasks
 
     database = obj.db()
     at = make_clock(now).now()
@@ -208,7 +208,7 @@ def tasks_logs(obj: Context, run_ref, task_id, try_number, follow, poll_interval
     from dagline.db.models import replica_t
     from dagline.executors.base import TaskKey
     from dagline.executors.try_files import log_files, log_path
-    from dagline.runs import find_run
+    from dagline.store.runs import find_run
 
     database = obj.db()
 
@@ -314,7 +314,7 @@ def pools():
 @click.pass_obj
 def pools_set(obj: Context, name, slots, description, now):
     """Create or resize a pool."""
-    from dagline.pools import set_pool
+    from dagline.store.pools import set_pool
 
     action = set_pool(obj.db(), name, slots, now=make_clock(now).now(), description=description)
     click.echo(f"pool {name}: {action} ({slots} slots)")
@@ -326,7 +326,7 @@ def pools_set(obj: Context, name, slots, description, now):
 @click.pass_obj
 def pools_list(obj: Context, limit, as_json):
     """Pools, their slots and the slots in use."""
-    from dagline.pools import list_pools
+    from dagline.store.pools import list_pools
 
     with obj.db().begin() as conn:
         rows = list_pools(conn)
@@ -340,7 +340,7 @@ def pools_list(obj: Context, limit, as_json):
 def pools_delete(obj: Context, name, now):
     """Delete a pool. Refused for `default`, and while a task of an active DAG names it or task
     instances are queued or running in it (the message names them)."""
-    from dagline.pools import remove_pool
+    from dagline.store.pools import remove_pool
 
     if not remove_pool(obj.db(), name, now=make_clock(now).now(), refuse_in_use=True):
         raise OperationFailed(f"unknown pool {name!r} (see `dagline pools list`)")

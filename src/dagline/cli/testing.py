@@ -67,9 +67,9 @@ def dags_test(obj: Context, dag_id, logical_date, conf, conf_file, executor, par
     from dagline.executors import make_executor, resolve_log_folder
     from dagline.executors.base import TaskKey
     from dagline.executors.try_files import log_path
-    from dagline.runs import create_test_run, end_test_run
     from dagline.scheduler.one_run import drive_test_run
     from dagline.scheduler.settings import SchedulerSettings
+    from dagline.store.runs import create_test_run, end_test_run
 
     clock = make_clock(now)
     database = obj.db()
@@ -124,7 +124,7 @@ def dags_test(obj: Context, dag_id, logical_date, conf, conf_file, executor, par
 
 
 def _failures(database, run_pk: int) -> str:
-    from dagline.queries import list_tasks
+    from dagline.store.read_models import list_tasks
 
     with database.begin() as conn:
         failed = [t for t in list_tasks(conn, run_pk) if t["state"] == "failed"]
@@ -142,10 +142,10 @@ def _state_line(ti) -> str:
 
 
 def _print_grid(database, dag_id: str, run_pk: int, color) -> None:
-    from dagline.dagstore import DagCache
+    from dagline.cli.grid import render_grid
     from dagline.db.models import dag_run_t, dag_version_t
-    from dagline.grid import render_grid
-    from dagline.queries import run_dict, task_states
+    from dagline.store.dags import DagCache
+    from dagline.store.read_models import run_dict, task_states
 
     with database.begin() as conn:
         row = conn.execute(select(dag_run_t, dag_version_t.c.version)
@@ -163,9 +163,9 @@ def _print_grid(database, dag_id: str, run_pk: int, color) -> None:
 
 def _try_context(obj: Context, dag_id: str, task_id: str, logical_date: str, conf, conf_file):
     """What a real try of this task at this logical date would see: (dag, task, run facts, source dir)."""
-    from dagline.dagstore import DagCache, require_dag
     from dagline.db.models import dag_version_t, ti_t
-    from dagline.timeline import live_run_at, make_run_id, timetable_for
+    from dagline.store.dags import DagCache, require_dag
+    from dagline.store.timeline import live_run_at, make_run_id, timetable_for
 
     database = obj.db()
     conf_value = read_conf(conf, conf_file)
@@ -210,7 +210,7 @@ def _render(dag, task, facts):
 @click.pass_obj
 def tasks_render(obj: Context, dag_id, task_id, logical_date, conf, conf_file, as_json):
     """Print a task's rendered Spark arguments and conf, as a try at LOGICAL_DATE would get them."""
-    from dagline.templating import build_context
+    from dagline.domain.templating import build_context
 
     dag, task, facts, _ = _try_context(obj, dag_id, task_id, logical_date, conf, conf_file)
     job = _render(dag, task, facts)

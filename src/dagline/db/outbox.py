@@ -25,8 +25,8 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
 
-from dagline.callbacks import CallbackEvent, CallbackSpec, event_of_state, listening, payload
 from dagline.db.models import callback_outbox_t, dag_run_t, dag_version_t
+from dagline.domain.callbacks import CallbackEvent, CallbackSpec, event_of_state, listening, payload
 from dagline.spec import DagSpec
 
 _CACHE_LIMIT = 50_000

@@ -29,7 +29,7 @@ from sqlalchemy.engine import Connection
 from dagline.db.claims import lock_signal_key
 from dagline.db.models import UTCDateTime, dag_run_t, signal_listener_t, signal_t, ti_t
 from dagline.db.notify import SIGNALS_ONLY, announce
-from dagline.signal_keys import TASK_PREFIX, TASK_SIGNAL_STATES
+from dagline.domain.signal_keys import TASK_PREFIX, TASK_SIGNAL_STATES
 
 DAGLINE_SOURCE = "dagline"
 

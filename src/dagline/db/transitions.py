@@ -35,8 +35,8 @@ from dagline.db.notify import RUNS_ONLY, announce
 from dagline.db.observe import at_commit
 from dagline.db.outbox import enqueue_for_events
 from dagline.db.signal_log import record_task_state_signals
-from dagline.deps import next_state_after_failure
-from dagline.states import RunState, TIState
+from dagline.domain.deps import next_state_after_failure
+from dagline.domain.states import RunState, TIState
 
 _QUIET = frozenset({TIState.QUEUED})  # task instance states no other replica acts on (and no signal's)
 

@@ -21,14 +21,14 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import select
 
-from dagline.backfill import cancel_backfill, create_backfill, find_backfill, resolve_range, set_backfill_paused
 from dagline.db.engine import Database
 from dagline.db.models import dag_t
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.k8s import conditions
 from dagline.k8s.conditions import Outcome
-from dagline.queries import backfill_run_counts
 from dagline.spec import BackfillSpec, format_path
+from dagline.store.backfills import cancel_backfill, create_backfill, find_backfill, resolve_range, set_backfill_paused
+from dagline.store.read_models import backfill_run_counts
 
 WAITING_FOR_DAG = "DagNotReady"   # a reason the status sync tries again
 _CLI_FIELDS = {"--start": "spec.start", "--end": "spec.end", "--reprocess": "spec.reprocess",

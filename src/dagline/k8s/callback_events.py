@@ -22,7 +22,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dagline.callbacks import summary
+from dagline.domain.callbacks import summary
 from dagline.k8s import dagruns
 from dagline.k8s.cache import ObjectCache
 from dagline.k8s.client import DEFAULT_TIMEOUT

@@ -32,9 +32,9 @@ from dagline.k8s import conditions
 from dagline.k8s.conditions import Outcome
 from dagline.k8s.resources import API_VERSION, DAG, DAG_RUN, LABEL_DAG, LABEL_MANAGED, LABEL_RUN
 from dagline.k8s.sparkapp import MANAGED_BY, label_value
-from dagline.queries import runs_by_run_id, task_counts, version_numbers
-from dagline.runs import trigger_run
 from dagline.spec import DagRunSpec, format_path
+from dagline.store.read_models import runs_by_run_id, task_counts, version_numbers
+from dagline.store.runs import trigger_run
 from dagline.times import isoformat, parse_instant
 
 UNKNOWN_DAG = "UnknownDag"   # a reason the status sync tries again

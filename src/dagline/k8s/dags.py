@@ -23,14 +23,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from dagline.dagstore import apply_dags, deactivate
 from dagline.db.engine import Database
 from dagline.db.models import dag_t, dag_version_t
 from dagline.errors import InvalidInput
 from dagline.k8s import conditions
 from dagline.k8s.conditions import Outcome
-from dagline.queries import latest_runs, version_numbers
 from dagline.spec import Dag, LoadedDag, parse_dag_document
+from dagline.store.dags import apply_dags, deactivate
+from dagline.store.read_models import latest_runs, version_numbers
 from dagline.times import isoformat
 
 SOURCE_SCHEME = "k8s://"

@@ -29,14 +29,14 @@ from sqlalchemy import select
 from dagline.clock import Clock
 from dagline.db.engine import Database
 from dagline.db.models import backfill_t
+from dagline.domain.states import RunState
 from dagline.k8s import backfills, dagruns, dags, pools
 from dagline.k8s.cache import ObjectCache
 from dagline.k8s.client import ApiRejected
 from dagline.k8s.conditions import as_merge_patch, reason_of
 from dagline.k8s.objects import DaglineObjects
 from dagline.k8s.resources import ANNOTATION_HISTORY_LIMIT
-from dagline.queries import backfill_run_counts, runs_by_run_id, runs_to_show, task_counts, version_numbers
-from dagline.states import RunState
+from dagline.store.read_models import backfill_run_counts, runs_by_run_id, runs_to_show, task_counts, version_numbers
 
 log = logging.getLogger(__name__)
 

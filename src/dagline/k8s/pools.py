@@ -17,7 +17,7 @@ from typing import Any
 from dagline.db.engine import Database
 from dagline.k8s import conditions
 from dagline.k8s.conditions import Outcome
-from dagline.pools import DEFAULT_POOL, list_pools, remove_pool, set_pool
+from dagline.store.pools import DEFAULT_POOL, list_pools, remove_pool, set_pool
 
 
 def _age_key(body: Mapping[str, Any]) -> tuple[str, str]:

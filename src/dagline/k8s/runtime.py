@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable, Mapping
 
 from dagline import logformat, metrics
-from dagline.callbacks import Channel
 from dagline.clock import Clock, SystemClock
 from dagline.db.engine import Database, open_database
+from dagline.domain.callbacks import Channel
 from dagline.errors import InvalidInput
 from dagline.executors.base import Executor
 from dagline.k8s.cache import ObjectCache
@@ -33,11 +33,11 @@ from dagline.k8s.callback_events import kubernetes_event_channel, secret_reader
 from dagline.k8s.mirror import StatusSync, SyncStopped
 from dagline.k8s.objects import DaglineObjects
 from dagline.k8s.settings import OperatorSettings, build_executor
-from dagline.queries import database_collector
 from dagline.scheduler.channels import SecretReader
 from dagline.scheduler.deliveries import CallbackSettings
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
+from dagline.store.read_models import database_collector
 
 log = logging.getLogger(__name__)
 

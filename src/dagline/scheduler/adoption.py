@@ -30,11 +30,11 @@ from collections.abc import Sequence
 from sqlalchemy import func, or_, select
 from sqlalchemy.engine import Connection
 
-from dagline.dagstore import DagCache
 from dagline.db.claims import claim_orphaned_tis, claim_stale_replicas
 from dagline.db.models import dag_run_t, replica_t, ti_t
 from dagline.db.replicas import HOSTNAME, database_now, mark_all_others_dead
 from dagline.db.transitions import fail_running_tries, record_events
+from dagline.domain.states import TIState
 from dagline.executors.base import Executor, TaskKey, TaskLaunch
 from dagline.scheduler.critical_section import QueuedTI
 from dagline.scheduler.executor_events import fail_unlaunchable
@@ -42,7 +42,7 @@ from dagline.scheduler.launches import DEFAULT_API_URL, gather_launches, render_
 from dagline.scheduler.renderer import Renderer
 from dagline.scheduler.resilience import Transactions
 from dagline.scheduler.tries import InFlight
-from dagline.states import TIState
+from dagline.store.dags import DagCache
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ thread, outside any transaction, and retries it with backoff. Secret values (a w
 its header values) are read at delivery time by a `SecretReader`: environment variables of this
 process, and, in the operator, Kubernetes Secrets.
 
-The webhook: `POST <url>` with the JSON body (`dagline.callbacks.payload`) and the headers
+The webhook: `POST <url>` with the JSON body (`dagline.domain.callbacks.payload`) and the headers
 `Content-Type: application/json`, `User-Agent: dagline`, `X-Dagline-Delivery: <delivery id>`,
 `X-Dagline-Event: <event>`, `X-Dagline-Attempt: <n>`, plus the spec's own. Any 2xx answer is a
 delivery; anything else (an error status, a refused connection, a timeout) is a failed attempt.
@@ -23,9 +23,9 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dagline.callbacks import summary
+from dagline.domain.callbacks import summary
 
-callback_log = logging.getLogger("dagline.callbacks")
+callback_log = logging.getLogger("dagline.domain.callbacks")
 
 
 class DeliveryFailed(Exception):

@@ -8,10 +8,10 @@ import datetime as dt
 
 from sqlalchemy.engine import Connection
 
-from dagline.dagstore import DagCache
 from dagline.db.claims import lock_due_dags
 from dagline.scheduler.isolation import DagFailed, isolated
-from dagline.timeline import (
+from dagline.store.dags import DagCache
+from dagline.store.timeline import (
     NewRun,
     active_scheduled_runs,
     insert_runs,

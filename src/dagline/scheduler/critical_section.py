@@ -4,7 +4,7 @@ When no task instance at all is `scheduled` it stops at that look, without locki
 holding the pool rows (`NOWAIT`: if another replica holds them it is doing this very step; then
 `PoolsBusy` leaves the transaction, which rolls back, and the loop queues nothing this round), it
 reads the `scheduled` TIs by priority then logical date and what is queued or running, and lets
-`dagline.admission.admit` decide (a pure function: each TI only if its pool has `poolSlots` free,
+`dagline.domain.admission.admit` decide (a pure function: each TI only if its pool has `poolSlots` free,
 its DAG is under `maxActiveTasks`, its task is under `maxActiveTisPerDag`, and the executor has a
 free slot). Admitted TIs become `queued` with their try number incremented; the loop launches them
 after this transaction commits. Queueing wakes no peer (see `db.notify`), save when this replica's
@@ -32,16 +32,16 @@ from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from dagline import metrics
-from dagline.admission import Candidate, Limits, admit
-from dagline.dagstore import DagCache
 from dagline.db.claims import lock_pools_if_free, lock_pools_nowait, lock_schedulable_tis
 from dagline.db.models import ti_t
 from dagline.db.notify import announce
 from dagline.db.observe import at_commit
 from dagline.db.transitions import NEXT_TRY, change_tis
+from dagline.domain.admission import Candidate, Limits, admit
+from dagline.domain.states import TIState
 from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
-from dagline.states import TIState
-from dagline.waiting import admission_load
+from dagline.store.dags import DagCache
+from dagline.store.waiting import admission_load
 
 log = logging.getLogger(__name__)
 

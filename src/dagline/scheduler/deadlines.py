@@ -1,6 +1,6 @@
 """Housekeeping: find missed deadlines at the deadline, record each once, fire its callbacks.
 
-Runs and task instances carry `deadline_at`, fixed when the run was created (`dagline.deadlines`).
+Runs and task instances carry `deadline_at`, fixed when the run was created (`dagline.domain.deadlines`).
 At every housekeeping pass (and so within `housekeeping_interval_s` of the deadline), one indexed
 statement per table sets `deadline_missed_at` on the rows whose deadline has passed and which are not
 done yet, as a compare-and-set (`... AND deadline_missed_at IS NULL AND state IN <open states>`): with

@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable, Mapping
 
 from dagline import metrics
-from dagline.callbacks import redelivery_delay
 from dagline.db.claims import claim_due_callbacks
 from dagline.db.outbox import settle_delivered, settle_failed
+from dagline.domain.callbacks import redelivery_delay
 from dagline.errors import InvalidInput
 from dagline.scheduler.channels import Callback, DeliveryFailed
 from dagline.scheduler.resilience import Transactions

@@ -1,7 +1,7 @@
 """Loop step 3 and the mini-scheduler: decide the task instances of locked running runs.
 
 For every run: read its TIs (and, for `dependsOnPast` tasks, the TIs of its `previous` run), let
-`dagline.run_decision.decide_run` decide (a pure function: a TI in `none` by its trigger rule and
+`dagline.domain.run_decision.decide_run` decide (a pure function: a TI in `none` by its trigger rule and
 `dependsOnPast`, a TI in `up_for_retry` once its retry time has passed, decisions propagating within
 one walk; the run's outcome once its TIs are all finished), then write the decisions, grouped by
 (from, to) state, as compare-and-sets with events. Loop step 3 looks at the runs unlocked first and
@@ -24,15 +24,15 @@ from collections.abc import Callable, Iterable, Sequence
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
 
-from dagline.dagstore import DagCache
 from dagline.db.claims import lock_running_runs, running_runs
 from dagline.db.models import dag_run_t, dag_t, signal_action_t, ti_t
 from dagline.db.transitions import change_runs, change_tis
-from dagline.run_decision import RunDecision, TaskFacts, TIFacts, decide_run
+from dagline.domain.run_decision import RunDecision, TaskFacts, TIFacts, decide_run
+from dagline.domain.states import RunState, TIState
 from dagline.scheduler.isolation import DagFailed, describe, is_dags_fault, isolated, record_import_error
-from dagline.states import RunState, TIState
-from dagline.timeline import refresh_next_dagrun
-from dagline.waiting import previous_states
+from dagline.store.dags import DagCache
+from dagline.store.timeline import refresh_next_dagrun
+from dagline.store.waiting import previous_states
 
 
 @dataclasses.dataclass

@@ -19,15 +19,15 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from dagline.dagstore import DagCache
 from dagline.db.models import dag_run_t, ti_t
 from dagline.db.replicas import HOSTNAME
 from dagline.db.signal_log import record_task_state_passages, record_task_state_signals
 from dagline.db.transitions import change_tis, change_tries_each, count_transitions, record_events, ti_events
-from dagline.deps import next_state_after_failure, retry_delay
+from dagline.domain.deps import next_state_after_failure, retry_delay
+from dagline.domain.states import TIState
 from dagline.executors.base import TaskReport
 from dagline.scheduler.isolation import is_dags_fault
-from dagline.states import TIState
+from dagline.store.dags import DagCache
 
 
 def apply_reports(

@@ -12,12 +12,12 @@ import datetime as dt
 from sqlalchemy import and_, exists, select, update
 from sqlalchemy.engine import Connection
 
-from dagline.dagstore import DagCache
 from dagline.db.models import backfill_t, dag_run_t, ti_t
 from dagline.db.transitions import fail_running_tries, record_events
+from dagline.domain.states import RunState, TIState
 from dagline.executors.base import TaskKey
 from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
-from dagline.states import RunState, TIState
+from dagline.store.dags import DagCache
 
 
 def time_out_tasks(conn: Connection, *, now: dt.datetime, dags: DagCache, who: str,

@@ -27,15 +27,15 @@ from collections.abc import Sequence
 from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 
-from dagline.api_tokens import issue_try_tokens
-from dagline.dagstore import DagCache
 from dagline.db.models import dag_run_t, dag_version_t, signal_t, ti_t
+from dagline.domain.templating import build_context, spark_templates
 from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
 from dagline.scheduler.critical_section import QueuedTI
 from dagline.scheduler.isolation import describe, is_dags_fault
 from dagline.scheduler.renderer import Renderer, RenderFailed, RenderInterrupted, RenderRequest
 from dagline.spec import Task
-from dagline.templating import build_context, spark_templates
+from dagline.store.dags import DagCache
+from dagline.store.tokens import issue_try_tokens
 from dagline.times import duration_seconds
 
 
@@ -69,7 +69,7 @@ DEFAULT_API_URL = "http://127.0.0.1:8793"  # `dagline api`'s default address
 
 
 def try_env(api_url: str, token: str) -> tuple[tuple[str, str], ...]:
-    """What a try needs to send signals with `dagline.client.send_signal`."""
+    """What a try needs to send signals with `dagline.sdk.client.send_signal`."""
     return (("DAGLINE_API_URL", api_url), ("DAGLINE_SIGNAL_TOKEN", token))
 
 

@@ -47,9 +47,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from dagline import metrics
-from dagline.api_tokens import delete_ended_try_tokens
 from dagline.clock import Clock, SystemClock
-from dagline.dagstore import DagCache
 from dagline.db.claims import PoolsBusy, lock_runs_by_id
 from dagline.db.engine import Database
 from dagline.db.faults import first_line, is_transient
@@ -57,7 +55,6 @@ from dagline.db.notify import announce, announce_as_scoped
 from dagline.db.observe import at_commit
 from dagline.db.replicas import database_now
 from dagline.executors.base import Executor, TaskLaunch
-from dagline.queries import pending_retries
 from dagline.scheduler import housekeeping
 from dagline.scheduler.adoption import Adopter, Settled, declare_others_dead, declare_stale_replicas_dead
 from dagline.scheduler.channels import Callback, SecretReader, log_channel, webhook_channel
@@ -78,6 +75,9 @@ from dagline.scheduler.start_runs import newest_run, start_queued_runs
 from dagline.scheduler.stops import tries_to_stop
 from dagline.scheduler.tries import InFlight
 from dagline.scheduler.wakeup import Wakeup
+from dagline.store.dags import DagCache
+from dagline.store.read_models import pending_retries
+from dagline.store.tokens import delete_ended_try_tokens
 
 log = logging.getLogger(__name__)
 

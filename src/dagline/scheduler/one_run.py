@@ -21,10 +21,10 @@ from sqlalchemy import select
 from dagline.clock import Clock
 from dagline.db.engine import Database
 from dagline.db.models import dag_run_t, pool_t, ti_t
+from dagline.domain.states import RunState, TIState
 from dagline.executors.base import Executor
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
-from dagline.states import RunState, TIState
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Rendering a task's templates in a separate process, with a hard time budget.
 
-The sandbox bounds what a template may allocate (`dagline.templating`), but not how long it runs: a
+The sandbox bounds what a template may allocate (`dagline.domain.templating`), but not how long it runs: a
 loop such as `{% for i in range(99999) %}{% for j in range(99999) %}` cannot be interrupted inside a
 thread. So a replica renders in a small long-lived child process (`python -m
 dagline.scheduler.renderer`) and waits for each template's answer at most `time_budget_s` (2 s): past
@@ -35,8 +35,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dagline.domain.templating import TIME_BUDGET_S, render
 from dagline.limits import RENDERER_MEMORY_LIMIT
-from dagline.templating import TIME_BUDGET_S, render
 
 log = logging.getLogger(__name__)
 

@@ -44,15 +44,15 @@ import logging
 from sqlalchemy import and_, bindparam, func, null, select, union_all, update
 from sqlalchemy.engine import Connection
 
-from dagline.dagstore import DagCache
 from dagline.db.claims import claim_unhandled_signals, lock_dag, lock_run_for_signal
 from dagline.db.models import dag_run_t, dag_t, signal_action_t, signal_listener_t, ti_t
 from dagline.db.notify import hold_announcements
 from dagline.db.transitions import request_stop
+from dagline.domain.states import RunState, TIState
 from dagline.scheduler.examine import examine_runs
 from dagline.scheduler.signal_starts import StartActions, action_row, insert_actions, supersede_pending
-from dagline.states import RunState, TIState
-from dagline.timeline import NewRun, insert_runs, live_run_at, timetable_for
+from dagline.store.dags import DagCache
+from dagline.store.timeline import NewRun, insert_runs, live_run_at, timetable_for
 
 log = logging.getLogger(__name__)
 

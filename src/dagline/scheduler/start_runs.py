@@ -15,13 +15,13 @@ import datetime as dt
 from sqlalchemy import func, or_, select
 from sqlalchemy.engine import Connection
 
-from dagline.admission import max_active_runs_reason
-from dagline.dagstore import DagCache
 from dagline.db.claims import lock_dags_with_startable_runs, startable_runs
 from dagline.db.models import backfill_t, dag_run_t, dag_t
 from dagline.db.transitions import change_runs
+from dagline.domain.admission import max_active_runs_reason
+from dagline.domain.states import RunState
 from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
-from dagline.states import RunState
+from dagline.store.dags import DagCache
 
 
 def start_queued_runs(

@@ -12,7 +12,7 @@ from sqlalchemy import select, tuple_
 from sqlalchemy.engine import Connection
 
 from dagline.db.models import ti_t
-from dagline.states import TIState
+from dagline.domain.states import TIState
 
 
 def tries_to_stop(conn: Connection, mine: Mapping[tuple[int, int], object]) -> list[tuple[int, int]]:

@@ -9,11 +9,11 @@ import difflib
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
 
-from dagline.callbacks import RUN_EVENTS
-from dagline.signal_rules import rule_problems
+from dagline.domain.callbacks import RUN_EVENTS
+from dagline.domain.signal_rules import rule_problems
+from dagline.domain.templating import referenced_params
 from dagline.spec.models import DagSpec
 from dagline.spec.problems import format_path, problems_error
-from dagline.templating import referenced_params
 from dagline.times import parse_instant
 
 

@@ -16,10 +16,10 @@ from typing import Any
 import pendulum
 from pydantic import ValidationError
 
-from dagline.callbacks import CallbackSpec
-from dagline.deadlines import DeadlineSpec
+from dagline.domain.callbacks import CallbackSpec
+from dagline.domain.deadlines import DeadlineSpec
+from dagline.domain.signal_rules import SignalRule
 from dagline.errors import InvalidInput
-from dagline.signal_rules import SignalRule
 from dagline.spec.checks import check_dag_spec, topological_order
 from dagline.spec.fields import check_dag_id
 from dagline.spec.models import DagDocument, DagSpec, SparkSpec, TaskDefaults, TaskSpec

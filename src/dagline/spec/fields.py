@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from dagline.domain.templating import check_template
 from dagline.limits import (
     KIB,
     MAX_EXECUTION_TIMEOUT,
@@ -24,7 +25,6 @@ from dagline.limits import (
     MIB,
 )
 from dagline.spec.problems import shorten
-from dagline.templating import check_template
 from dagline.times import duration_seconds, parse_duration, parse_instant
 
 # Every pattern is used with `fullmatch`: `$` would also match before a trailing newline.

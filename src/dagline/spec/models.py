@@ -13,9 +13,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import to_jsonable_python
 
-from dagline.callbacks import CallbackSpec
-from dagline.deadlines import DeadlineSpec
-from dagline.deps import TriggerRule
+from dagline.domain.callbacks import CallbackSpec
+from dagline.domain.deadlines import DeadlineSpec
+from dagline.domain.deps import TriggerRule
+from dagline.domain.signal_rules import SignalRule, SignalTrigger
 from dagline.limits import (
     MAX_ACTIVE_LIMIT,
     MAX_POOL_SLOTS,
@@ -25,7 +26,6 @@ from dagline.limits import (
     MAX_SPARK_INSTANCES,
     MIN_PRIORITY_WEIGHT,
 )
-from dagline.signal_rules import SignalRule, SignalTrigger
 from dagline.spec.bounds import json_value_problem
 from dagline.spec.fields import (
     DagId,
@@ -159,7 +159,7 @@ class DagSpec(SpecModel):
     @field_validator("schedule")
     @classmethod
     def _valid_schedule(cls, value: str | None) -> str | None:
-        from dagline.timetable import (
+        from dagline.domain.timetable import (
             validate_schedule,  # local: timetable may come to use this module's types
         )
 

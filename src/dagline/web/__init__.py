@@ -1,8 +1,8 @@
 """The web UI: server-rendered pages (Jinja2, every value autoescaped) on the same FastAPI app as the
 HTTP API, so `dagline api` and every operator replica serve both. `mount(app)` adds its routes.
 
-Role in the flow of data: it reads stored state through the read models (`dagline.queries`,
-`dagline.signal_store`, `dagline.pools`, `dagline.waiting` and its own `web.queries`) and acts through
+Role in the flow of data: it reads stored state through the read models (`dagline.store.read_models`,
+`dagline.store.signals`, `dagline.store.pools`, `dagline.store.waiting` and its own `web.queries`) and acts through
 the very functions the command line calls (`runs.trigger_run`, `runs.clear_tasks`, `runs.stop_run`,
 `backfill.create_backfill`, `dagstore.set_paused`, `signal_store.send_signal`), so an action taken
 here is recorded in the event log exactly as the CLI's is, with `web:<token name>` as who did it.

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from fastapi import Request
 
-from dagline.api_tokens import OPERATE, READ, SEND, Forbidden, Principal, Unauthorized, authenticate
+from dagline.store.tokens import OPERATE, READ, SEND, Forbidden, Principal, Unauthorized, authenticate
 
 TOKEN_COOKIE = "dagline_token"
 CSRF_COOKIE = "dagline_csrf"

@@ -26,15 +26,15 @@ from fastapi.responses import RedirectResponse
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from dagline.api_tokens import OPERATE, SEND, authenticate
-from dagline.backfill import create_backfill, resolve_range
-from dagline.dagstore import require_dag, set_paused
 from dagline.db.models import ti_t
+from dagline.domain.states import TIState
 from dagline.errors import InvalidInput, OperationFailed
-from dagline.runs import clear_tasks, find_run, stop_run, trigger_run
-from dagline.signal_store import listeners, send_signal
 from dagline.spec.bounds import check_json_value
-from dagline.states import TIState
+from dagline.store.backfills import create_backfill, resolve_range
+from dagline.store.dags import require_dag, set_paused
+from dagline.store.runs import clear_tasks, find_run, stop_run, trigger_run
+from dagline.store.signals import listeners, send_signal
+from dagline.store.tokens import OPERATE, SEND, authenticate
 from dagline.times import isoformat, parse_instant
 from dagline.web import access
 from dagline.web.respond import Page, html, redirect_with_notice, serve_page, state
@@ -300,7 +300,7 @@ def _send(request: Request, viewer, fields) -> Page:
     value_text = _one(fields, "value")
     value = read_json(value_text, "value", object_only=False) if value_text else None
     sender_id = _one(fields, "id") or None
-    from dagline.signal_keys import validate_key, validate_sender_id
+    from dagline.domain.signal_keys import validate_key, validate_sender_id
 
     validate_key(key, field="key")
     validate_sender_id(sender_id, field="id")

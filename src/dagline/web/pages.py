@@ -11,13 +11,13 @@ from fastapi.responses import PlainTextResponse, RedirectResponse, StreamingResp
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from dagline import queries as cli_queries
 from dagline.db.models import ti_t
+from dagline.domain.states import TIState
 from dagline.errors import OperationFailed
 from dagline.executors.base import TaskKey
-from dagline.pools import list_pools
-from dagline.states import TIState
-from dagline.waiting import task_reasons
+from dagline.store import read_models as cli_queries
+from dagline.store.pools import list_pools
+from dagline.store.waiting import task_reasons
 from dagline.web import access, charts, logs
 from dagline.web import queries as q
 from dagline.web.respond import NotFound, Page, html, in_transaction, serve_page, state

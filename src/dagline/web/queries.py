@@ -1,5 +1,5 @@
 """The pages' read models: what each page shows, read in the request's one transaction. Listings the
-CLI already has come from `dagline.queries` (the same fields as its JSON); what only the pages need
+CLI already has come from `dagline.store.read_models` (the same fields as its JSON); what only the pages need
 (the grid, the timeline, a run's tries, a task's durations) is read here."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import statistics
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from dagline import queries
-from dagline.dagstore import DagCache, require_dag
 from dagline.db.models import dag_run_t, event_t, ti_t
+from dagline.domain.states import TIState
 from dagline.errors import OperationFailed
-from dagline.states import TIState
+from dagline.store import read_models as queries
+from dagline.store.dags import DagCache, require_dag
 from dagline.times import isoformat
 
 MAX_GRID_RUNS = 1000
@@ -217,7 +217,7 @@ def backfills(conn: Connection) -> list[dict]:
 
 def signal_log(conn: Connection, limit: int = 100) -> list[dict]:
     """The newest signals first, each with its actions; every action names its run's numeric id."""
-    from dagline.signal_store import list_signals
+    from dagline.store.signals import list_signals
 
     signals = list(reversed(list_signals(conn, limit=limit)))
     keys = {(a["dag_id"], a["run_id"]) for s in signals for a in s["actions"]}
@@ -255,7 +255,7 @@ def rendered_job(conn: Connection, dag, run, task_id: str, try_number: int) -> d
 
 
 def run_row(conn: Connection, run_ref: str):
-    from dagline.runs import find_run
+    from dagline.store.runs import find_run
 
     return find_run(conn, run_ref)
 

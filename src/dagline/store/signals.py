@@ -18,9 +18,9 @@ from sqlalchemy.engine import Connection
 
 from dagline.db.models import dag_run_t, dag_t, signal_action_t, signal_listener_t, signal_t
 from dagline.db.signal_log import SignalConflict, insert_signal
+from dagline.domain.signal_keys import encode_value, same_value, validate_key, validate_sender_id
+from dagline.domain.states import RunState
 from dagline.errors import InvalidInput, OperationFailed
-from dagline.signal_keys import encode_value, same_value, validate_key, validate_sender_id
-from dagline.states import RunState
 from dagline.times import isoformat
 
 __all__ = ["SignalConflict", "send_signal", "list_signals", "show_signal", "prune", "listeners"]

@@ -1,7 +1,7 @@
 """The states a task instance and a DAG run move through, as the strings the database stores.
 
 Plain constants with no behaviour: the vocabulary every layer shares (the dependency rules in
-`dagline.deps`, the database transitions, the scheduler, the CLI and the Kubernetes mirror).
+`dagline.domain.deps`, the database transitions, the scheduler, the CLI and the Kubernetes mirror).
 """
 
 from __future__ import annotations

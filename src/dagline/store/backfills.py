@@ -16,17 +16,17 @@ import json
 from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
 
-from dagline.dagstore import DagCache, require_dag
 from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t
 from dagline.db.transitions import fail_queued_runs, record_events
+from dagline.domain.states import RunState
+from dagline.domain.timetable import DataInterval, Timetable
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.limits import MAX_ACTIVE_LIMIT, MAX_BACKFILL_RUNS, MAX_ID_LENGTH
-from dagline.states import RunState
-from dagline.timeline import NewRun, insert_runs, on_timeline, refresh_next_dagrun, timetable_for
+from dagline.store.dags import DagCache, require_dag
+from dagline.store.timeline import NewRun, insert_runs, on_timeline, refresh_next_dagrun, timetable_for
 from dagline.times import parse_instant, to_utc
-from dagline.timetable import DataInterval, Timetable
 
 REPROCESS = ("none", "failed", "completed")
 

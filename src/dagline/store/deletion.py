@@ -17,12 +17,12 @@ import datetime as dt
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.engine import Connection
 
-from dagline.dagstore import require_dag
 from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, signal_action_t, signal_listener_t, ti_t
 from dagline.db.transitions import record_events
-from dagline.states import TIState
+from dagline.domain.states import TIState
+from dagline.store.dags import require_dag
 
 
 @dataclasses.dataclass(frozen=True)

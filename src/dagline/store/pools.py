@@ -12,10 +12,10 @@ from dagline.db.claims import lock_pool
 from dagline.db.engine import Database
 from dagline.db.models import dag_run_t, dag_t, pool_t, ti_t
 from dagline.db.transitions import record_events
+from dagline.domain.states import TIState
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.limits import MAX_POOL_SLOTS
 from dagline.spec.fields import check_pool_name
-from dagline.states import TIState
 
 DEFAULT_POOL = "default"
 
@@ -52,7 +52,7 @@ def set_pool(db: Database, name: str, slots: int, *, now: dt.datetime, descripti
 def pool_users(conn: Connection, name: str) -> tuple[list[str], list[str]]:
     """Who uses a pool: (`dag.task` of the active DAGs' current versions that name it, `dag.task@run`
     of task instances queued or running in it)."""
-    from dagline.dagstore import DagCache  # dagstore builds on this module's layer
+    from dagline.store.dags import DagCache  # dagstore builds on this module's layer
 
     cache = DagCache()
     tasks = []

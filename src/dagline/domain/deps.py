@@ -11,7 +11,7 @@ previous run's TI state, try numbers -- and these functions decide:
 * `run_outcome`: the final state of a DAG run once all its TIs are finished (stricter than Airflow:
   any failed TI fails the run, so an ``all_done`` cleanup task cannot turn a failed run green).
 
-The states themselves (`TIState`, `RunState`) live in `dagline.states`.
+The states themselves (`TIState`, `RunState`) live in `dagline.domain.states`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import datetime as dt
 import enum
 from collections.abc import Iterable, Mapping
 
+from dagline.domain.states import RunState, TIState
 from dagline.limits import MAX_RETRY_DELAY
-from dagline.states import RunState, TIState
 
 
 class TriggerRule(str, enum.Enum):

@@ -18,11 +18,11 @@ from collections.abc import Iterable
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from dagline.admission import Candidate, Limits, Load, admit, max_active_runs_reason
-from dagline.dagstore import DagCache
 from dagline.db.models import backfill_t, dag_run_t, dag_t, pool_t, ti_t
-from dagline.run_decision import TaskFacts, TIFacts, decide_run
-from dagline.states import RunState, TIState
+from dagline.domain.admission import Candidate, Limits, Load, admit, max_active_runs_reason
+from dagline.domain.run_decision import TaskFacts, TIFacts, decide_run
+from dagline.domain.states import RunState, TIState
+from dagline.store.dags import DagCache
 
 
 def admission_load(conn: Connection, dag_ids: Iterable[str]) -> Load:

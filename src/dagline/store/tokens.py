@@ -35,8 +35,8 @@ from sqlalchemy.engine import Connection
 
 from dagline.db.bulk import insert_rows
 from dagline.db.models import api_token_t, dag_run_t, ti_t
+from dagline.domain.states import TIState
 from dagline.errors import InvalidInput, OperationFailed
-from dagline.states import TIState
 from dagline.times import isoformat
 
 SEND = "signals:send"

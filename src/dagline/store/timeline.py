@@ -29,11 +29,11 @@ from dagline import metrics
 from dagline.db.models import dag_run_t, dag_t, ti_t
 from dagline.db.observe import at_commit
 from dagline.db.transitions import change_runs, record_events
-from dagline.deadlines import deadline_at
+from dagline.domain.deadlines import deadline_at
+from dagline.domain.states import RunState, TIState
+from dagline.domain.timetable import DagRunInfo, DataInterval, Timetable, make_timetable
 from dagline.spec import Dag
-from dagline.states import RunState, TIState
 from dagline.times import isoformat
-from dagline.timetable import DagRunInfo, DataInterval, Timetable, make_timetable
 
 SCHEDULE_DRIVING_TYPES = ("scheduled", "backfill")
 

@@ -110,7 +110,7 @@ class WebhookSpec(_Model):
 
 
 class LogSpec(_Model):
-    """A line in the scheduler's log (logger `dagline.callbacks`)."""
+    """A line in the scheduler's log (logger `dagline.domain.callbacks`)."""
 
 
 class KubernetesEventSpec(_Model):

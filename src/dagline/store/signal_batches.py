@@ -26,7 +26,7 @@ from dagline.db.claims import lock_signal_key
 from dagline.db.models import signal_listener_t, signal_t
 from dagline.db.notify import announce
 from dagline.db.signal_log import SignalConflict
-from dagline.signal_keys import encode_value, same_value, validate_key, validate_sender_id
+from dagline.domain.signal_keys import encode_value, same_value, validate_key, validate_sender_id
 
 
 def send_signals(

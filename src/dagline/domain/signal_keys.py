@@ -15,8 +15,8 @@ import math
 import re
 from typing import Any
 
+from dagline.domain.states import TIState
 from dagline.errors import InvalidInput
-from dagline.states import TIState
 
 MAX_KEY_LENGTH = 200
 MAX_VALUE_BYTES = 64 * 1024

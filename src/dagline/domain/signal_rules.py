@@ -15,8 +15,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from dagline.domain.signal_keys import parse_task_state_key, validate_key
 from dagline.errors import InvalidInput
-from dagline.signal_keys import parse_task_state_key, validate_key
 
 ACTIONS = ("start", "restart", "stop")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from dagline.states import TIState
+from dagline.domain.states import TIState
 
 
 def in_words(seconds: float) -> str:

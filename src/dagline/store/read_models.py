@@ -8,9 +8,9 @@ from sqlalchemy.engine import Connection
 
 from dagline.db.engine import Database
 from dagline.db.models import RUN_STATES, TI_STATES, backfill_t, dag_run_t, dag_t, dag_version_t, event_t, pool_t, ti_t
+from dagline.domain.states import RunState, TIState
 from dagline.metrics import DatabaseCollector, DatabaseFigures
-from dagline.states import RunState, TIState
-from dagline.timeline import on_timeline
+from dagline.store.timeline import on_timeline
 from dagline.times import isoformat
 
 

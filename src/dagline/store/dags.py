@@ -23,12 +23,12 @@ from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, pool_t, signal_listener_t
 from dagline.db.transitions import fail_queued_runs, record_events
-from dagline.deps import pool_too_small
+from dagline.domain.deps import pool_too_small
+from dagline.domain.signal_keys import parse_task_state_key
+from dagline.domain.signal_rules import rule_name
+from dagline.domain.states import RunState
 from dagline.errors import OperationFailed
-from dagline.signal_keys import parse_task_state_key
-from dagline.signal_rules import rule_name
 from dagline.spec import Dag, LoadedDag
-from dagline.states import RunState
 
 
 class DagCache:
@@ -133,7 +133,7 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
     """Upsert DAGs in one transaction: a new version only when the spec changed. `guard(row)` is called
     with each DAG's locked row (None for a new DAG) before anything is written, and may raise to refuse
     (the Kubernetes controller refuses a DAG another namespace's object defines)."""
-    from dagline.timeline import (
+    from dagline.store.timeline import (
         refresh_next_dagrun,  # the timeline builds on this module
     )
 
@@ -282,7 +282,7 @@ def require_dag(conn: Connection, dag_id: str, *, active: bool = True):
 
 def set_paused(db: Database, dag_id: str, paused: bool, *, now: dt.datetime, who: str = "cli") -> bool:
     """Pause or unpause; returns whether anything changed."""
-    from dagline.timeline import refresh_next_dagrun
+    from dagline.store.timeline import refresh_next_dagrun
 
     cache = DagCache()
     with db.begin() as conn:

@@ -27,8 +27,15 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from dagline.deps import Decision, TriggerRule, UpstreamCounts, depends_on_past_met, evaluate_trigger_rule, run_outcome
-from dagline.states import RunState, TIState
+from dagline.domain.deps import (
+    Decision,
+    TriggerRule,
+    UpstreamCounts,
+    depends_on_past_met,
+    evaluate_trigger_rule,
+    run_outcome,
+)
+from dagline.domain.states import RunState, TIState
 
 _DECISION_STATE = {
     Decision.RUN: TIState.SCHEDULED,

@@ -10,15 +10,15 @@ import weakref
 from sqlalchemy import and_, bindparam, or_, select, update
 from sqlalchemy.engine import Connection
 
-from dagline.dagstore import DagCache, require_dag
 from dagline.db.claims import lock_dag, lock_run_for_signal
 from dagline.db.engine import Database
 from dagline.db.models import dag_run_t, signal_action_t, ti_t
 from dagline.db.transitions import change_runs, change_tis, request_stop
+from dagline.domain.states import RunState, TIState
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.limits import MAX_ROW_ID
-from dagline.states import RunState, TIState
-from dagline.timeline import NewRun, insert_runs, make_run_id, on_timeline, timetable_for
+from dagline.store.dags import DagCache, require_dag
+from dagline.store.timeline import NewRun, insert_runs, make_run_id, on_timeline, timetable_for
 
 # DAG versions never change: one cache per database for every trigger this process makes
 _versions: weakref.WeakKeyDictionary[Database, DagCache] = weakref.WeakKeyDictionary()

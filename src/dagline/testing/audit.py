@@ -64,11 +64,11 @@ import datetime as dt
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from dagline.dagstore import DagCache
 from dagline.db.models import backfill_t, dag_run_t, dag_t, event_t, pool_t, signal_action_t, signal_t, ti_t
-from dagline.deps import depends_on_past_met
-from dagline.states import RunState, TIState
-from dagline.timeline import on_timeline, timetable_for
+from dagline.domain.deps import depends_on_past_met
+from dagline.domain.states import RunState, TIState
+from dagline.store.dags import DagCache
+from dagline.store.timeline import on_timeline, timetable_for
 
 
 def duplicate_runs(conn: Connection) -> list[tuple]:
