@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench install clean
+.PHONY: demo test lint bench install clean docs
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "dagline needs Python 3.11 or newer (set PYTHON=...)")'
@@ -44,6 +44,9 @@ bench: $(STAMP)
 .PHONY: chaos
 chaos: $(STAMP)
 	$(PY) bench/chaos.py --replicas 3 --seconds 600 --throwaway-cluster
+
+docs: $(STAMP)   # docs/reference/cli.md and spec.md, generated from the commands and the spec models
+	$(PY) -m dagline.cli.reference
 
 clean:
 	rm -rf $(VENV) demo logs dagline.db*
