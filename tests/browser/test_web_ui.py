@@ -4,7 +4,7 @@ database) and a real scheduler process (noop executor) that keeps a streaming ta
 
 The tests click through every page in the order a person would, assert what is on the screen, and
 save a screenshot of each page (in a temporary folder; with DAGLINE_SCREENSHOTS=docs/screenshots,
-the README's pictures are made again). One module, one shared scene: the whole set takes well under
+the pictures of docs/how-to/web-ui.md are made again). One module, one shared scene: the whole set takes well under
 two minutes.
 """
 

@@ -387,10 +387,9 @@ def test_a_symlink_to_a_device_in_a_folder_is_skipped(tmp_path):
 # --- documentation --------------------------------------------------------------------------------------
 
 
-def test_the_readme_lists_every_limit():
-    """README's "Limits" section names every bound of `dagline.limits` (units and the column types they
+def test_the_limits_page_lists_every_limit():
+    """docs/reference/limits.md names every bound of `dagline.limits` (units and the column types they
     are built from aside), so a new bound cannot go undocumented."""
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme.split("\n## Limits\n", 1)[1].split("\n## ", 1)[0]
+    section = (Path(__file__).parents[2] / "docs" / "reference" / "limits.md").read_text()
     names = [name for name in vars(limits) if name.isupper() and name not in ("KIB", "MIB", "INT32_MAX", "INT32_MIN")]
     assert [name for name in names if f"`{name}`" not in section] == []

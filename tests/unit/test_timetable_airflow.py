@@ -7,7 +7,7 @@ the same cases with `Timetable.upcoming`, the path its scheduler, `dags next-run
 take, and must give the same intervals.
 
 The few cases where dagline differs on purpose are named in `DELIBERATE`, each with the reason
-(the README's "Time" section says the same); for those the test asserts that dagline gives its own
+(docs/explanation/time.md says the same); for those the test asserts that dagline gives its own
 documented answer, so neither side can drift unnoticed.
 """
 
