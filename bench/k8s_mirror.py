@@ -47,9 +47,9 @@ from sqlalchemy import select  # noqa: E402
 from dagline.clock import FixedClock  # noqa: E402
 from dagline.db.models import dag_run_t  # noqa: E402
 from dagline.executors.noop import NoopExecutor  # noqa: E402
-from tests.k8s.cluster import Cluster  # noqa: E402
-from tests.k8s.kopf_runner import run_kopf  # noqa: E402
-from tests.k8s.operator_harness import NS, START, dag_manifest, replica  # noqa: E402
+from tests.helpers.k8s.cluster import Cluster  # noqa: E402
+from tests.helpers.k8s.kopf_runner import run_kopf  # noqa: E402
+from tests.helpers.k8s.operator_harness import NS, START, dag_manifest, replica  # noqa: E402
 
 POLL_S = 0.05
 

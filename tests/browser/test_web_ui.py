@@ -20,9 +20,9 @@ import pytest
 
 from dagline.api import ApiSettings, create_app
 from dagline.api.server import ApiServer
-from tests import web_scenario as scene
-from tests.conftest import make_pg_database
-from tests.polling import wait_for
+from tests.helpers import web_scenario as scene
+from tests.helpers.polling import wait_for
+from tests.helpers.postgres import make_pg_database
 from tests.tools.install_chromium import ensure_chromium
 
 playwright_sync = pytest.importorskip("playwright.sync_api", reason="playwright is in the test extra: make install")

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.polling import wait_for
+from tests.helpers.polling import wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NAMESPACE = "dataplat"

@@ -16,7 +16,7 @@ from dagline.clock import FixedClock
 from dagline.db.models import signal_t, ti_t
 from dagline.store.runs import trigger_run
 from dagline.store.tokens import create_token, issue_try_tokens, revoke_token
-from tests.integration.harness import apply, write_dag
+from tests.helpers.harness import apply, write_dag
 
 NOW = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)
 LISTENER = """

@@ -25,10 +25,9 @@ from dagline.scheduler.deliveries import CallbackSettings
 from dagline.scheduler.loop import Scheduler
 from dagline.spec import parse_dag_yaml
 from dagline.store.runs import trigger_run
-from tests.polling import wait_for
-
-from .harness import apply, runs, t, write_dag
-from .receiver import Receiver
+from tests.helpers.harness import apply, runs, t, write_dag
+from tests.helpers.polling import wait_for
+from tests.helpers.receiver import Receiver
 
 NOW = "2026-03-01T00:00:00Z"
 DAG = """

@@ -19,9 +19,8 @@ from dagline.scheduler.examine import examine_runs
 from dagline.scheduler.start_runs import start_queued_runs
 from dagline.store.dags import DagCache
 from dagline.store.runs import trigger_run
-from tests.dags import dag, task, write
-
-from .harness import apply, t
+from tests.helpers.dags import dag, task, write
+from tests.helpers.harness import apply, t
 
 NOW = t("2026-03-05T00:00:00Z")
 def daily(name: str) -> dict:

@@ -11,49 +11,12 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import func, select, text, update
+from sqlalchemy import select, text, update
 
 from dagline.cli import main
-from dagline.db.models import Base, dag_run_t, dag_t
-from tests.polling import wait_for
-
-GOOD = """
-apiVersion: dagline.io/v1alpha1
-kind: DAG
-metadata: {name: sales}
-spec:
-  paused: false
-  catchup: true
-  schedule: "@daily"
-  startDate: "2026-03-01"
-  tasks:
-    - id: extract
-      spark: {mainApplicationFile: extract.py, arguments: ["--ds", "{{ ds }}"]}
-    - id: load
-      upstream: [extract]
-      spark: {mainApplicationFile: load.py}
-"""
-
-
-def cli(db, *args, expect: int = 0):
-    result = CliRunner().invoke(main, ["--db", db.url, *args], catch_exceptions=False)
-    assert result.exit_code == expect, (result.output, result.stderr if hasattr(result, "stderr") else "")
-    return result
-
-
-def snapshot(db) -> dict:
-    """Row counts of every table: what a failed command must leave unchanged."""
-    with db.begin() as conn:
-        return {t.name: conn.execute(select(func.count()).select_from(t)).scalar_one()
-                for t in Base.metadata.sorted_tables}
-
-
-@pytest.fixture
-def applied(db, tmp_path):
-    path = tmp_path / "sales.yaml"
-    path.write_text(GOOD)
-    cli(db, "dags", "apply", str(path))
-    return path
+from dagline.db.models import dag_run_t, dag_t
+from tests.helpers.cli import GOOD, cli, snapshot
+from tests.helpers.polling import wait_for
 
 
 def test_apply_list_show_and_json_fields(db, applied):

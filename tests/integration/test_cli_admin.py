@@ -22,7 +22,7 @@ from dagline.executors.noop import NoopExecutor
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.times import UTC
-from tests.integration.test_cli import GOOD, cli, snapshot
+from tests.helpers.cli import GOOD, cli, snapshot
 
 POOLED = GOOD.replace("metadata: {name: sales}", "metadata: {name: pooled}").replace(
     "    - id: extract\n", "    - id: extract\n      pool: spark\n")

@@ -15,7 +15,7 @@ from dagline.cli import main
 from dagline.errors import InvalidInput
 from dagline.store.runs import trigger_run
 from dagline.times import parse_instant
-from tests.integration.test_cli import GOOD, applied, cli, snapshot  # noqa: F401 (applied: a fixture)
+from tests.helpers.cli import GOOD, cli, snapshot
 
 pytestmark = pytest.mark.timeout(60)
 

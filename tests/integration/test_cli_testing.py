@@ -13,7 +13,7 @@ from sqlalchemy import select
 from dagline.cli import main
 from dagline.db.models import dag_run_t, ti_t
 from dagline.testing.audit import all_violations
-from tests.integration.test_cli import cli, snapshot
+from tests.helpers.cli import cli, snapshot
 
 DAG = """
 apiVersion: dagline.io/v1alpha1
@@ -218,7 +218,7 @@ def test_dags_test_runs_beside_a_running_scheduler(db, dag_file):
     import sys
 
     from dagline.db.models import replica_t
-    from tests.polling import wait_for
+    from tests.helpers.polling import wait_for
 
     cli(db, "dags", "apply", str(dag_file))
     cli(db, "dags", "unpause", "sales", "--now", "2026-03-03T02:00+01:00")

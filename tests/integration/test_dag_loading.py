@@ -14,7 +14,7 @@ from dagline.executors.noop import NoopExecutor
 from dagline.scheduler.loop import Scheduler
 from dagline.spec import load_dag_paths
 from dagline.store.dags import DagCache, apply_dags
-from tests.dags import dag, task, write
+from tests.helpers.dags import dag, task, write
 
 
 def _apply(db, tmp_path) -> dict[str, int]:

@@ -23,11 +23,10 @@ from dagline.executors.noop import NoopExecutor
 from dagline.scheduler.deadlines import record_missed_deadlines
 from dagline.scheduler.loop import Scheduler
 from dagline.store.pools import set_pool
-from tests import prometheus
-from tests.polling import wait_for
-
-from .harness import apply, backfill, events, runs, schedule, t, tis, write_dag
-from .receiver import Receiver
+from tests.helpers import prometheus
+from tests.helpers.harness import apply, backfill, events, runs, schedule, t, tis, write_dag
+from tests.helpers.polling import wait_for
+from tests.helpers.receiver import Receiver
 
 DAG = """
 apiVersion: dagline.io/v1alpha1

@@ -16,8 +16,7 @@ from dagline.logformat import DECISIONS, JsonFormatter
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.store.runs import trigger_run
-
-from .harness import apply, t, write_dag
+from tests.helpers.harness import apply, t, write_dag
 
 DAG = """
 apiVersion: dagline.io/v1alpha1

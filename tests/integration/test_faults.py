@@ -25,9 +25,8 @@ from dagline.scheduler.settings import SchedulerSettings
 from dagline.scheduler.start_runs import start_queued_runs
 from dagline.scheduler.wakeup import Wakeup
 from dagline.store.runs import trigger_run
-from tests.dags import dag, task, write
-
-from .harness import apply, assert_invariants, runs, t
+from tests.helpers.dags import dag, task, write
+from tests.helpers.harness import apply, assert_invariants, runs, t
 
 NOW = "2026-03-01T00:00:00Z"
 CHAIN = (task("a"), task("b", "a"), task("c", "b"))

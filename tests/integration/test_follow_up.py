@@ -19,8 +19,8 @@ from dagline.scheduler.settings import SchedulerSettings
 from dagline.spec import load_dag_paths
 from dagline.store.dags import apply_dags
 from dagline.store.runs import trigger_run
-from tests.dags import dag, task, write
-from tests.polling import wait_for
+from tests.helpers.dags import dag, task, write
+from tests.helpers.polling import wait_for
 
 CHAIN = 8
 

@@ -25,7 +25,7 @@ from sqlalchemy import select
 from dagline import limits
 from dagline.cli import main
 from dagline.db.models import Base
-from tests.integration.test_cli import GOOD
+from tests.helpers.cli import GOOD
 
 pytestmark = pytest.mark.timeout(120)
 

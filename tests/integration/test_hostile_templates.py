@@ -22,8 +22,7 @@ from dagline.executors.noop import NoopExecutor
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.store.runs import trigger_run
-
-from .harness import assert_invariants, events, t, ti_states, write_dag
+from tests.helpers.harness import assert_invariants, events, t, ti_states, write_dag
 
 NOW = "2026-03-01T00:00:00Z"
 DAGS = """

@@ -11,8 +11,7 @@ from sqlalchemy import select, update
 
 from dagline.cli import main
 from dagline.db.models import dag_t, dag_version_t
-
-from .harness import apply, events, runs, schedule, ti_states, write_dag
+from tests.helpers.harness import apply, events, runs, schedule, ti_states, write_dag
 
 DAG = """
 apiVersion: dagline.io/v1alpha1

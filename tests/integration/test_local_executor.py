@@ -25,7 +25,7 @@ from dagline.executors.base import SparkJob, TaskKey, TaskLaunch, TaskReport
 from dagline.executors.local import LocalExecutor
 from dagline.executors.noop import NoopExecutor
 from dagline.executors.try_files import last_log_line, log_path
-from tests.polling import wait_for
+from tests.helpers.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "sales_daily"

@@ -9,9 +9,8 @@ from dagline.scheduler.loop import Scheduler
 from dagline.store.backfills import cancel_backfill
 from dagline.store.dags import set_paused
 from dagline.store.runs import trigger_run
-from tests.dags import dag, task, write
-
-from .harness import apply, assert_invariants, backfill, events, runs, schedule, t, ti_states, write_dag
+from tests.helpers.dags import dag, task, write
+from tests.helpers.harness import apply, assert_invariants, backfill, events, runs, schedule, t, ti_states, write_dag
 
 DAG = """
 apiVersion: dagline.io/v1alpha1

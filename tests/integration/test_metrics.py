@@ -13,8 +13,8 @@ from sqlalchemy import func, select
 
 from dagline.db.models import ti_t
 from dagline.domain.states import TIState
-from tests import prometheus
-from tests.integration.harness import apply, write_dag
+from tests.helpers import prometheus
+from tests.helpers.harness import apply, write_dag
 
 NOW = "2026-03-03T00:00:00+00:00"
 

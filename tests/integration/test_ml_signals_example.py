@@ -21,7 +21,7 @@ from dagline.executors.local import LocalExecutor
 from dagline.scheduler.loop import Scheduler
 from dagline.store.runs import stop_run, trigger_run
 from dagline.store.signals import list_signals
-from tests.integration.harness import apply, runs, tis
+from tests.helpers.harness import apply, runs, tis
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "ml-signals"
 

@@ -14,7 +14,7 @@ from dagline.errors import InvalidInput
 from dagline.executors import make_executor
 from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
 from dagline.executors.noop import parse_duration_option
-from tests.dags import dag, task, write
+from tests.helpers.dags import dag, task, write
 
 DAG = dag("timed", task("first", app="a.py"), task("second", "first", app="b.py"))
 

@@ -20,7 +20,7 @@ from dagline.scheduler.wakeup import Wakeup
 from dagline.spec import load_dag_paths
 from dagline.store.dags import apply_dags
 from dagline.store.runs import trigger_run
-from tests.dags import dag, task, write
+from tests.helpers.dags import dag, task, write
 
 NOW = dt.datetime(2026, 5, 1, 12, tzinfo=dt.timezone.utc)
 QUIET_S = 0.3  # how long a peer listens for a wake-up that must not come

@@ -15,8 +15,7 @@ from dagline.scheduler.loop import Scheduler
 from dagline.store.dags import set_paused
 from dagline.store.pools import set_pool
 from dagline.store.runs import trigger_run
-
-from .harness import apply, t, ti_states, write_dag
+from tests.helpers.harness import apply, t, ti_states, write_dag
 
 NOW = "2026-03-01T00:00:00Z"
 WHY = """

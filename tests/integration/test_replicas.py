@@ -37,10 +37,9 @@ from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.store.backfills import create_backfill
 from dagline.store.runs import trigger_run
-from tests.dags import dag, task, write
-from tests.polling import wait_for
-
-from .harness import SLOW_DAG, apply, assert_invariants, events, runs, t, ti_states, tis, write_dag
+from tests.helpers.dags import dag, task, write
+from tests.helpers.harness import SLOW_DAG, apply, assert_invariants, events, runs, t, ti_states, tis, write_dag
+from tests.helpers.polling import wait_for
 
 NOW = "2026-03-01T00:00:00Z"
 CHAIN = dag("chain", task("a", retries=1), task("b", "a", retries=1))

@@ -17,10 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 from dagline.cli import main
-from tests.dags import write
-from tests.polling import wait_for
-
-from .harness import SLOW_DAG, assert_invariants, events, runs, ti_states, tis
+from tests.helpers.dags import write
+from tests.helpers.harness import SLOW_DAG, assert_invariants, events, runs, ti_states, tis
+from tests.helpers.polling import wait_for
 
 JOB = "import sys, time\nprint('started', flush=True)\ntime.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 6)\n"
 

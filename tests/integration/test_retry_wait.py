@@ -12,8 +12,7 @@ from dagline.clock import ShiftedClock
 from dagline.executors.noop import NoopExecutor
 from dagline.scheduler.loop import Scheduler
 from dagline.store.runs import trigger_run
-
-from .harness import apply, t, ti_states, tis, write_dag
+from tests.helpers.harness import apply, t, ti_states, tis, write_dag
 
 RETRIED = """
 apiVersion: dagline.io/v1alpha1

@@ -10,8 +10,7 @@ import json
 from click.testing import CliRunner
 
 from dagline.cli import main
-
-from .harness import runs, schedule, write_dag
+from tests.helpers.harness import runs, schedule, write_dag
 
 PLAIN = """
 apiVersion: dagline.io/v1alpha1

@@ -7,8 +7,7 @@ import pytest
 
 from dagline.errors import OperationFailed
 from dagline.store.runs import trigger_run
-
-from .harness import (
+from tests.helpers.harness import (
     apply,
     assert_invariants,
     backfill,

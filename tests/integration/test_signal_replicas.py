@@ -22,8 +22,7 @@ from dagline.store.dags import DagCache
 from dagline.store.runs import stop_run, trigger_run
 from dagline.store.signals import send_signal
 from dagline.testing import audit
-
-from .harness import apply, runs, write_dag
+from tests.helpers.harness import apply, runs, write_dag
 
 pytestmark = pytest.mark.postgres
 NOW = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)

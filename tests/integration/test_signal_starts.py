@@ -12,8 +12,7 @@ from dagline.scheduler.signal_reactions import react_to_signals
 from dagline.store.dags import DagCache
 from dagline.store.runs import trigger_run
 from dagline.store.signals import send_signal, show_signal
-
-from .harness import apply, t, write_dag
+from tests.helpers.harness import apply, t, write_dag
 
 NOW = t("2026-06-01T00:00:00Z")
 BUSY_TASK = """

@@ -15,8 +15,7 @@ from dagline.errors import InvalidInput
 from dagline.store.runs import trigger_run
 from dagline.store.signals import SignalConflict, list_signals, prune, send_signal, show_signal
 from dagline.times import UTC
-
-from .harness import apply, write_dag
+from tests.helpers.harness import apply, write_dag
 
 NOW = dt.datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 

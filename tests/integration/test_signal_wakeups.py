@@ -14,7 +14,7 @@ from dagline.scheduler.wakeup import Wakeup
 from dagline.spec import load_dag_paths
 from dagline.store.dags import apply_dags
 from dagline.store.runs import trigger_run
-from tests.dags import dag, task, write
+from tests.helpers.dags import dag, task, write
 
 AT = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)
 

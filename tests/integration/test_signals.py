@@ -20,8 +20,7 @@ from dagline.scheduler.wakeup import Wakeup
 from dagline.store.dags import DagCache
 from dagline.store.runs import stop_run, stop_task, trigger_run
 from dagline.store.signals import send_signal, show_signal
-
-from .harness import apply, assert_invariants, events, runs, t, tis, write_dag
+from tests.helpers.harness import apply, assert_invariants, events, runs, t, tis, write_dag
 
 NOW = "2026-05-01T12:00:00+00:00"
 

@@ -11,8 +11,7 @@ from sqlalchemy import select
 
 from dagline.cli import main
 from dagline.db.models import event_t
-
-from .harness import assert_invariants, runs, ti_states
+from tests.helpers.harness import assert_invariants, runs, ti_states
 
 
 @pytest.mark.spark

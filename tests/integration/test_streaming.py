@@ -19,8 +19,7 @@ from dagline.clock import SystemClock
 from dagline.executors.local import LocalExecutor
 from dagline.scheduler.loop import Scheduler
 from dagline.store.runs import stop_task, trigger_run
-
-from .harness import apply, events, tis, write_dag
+from tests.helpers.harness import apply, events, tis, write_dag
 
 HELPER_JOB = textwrap.dedent("""
     import sys, time

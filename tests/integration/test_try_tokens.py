@@ -15,7 +15,7 @@ from dagline.executors.noop import NoopExecutor
 from dagline.scheduler.loop import Scheduler
 from dagline.store.runs import trigger_run
 from dagline.store.tokens import delete_ended_try_tokens
-from tests.integration.harness import apply, write_dag
+from tests.helpers.harness import apply, write_dag
 
 NOW = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)
 DAG = """

@@ -17,7 +17,7 @@ from dagline.db.models import dag_run_t, event_t, signal_t
 from dagline.store.pools import set_pool
 from dagline.times import parse_instant
 from dagline.web.live import LiveFeed
-from tests import web_scenario as scene
+from tests.helpers import web_scenario as scene
 
 
 @pytest.fixture

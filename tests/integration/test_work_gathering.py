@@ -23,10 +23,9 @@ from dagline.scheduler.settings import SchedulerSettings
 from dagline.scheduler.wakeup import Wakeup
 from dagline.store.backfills import create_backfill
 from dagline.store.runs import trigger_run
-from tests.dags import dag, task, write
-from tests.polling import wait_for
-
-from .harness import apply, t
+from tests.helpers.dags import dag, task, write
+from tests.helpers.harness import apply, t
+from tests.helpers.polling import wait_for
 
 NOW = t("2026-03-01T00:00:00Z")
 LEAVE_S = 30.0

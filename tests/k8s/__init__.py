@@ -1,1 +1,1 @@
-"""Kubernetes test infrastructure: an API server emulator, kopf in a thread, a spark-operator stand-in."""
+"""Tests against Kubernetes: the operator and the spark-k8s executor on the API emulator (tests/helpers/k8s)."""

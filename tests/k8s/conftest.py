@@ -14,9 +14,9 @@ import functools
 
 import pytest
 
-from tests.k8s.cluster import Cluster
-from tests.k8s.kopf_runner import run_kopf as _run_kopf
-from tests.k8s.spark_operator import SparkOperator
+from tests.helpers.k8s.cluster import Cluster
+from tests.helpers.k8s.kopf_runner import run_kopf as _run_kopf
+from tests.helpers.k8s.spark_operator import SparkOperator
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ import threading
 import kopf
 import pytest
 
-from tests import dags
-from tests.k8s.cluster import KubeApiError
-from tests.k8s.spark_operator import Behaviour, SparkOperator
+from tests.helpers import dags
+from tests.helpers.k8s.cluster import KubeApiError
+from tests.helpers.k8s.spark_operator import Behaviour, SparkOperator
 
 NS = "default"
 

@@ -14,8 +14,8 @@ from dagline.clock import FixedClock
 from dagline.db.models import dag_version_t
 from dagline.executors.noop import NoopExecutor
 from dagline.k8s.resources import ANNOTATION_HISTORY_LIMIT
-from tests.integration.harness import assert_invariants, ti_states
-from tests.k8s.operator_harness import (
+from tests.helpers.harness import assert_invariants, ti_states
+from tests.helpers.k8s.operator_harness import (
     NS,
     START,
     backfill_manifest,

@@ -11,8 +11,8 @@ from sqlalchemy import select
 from dagline.clock import FixedClock
 from dagline.db.models import callback_outbox_t
 from dagline.executors.noop import NoopExecutor
-from tests.integration.receiver import Receiver
-from tests.k8s.operator_harness import NS, dag_manifest, dagrun_manifest, is_ready, replica, task
+from tests.helpers.k8s.operator_harness import NS, dag_manifest, dagrun_manifest, is_ready, replica, task
+from tests.helpers.receiver import Receiver
 
 
 def test_an_operator_emits_events_on_the_dag_and_dagrun_and_reads_webhook_urls_from_secrets(kube, run_kopf, pg_db):

@@ -19,10 +19,10 @@ from dagline.store.backfills import create_backfill
 from dagline.store.dags import _apply_one, apply_dags, deactivate
 from dagline.store.pools import remove_pool, set_pool
 from dagline.store.runs import trigger_run
-from tests.dags import loaded
-from tests.integration.harness import events, run_row, schedule, t, ti_states
-from tests.k8s.operator_harness import dag_manifest, run_rows
-from tests.polling import wait_for
+from tests.helpers.dags import loaded
+from tests.helpers.harness import events, run_row, schedule, t, ti_states
+from tests.helpers.k8s.operator_harness import dag_manifest, run_rows
+from tests.helpers.polling import wait_for
 
 
 def _loaded(name="daily", **spec) -> list[LoadedDag]:

@@ -13,8 +13,8 @@ from dagline.k8s.client import load_api_client
 from dagline.k8s.runtime import Runtime
 from dagline.k8s.settings import OperatorSettings
 from dagline.scheduler.guard import SchedulerLock
-from tests import prometheus
-from tests.k8s.operator_harness import FAST_LOOP, http_get, settings
+from tests.helpers import prometheus
+from tests.helpers.k8s.operator_harness import FAST_LOOP, http_get, settings
 
 
 def test_settings_come_from_the_chart_variables():

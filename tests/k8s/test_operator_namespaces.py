@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from dagline.db.models import pool_t
-from tests.k8s.operator_harness import (
+from tests.helpers.k8s.operator_harness import (
     NS,
     condition,
     dag_manifest,

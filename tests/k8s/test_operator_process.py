@@ -16,8 +16,8 @@ from sqlalchemy import select
 from dagline.db.models import replica_t
 from dagline.sdk.client import send_signal
 from dagline.store.tokens import create_token
-from tests import prometheus
-from tests.k8s.operator_harness import NS, dag_manifest, dagrun_manifest, http_get, is_ready
+from tests.helpers import prometheus
+from tests.helpers.k8s.operator_harness import NS, dag_manifest, dagrun_manifest, http_get, is_ready
 
 
 class Process:

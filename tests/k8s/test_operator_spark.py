@@ -8,7 +8,7 @@ import datetime as dt
 from dagline.clock import FixedClock
 from dagline.k8s.client import load_api_client
 from dagline.k8s.executor import SparkK8sExecutor, SparkK8sSettings
-from tests.k8s.operator_harness import NS, dag_manifest, dagrun_manifest, is_ready, replica, run_rows
+from tests.helpers.k8s.operator_harness import NS, dag_manifest, dagrun_manifest, is_ready, replica, run_rows
 
 
 def test_a_dagrun_object_runs_its_tasks_as_spark_applications(kube, run_kopf, spark_operator, pg_db):

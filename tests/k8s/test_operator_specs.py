@@ -7,7 +7,7 @@ import datetime as dt
 
 from dagline.clock import FixedClock
 from dagline.executors.noop import NoopExecutor
-from tests.k8s.operator_harness import (
+from tests.helpers.k8s.operator_harness import (
     NS,
     backfill_manifest,
     backfill_rows,

@@ -25,11 +25,11 @@ from dagline.k8s.client import load_api_client
 from dagline.k8s.executor import SparkK8sExecutor, SparkK8sSettings
 from dagline.scheduler.loop import Scheduler
 from dagline.store.runs import trigger_run
-from tests.integration.harness import apply, assert_invariants, events, runs, tis, write_dag
-from tests.k8s.cluster import Cluster
-from tests.k8s.emulator import SPARK_APPLICATIONS
-from tests.k8s.spark_operator import Behaviour
-from tests.polling import wait_for
+from tests.helpers.harness import apply, assert_invariants, events, runs, tis, write_dag
+from tests.helpers.k8s.cluster import Cluster
+from tests.helpers.k8s.emulator import SPARK_APPLICATIONS
+from tests.helpers.k8s.spark_operator import Behaviour
+from tests.helpers.polling import wait_for
 
 NS = "default"
 APPS = "sparkapplications"

@@ -17,7 +17,7 @@ from dagline.store.dags import apply_dags
 from dagline.store.read_models import list_runs
 from dagline.testing import audit
 from dagline.times import parse_instant
-from tests.dags import dag, task
+from tests.helpers.dags import dag, task
 
 
 def t(text: str) -> dt.datetime:

@@ -20,8 +20,8 @@ from typing import Any
 import kopf
 from kopf._cogs.structs import references as kopf_references
 
-from tests.k8s.cluster import Cluster
-from tests.polling import wait_for
+from tests.helpers.k8s.cluster import Cluster
+from tests.helpers.polling import wait_for
 
 
 def test_settings() -> kopf.OperatorSettings:

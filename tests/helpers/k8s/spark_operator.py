@@ -45,7 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.k8s.cluster import Cluster, KubeApiError
+from tests.helpers.k8s.cluster import Cluster, KubeApiError
 
 GROUP, VERSION, PLURAL = "sparkoperator.k8s.io", "v1beta2", "sparkapplications"
 

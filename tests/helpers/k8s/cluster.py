@@ -23,8 +23,8 @@ import aiohttp.test_utils
 
 from dagline.k8s import crds as dagline_crds
 from dagline.k8s import resources as dagline_resources
-from tests.k8s.emulator import SPARK_APPLICATIONS, ApiResource, KubeEmulator
-from tests.polling import wait_for
+from tests.helpers.k8s.emulator import SPARK_APPLICATIONS, ApiResource, KubeEmulator
+from tests.helpers.polling import wait_for
 
 
 class KubeApiError(Exception):

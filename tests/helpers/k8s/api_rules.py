@@ -1,7 +1,7 @@
 """The API server's rules on what objects contain: names, labels, selectors, merge patches, CRD schemas.
 
-Pure functions the emulator (`tests.k8s.emulator`) applies to every write and read: RFC 1123 names and
-label syntax, label and field selectors, RFC 7386 merge patches, and the structural-schema treatment of
+Pure functions the emulator (`tests.helpers.k8s.emulator`) applies to every write and read: RFC 1123
+names and label syntax, label and field selectors, RFC 7386 merge patches, and the structural-schema treatment of
 custom resources (pruning of undeclared fields, defaulting, OpenAPI validation). Problems are returned as
 (field, message) pairs, worded as the API server words them.
 """

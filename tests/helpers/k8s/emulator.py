@@ -10,10 +10,11 @@ watch and delete-collection, `limit`/`continue`, watches that resume from a `res
 404 NotFound, deletion with `deletionTimestamp` held by finalizers, garbage collection by
 `ownerReferences`, the status subresource, name and label validation (422 Invalid), and
 `CustomResourceDefinition` objects that add their resources to discovery and whose schemas prune,
-default and validate the custom objects (the content rules themselves are in `tests.k8s.api_rules`).
+default and validate the custom objects (the content rules themselves are in
+`tests.helpers.k8s.api_rules`).
 
-Everything runs in the event loop of the thread that serves it (`tests.k8s.cluster`); handlers are
-synchronous between awaits, so each request is atomic. Objects keep kmock's history of versions:
+Everything runs in the event loop of the thread that serves it (`tests.helpers.k8s.cluster`); handlers
+are synchronous between awaits, so each request is atomic. Objects keep kmock's history of versions:
 `emulator.objects[resource, namespace, name].history`.
 
 Pod logs: `GET /api/v1/namespaces/{ns}/pods/{name}/log` (CoreV1 `read_namespaced_pod_log`) answers
@@ -42,7 +43,7 @@ import kmock
 from kmock._internal import parsing as kmock_parsing
 
 from dagline.k8s import resources as dagline_resources
-from tests.k8s.api_rules import (
+from tests.helpers.k8s.api_rules import (
     GENERATED_SUFFIX,
     conform,
     field_matcher,

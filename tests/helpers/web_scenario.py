@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from dagline.cli import main
 from dagline.executors.base import TaskKey
 from dagline.executors.try_files import log_path
-from tests.dags import dag, task, write
+from tests.helpers.dags import dag, task, write
 
 OUTCOME = "{{ 'failed' if ds == '2026-01-03' and not conf.get('fixed') else 'success' }}"
 HTML = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2"><b>bold</b>'

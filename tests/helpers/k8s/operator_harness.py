@@ -23,7 +23,7 @@ from dagline.k8s.client import load_api_client
 from dagline.k8s.runtime import Runtime
 from dagline.k8s.settings import OperatorSettings
 from dagline.scheduler.settings import SchedulerSettings
-from tests import dags
+from tests.helpers import dags
 
 NS = "default"
 API = "dagline.io/v1alpha1"
