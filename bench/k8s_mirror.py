@@ -4,8 +4,8 @@ Kubernetes, how many status writes that takes, and what a pass of the status syn
     python bench/k8s_mirror.py [--dags 20] [--days 10] [--status-interval 0.5] [--passes 10] [--keep-request-log]
 
 One operator replica (real kopf, the scheduler loop with the noop executor and the status sync, in this
-process: `tests.k8s.operator_harness.replica`) against the Kubernetes emulator of the tests
-(`tests.k8s.cluster.Cluster`, over HTTP) and a fresh PostgreSQL database ($DAGLINE_TEST_POSTGRES_URL).
+process: `tests.helpers.k8s.operator_harness.replica`) against the Kubernetes emulator of the tests
+(`tests.helpers.k8s.cluster.Cluster`, over HTTP) and a fresh PostgreSQL database ($DAGLINE_TEST_POSTGRES_URL).
 Time is a `FixedClock` `--days` days and an hour after every DAG's startDate, so each @daily DAG has
 `--days` scheduled runs due at once; the DagRun history limit keeps them all.
 
