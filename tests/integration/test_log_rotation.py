@@ -62,7 +62,7 @@ def test_log_limits_come_from_the_environment_and_bad_values_name_the_variable()
 
 
 def test_following_a_log_across_a_rotation_loses_nothing(tmp_path):
-    from dagline.cli.logtail import LogTail
+    from dagline.executors.folder_log import LogTail
 
     log = tmp_path / "try-1.log"
     log.write_text("one\n")

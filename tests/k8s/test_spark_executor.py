@@ -579,6 +579,52 @@ def test_tasks_logs_reads_the_driver_pods_log_through_the_api(db, kube, spark_op
     assert waiting.exit_code == 1 and "ContainerCreating" in waiting.output
 
 
+def test_the_web_ui_shows_a_spark_k8s_tries_driver_log_as_tasks_logs_prints_it(
+        db, kube, spark_operator, make_executor, clock, tmp_path):
+    import html
+    import re
+
+    from click.testing import CliRunner
+    from fastapi.testclient import TestClient
+
+    from dagline.api import ApiSettings, create_app
+    from dagline.cli import main
+
+    spark_operator.on({"dagline.io/try": "1"}, Behaviour.fail("Traceback: ValueError: flaky input"))
+    apply(db, write_dag(tmp_path, FLAKY_DAG))
+    trigger_run(db, "flaky", now=clock.now())
+    run = run_until_done(db, make_executor(), clock, "flaky")
+    url = db.engine.url.render_as_string(hide_password=False)
+    printed = CliRunner().invoke(main, ["--db", url, "tasks", "logs", run["run_id"], "load", "--try", "1"])
+    assert printed.exit_code == 0, printed.output
+    name = sparkapp.application_name(TaskKey("flaky", run["run_id"], "load", 1))
+    assert f"driver of default/{name}" in printed.stdout  # the driver pod's log, not a file
+
+    # the log folder is empty: what the page shows can only come from the driver pod
+    web = TestClient(create_app(db, ApiSettings(anonymous_read=True, log_folder=str(tmp_path / "no-logs"))))
+    first = web.get(f"/runs/{run['id']}/logs/load/1")  # a page's first view: the log's end
+    assert first.status_code == 200 and first.headers["x-log-exists"] == "1"
+    assert first.text == printed.stdout
+    assert first.headers["x-log-offset"] == str(len(printed.stdout.encode()))
+    assert first.headers["x-try-running"] == "0"
+    part = web.get(f"/runs/{run['id']}/logs/load/1?offset=20")  # a following page: past what it has
+    assert part.text == printed.stdout.encode()[20:].decode()
+    assert web.get(f"/runs/{run['id']}/logs/load/1?offset={first.headers['x-log-offset']}").text == ""
+    page = web.get(f"/runs/{run['id']}?task=load&try=1")
+    shown = re.search(r'<pre class="log" id="log-text"[^>]*>(.*?)</pre>', page.text, re.DOTALL)
+    assert page.status_code == 200 and shown is not None
+    assert html.unescape(shown.group(1)) == printed.stdout
+
+    # try 2 succeeded and the default retention deleted its application, and with it the driver pod:
+    # the page says so in the reader's words, as `tasks logs` does
+    gone = CliRunner().invoke(main, ["--db", url, "tasks", "logs", run["run_id"], "load"])
+    assert gone.exit_code == 1 and "no longer exists" in gone.output
+    missing = web.get(f"/runs/{run['id']}/logs/load/2")
+    assert missing.status_code == 200 and missing.headers["x-log-exists"] == "0" and missing.text == ""
+    page = web.get(f"/runs/{run['id']}?task=load&try=2").text
+    assert "No log here for try 2" in page and "no longer exists" in page and "DAGLINE_SPARK_RETENTION" in page
+
+
 FOLLOWED_DAG = """\
     apiVersion: dagline.io/v1alpha1
     kind: DAG

@@ -21,6 +21,7 @@ from dagline.db import engine as dbengine
 from dagline.db.faults import first_line, is_read_only, is_transient, run_again_on_conflict
 from dagline.db.models import dag_t
 from dagline.errors import DaglineError, InvalidInput, OperationFailed
+from dagline.executors import registry
 from dagline.limits import MAX_NESTING_DEPTH, MAX_ROW_ID, MAX_SPEC_FILE_BYTES
 from dagline.spec.bounds import check_json_value
 from dagline.times import parse_instant
@@ -174,7 +175,7 @@ def main(ctx, db_url, verbose):
 
 
 
-executor_option = click.option("--executor", type=click.Choice(["local", "noop", "spark-k8s"]), default="local",
+executor_option = click.option("--executor", type=click.Choice(registry.names()), default=registry.DEFAULT,
                                show_default=True)
 parallelism_option = click.option("--parallelism", type=click.IntRange(min=1), default=2, show_default=True,
                                   help="Tries the executor runs at once.")
@@ -183,9 +184,7 @@ log_folder_option = click.option("--log-folder", default=None, metavar="DIR",
 
 
 def make_cli_executor(name, parallelism, log_folder, clock):
-    from dagline.k8s.settings import build_executor  # light: the kubernetes client only for spark-k8s
-
-    return build_executor(name, parallelism=parallelism, clock=clock, log_folder=log_folder)
+    return registry.make_executor(name, parallelism=parallelism, clock=clock, log_folder=log_folder)
 
 
 def json_object(value: str | None, field: str) -> dict | None:

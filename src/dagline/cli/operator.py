@@ -13,10 +13,12 @@ import click
 
 from dagline.cli.base import Context, log_folder_option, main, make_clock, now_option
 from dagline.errors import InvalidInput
+from dagline.executors import registry
+from dagline.k8s.settings import OperatorSettings
 
 
 @main.command("operator", retry_conflicts=False)
-@click.option("--executor", type=click.Choice(["spark-k8s", "noop", "local"]), default=None,
+@click.option("--executor", type=click.Choice(registry.names(first=OperatorSettings.executor)), default=None,
               help="How tasks run (default: $DAGLINE_EXECUTOR, else spark-k8s).")
 @click.option("--parallelism", type=click.IntRange(min=1), default=None,
               help="Tries the executor runs at once (default: $DAGLINE_PARALLELISM, else 32).")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
@@ -204,18 +203,18 @@ def tasks_logs(obj: Context, run_ref, task_id, try_number, follow, poll_interval
     """Print a task's log; with --follow, keep printing as it grows until the try ends. Local tries: the
     log files the wrapper rotated (oldest first), then the current one; spark-k8s tries: the driver
     pod's log through the Kubernetes API."""
-    from dagline.cli.logtail import LogTail
-    from dagline.db.models import replica_t
+    from dagline.executors import registry
     from dagline.executors.base import TaskKey
-    from dagline.executors.try_files import log_files, log_path
+    from dagline.executors.try_logs import NoLog, StoredTry
     from dagline.store.runs import find_run
+    from dagline.store.tries import task_try
 
     database = obj.db()
 
     def look():
         with database.begin() as conn:
             run = find_run(conn, run_ref)
-            ti = conn.execute(select(ti_t).where(ti_t.c.dag_run_id == run.id, ti_t.c.task_id == task_id)).first()
+            ti = task_try(conn, run.id, task_id)
         if ti is None:
             raise InvalidInput(f"run {run.run_id!r} has no task {task_id!r}", field="TASK_ID")
         return run, ti
@@ -232,67 +231,39 @@ def tasks_logs(obj: Context, run_ref, task_id, try_number, follow, poll_interval
     if number > ti.try_number:
         raise InvalidInput(f"task {task_id!r} has had {ti.try_number} tries", field="--try")
     key = TaskKey(run.dag_id, run.run_id, task_id, number)
-    with database.begin() as conn:
-        executor = None if ti.queued_by_replica_id is None else conn.execute(
-            select(replica_t.c.executor).where(replica_t.c.id == ti.queued_by_replica_id)).scalar()
-    if executor == "spark-k8s":
-        _follow_driver_log(key, ti, follow=follow, look=look, poll_interval=poll_interval)
-        return
-    path = log_path(resolve_log_folder(log_folder), key)
-    for older in log_files(path)[:-1] if os.path.exists(path) else log_files(path):
-        with open(older, "rb") as fh:  # what the wrapper rotated away, oldest first
-            while chunk := fh.read(1 << 16):
-                sys.stdout.buffer.write(chunk)
-    tail = LogTail(path)
+    log = registry.open_log(ti.executor, StoredTry(key, ti.external_id, resolve_log_folder(log_folder)))
 
     def running() -> bool:
-        return ti.try_number == number and ti.state in TIState.ACTIVE
+        return follow and ti.try_number == number and ti.state in TIState.ACTIVE
 
-    if not (follow and running()) and not log_files(path):
-        raise OperationFailed(f"no log at {path} (logs live where the scheduler that ran the task wrote them; "
-                              "see --log-folder)")
-    while True:
-        ended = not (follow and running())
-        while chunk := tail.read():
+    if not running():  # the log as it is now
+        for chunk in log.read():
             sys.stdout.buffer.write(chunk)
+        sys.stdout.flush()
+        if follow:
+            _say_try_ended(number, task_id, ti)
+        return
+    follower, printed, said = log.follow(), False, None
+    while True:  # until the try ends, what was added since the last look; a log not readable yet is waited for
+        ended = not running()
+        try:
+            for chunk in follower.read():
+                sys.stdout.buffer.write(chunk)
+                printed = True
+        except NoLog as exc:
+            if ended and not printed:
+                raise
+            if ended:  # printed what there was; the log went with the try's end (retention)
+                click.echo(f"{log.what} is no longer readable: {exc}", err=True)
+            elif str(exc) != said:
+                said = str(exc)
+                click.echo(f"waiting for {log.what}: {exc}", err=True)
         sys.stdout.flush()
         if ended:
             break
         time.sleep(poll_interval)
         run, ti = look()
-    if follow:
-        _say_try_ended(number, task_id, ti)
-
-
-def _follow_driver_log(key, ti, *, follow: bool, look, poll_interval: float) -> None:
-    """A spark-k8s try's driver log; with --follow, read again each poll (printing only what is new)
-    until the try ends. While it runs, a driver pod not readable yet (not created, container starting)
-    is waited for, said once on stderr; once it has ended, such an error is the command's."""
-    from dagline.k8s.pod_logs import driver_log
-
-    namespace = (ti.external_id or "").partition("/")[0] or os.environ.get("DAGLINE_SPARK_NAMESPACE") or "default"
-    printed, said = 0, None
-    while True:
-        ended = not (follow and ti.try_number == key.try_number and ti.state in TIState.ACTIVE)
-        try:
-            for chunk in driver_log(key, namespace, skip=printed):
-                sys.stdout.buffer.write(chunk)
-                printed += len(chunk)
-        except OperationFailed as exc:
-            if ended and not (follow and printed):
-                raise
-            if ended:  # printed what there was; the application went with the try's end (retention)
-                click.echo(f"the driver log is no longer readable: {exc}", err=True)
-            elif str(exc) != said:
-                said = str(exc)
-                click.echo(f"waiting for the driver log: {exc}", err=True)
-        sys.stdout.flush()
-        if ended:
-            break
-        time.sleep(poll_interval)
-        _, ti = look()
-    if follow:
-        _say_try_ended(key.try_number, key.task_id, ti)
+    _say_try_ended(number, task_id, ti)
 
 
 def _say_try_ended(number: int, task_id: str, ti) -> None:

@@ -76,8 +76,7 @@ def _source(variable: str | None, *, flag: str | None = None, flag_given: bool =
 
 
 def settings_in_force(obj: Context) -> list[Setting]:
-    from dagline.executors import resolve_log_folder
-    from dagline.executors.noop import DURATION_ENV, SEED_ENV, options_from_env
+    from dagline.executors import registry, resolve_log_folder
     from dagline.k8s.settings import OperatorSettings
     from dagline.scheduler.settings import SchedulerSettings
 
@@ -87,7 +86,7 @@ def settings_in_force(obj: Context) -> list[Setting]:
                 _source("DAGLINE_DB_URL", flag="--db", flag_given=obj.db_url is not None), "every command"),
         Setting("log_folder", resolve_log_folder(None), _source("DAGLINE_LOG_FOLDER", flag="--log-folder"),
                 "scheduler, backfill run, dags test, tasks logs (local executor)"),
-        Setting("scheduler.executor", "local", "default (flag --executor overrides it)",
+        Setting("scheduler.executor", registry.DEFAULT, "default (flag --executor overrides it)",
                 "scheduler, backfill run, dags test"),
         Setting("scheduler.parallelism", 2, "default (flag --parallelism overrides it)",
                 "scheduler, backfill run, dags test"),
@@ -97,9 +96,6 @@ def settings_in_force(obj: Context) -> list[Setting]:
         variable = f"DAGLINE_SCHEDULER_{field.name.upper()}"
         out.append(Setting(f"scheduler.{field.name}", getattr(scheduler, field.name), _source(variable),
                            "scheduler, backfill run, dags test, operator"))
-    noop = options_from_env()
-    out.append(Setting("noop.duration_s", noop.get("duration_s", 0.0), _source(DURATION_ENV), "noop executor"))
-    out.append(Setting("noop.seed", noop.get("seed"), _source(SEED_ENV), "noop executor"))
     operator_vars = {"namespace": "DAGLINE_NAMESPACE", "health_port": "DAGLINE_HEALTH_PORT",
                      "metrics_port": "DAGLINE_METRICS_PORT", "dagrun_history_limit": "DAGLINE_DAGRUN_HISTORY_LIMIT",
                      "status_interval_s": "DAGLINE_STATUS_INTERVAL", "liveness_timeout_s": "DAGLINE_LIVENESS_TIMEOUT",
@@ -109,12 +105,10 @@ def settings_in_force(obj: Context) -> list[Setting]:
         flag = {"executor": "--executor", "parallelism": "--parallelism", "namespace": "--namespace",
                 "health_port": "--health-port", "metrics_port": "--metrics-port"}.get(name)
         out.append(Setting(f"operator.{name}", getattr(operator, name), _source(variable, flag=flag), "operator"))
-    from dagline.k8s.executor import SparkK8sSettings  # loads the kubernetes client: only `config` pays for it
-
-    spark = SparkK8sSettings.from_env()
-    for name in ("namespace", "image", "service_account", "pending_timeout_s", "retention", "spark_version"):
-        variable = {"pending_timeout_s": "DAGLINE_SPARK_PENDING_TIMEOUT"}.get(name, f"DAGLINE_SPARK_{name.upper()}")
-        out.append(Setting(f"spark_k8s.{name}", getattr(spark, name), _source(variable), "spark-k8s executor"))
+    # each executor's own settings (spark-k8s's code imports the kubernetes client: only `config` pays for it)
+    for kind in registry.KINDS:
+        for shown in kind.code().settings_shown(os.environ):
+            out.append(Setting(shown.name, shown.value, _source(shown.variable), f"{kind.name} executor"))
     return out
 
 

@@ -38,13 +38,13 @@ from dagline.cli.base import (
 )
 from dagline.cli.dags import dags
 from dagline.cli.display import duration, local_time
-from dagline.cli.logtail import LogTail
 from dagline.cli.state import tasks
 from dagline.clock import FixedClock
 from dagline.errors import InvalidInput, OperationFailed
+from dagline.executors import registry
 
-test_executor_option = click.option("--executor", type=click.Choice(["local", "noop"]), default="local",
-                                    show_default=True, help="How the tasks run.")
+test_executor_option = click.option("--executor", type=click.Choice(registry.names(foreground=True)),
+                                    default=registry.DEFAULT, show_default=True, help="How the tasks run.")
 
 
 @dags.command("test", retry_conflicts=False)
@@ -64,9 +64,8 @@ def dags_test(obj: Context, dag_id, logical_date, conf, conf_file, executor, par
     as a test: it is not on the timeline (scheduled runs neither follow it nor skip its logical date)
     and scheduler replicas leave it alone. LOGICAL_DATE defaults to now. Exit 0 if the run
     succeeded, 1 if not."""
-    from dagline.executors import make_executor, resolve_log_folder
     from dagline.executors.base import TaskKey
-    from dagline.executors.try_files import log_path
+    from dagline.executors.try_logs import LogLines, StoredTry
     from dagline.scheduler.one_run import drive_test_run
     from dagline.scheduler.settings import SchedulerSettings
     from dagline.store.runs import create_test_run, end_test_run
@@ -77,14 +76,15 @@ def dags_test(obj: Context, dag_id, logical_date, conf, conf_file, executor, par
     timezone = dag_timezone(database, dag_id)
     when = read_instant(logical_date, "LOGICAL_DATE", timezone)
     settings = SchedulerSettings.from_env()
-    folder = resolve_log_folder(log_folder)
-    runner = make_executor(executor, parallelism=parallelism, log_folder=folder, clock=clock)
+    kind = registry.kind(executor)
+    executor_settings = kind.settings(parallelism=parallelism, log_folder=log_folder, clock=clock)
+    runner = kind.build(executor_settings)
     run = create_test_run(database, dag_id, now=clock.now(), logical_date=when, conf=conf_value)
     click.echo(f"test run {run.run_id} (id {run.id}) of {dag_id}: logical date "
                f"{local_time(run.logical_date, timezone)}, {executor} executor")
 
     seen: dict[str, tuple[str, int]] = {}
-    tails: dict[tuple[str, int], LogTail] = {}
+    tails: dict[tuple[str, int], LogLines] = {}
 
     def on_progress(_state, tis) -> None:
         changed = [ti for ti in tis if seen.get(ti.task_id) != (ti.state, ti.try_number)]
@@ -94,9 +94,10 @@ def dags_test(obj: Context, dag_id, logical_date, conf, conf_file, executor, par
                 click.echo(f"[{ti.task_id}] {_state_line(ti)}")
         current = {ti.task_id: ti for ti in tis}
         for ti in tis:
-            if executor == "local" and ti.try_number >= 1 and (ti.task_id, ti.try_number) not in tails:
-                tails[(ti.task_id, ti.try_number)] = LogTail(
-                    log_path(folder, TaskKey(dag_id, run.run_id, ti.task_id, ti.try_number)))
+            if kind.code().runs_jobs and ti.try_number >= 1 and (ti.task_id, ti.try_number) not in tails:
+                stored = StoredTry(TaskKey(dag_id, run.run_id, ti.task_id, ti.try_number), None,
+                                   executor_settings.log_folder)
+                tails[(ti.task_id, ti.try_number)] = LogLines(kind.open_log(stored).follow())
         for (task_id, try_number), tail in tails.items():
             ti = current[task_id]
             over = ti.try_number != try_number or ti.state not in ("queued", "running")
@@ -249,9 +250,8 @@ def tasks_render(obj: Context, dag_id, task_id, logical_date, conf, conf_file, a
 def tasks_test(obj: Context, dag_id, task_id, logical_date, conf, conf_file, executor):
     """Run one task now, ignoring its upstream tasks, and store nothing: its log goes to stdout (from a
     temporary log folder), and the exit status is the job's (0 when it succeeded)."""
-    from dagline.executors import make_executor
     from dagline.executors.base import TaskKey, TaskLaunch
-    from dagline.executors.try_files import exit_file_path, log_path, read_outcome
+    from dagline.executors.try_logs import LogLines, StoredTry
     from dagline.times import duration_seconds
 
     dag, task, facts, source_dir = _try_context(obj, dag_id, task_id, logical_date, conf, conf_file)
@@ -259,10 +259,12 @@ def tasks_test(obj: Context, dag_id, task_id, logical_date, conf, conf_file, exe
     key = TaskKey(dag.dag_id, facts["run_id"], task.task_id, facts["try_number"])
     timeout = duration_seconds(task.execution_timeout) if task.execution_timeout is not None else None
     launch = TaskLaunch(ti_id=0, key=key, job=job, working_dir=source_dir, timeout_s=timeout)
+    kind = registry.kind(executor)
     with tempfile.TemporaryDirectory(prefix="dagline-tasks-test-") as folder:
-        runner = make_executor(executor, parallelism=1, log_folder=folder)
+        runner = kind.build(kind.settings(parallelism=1, log_folder=folder))
         runner.start()
-        tail = LogTail(log_path(folder, key)) if executor == "local" else None
+        stored = StoredTry(key, None, folder)
+        tail = LogLines(kind.open_log(stored).follow()) if kind.code().runs_jobs else None
         final = None
         try:
             runner.launch([launch])
@@ -278,11 +280,10 @@ def tasks_test(obj: Context, dag_id, task_id, logical_date, conf, conf_file, exe
         except KeyboardInterrupt:
             runner.end()
             raise OperationFailed(f"interrupted: task {task_id!r} was stopped") from None
-        if executor == "noop":
-            click.echo(f"noop executor: {final.state}" + (f" ({final.message})" if final.message else ""))
+        if not kind.code().runs_jobs:  # no log, no exit status: say what it reported
+            click.echo(f"{kind.name} executor: {final.state}" + (f" ({final.message})" if final.message else ""))
             sys.exit(0 if final.state == "success" else 1)
-        outcome = read_outcome(exit_file_path(log_path(folder, key))) or {}
-    code = outcome.get("exit_code")
+        code = kind.code().exit_status(stored)
     if final.state == "success":
         sys.exit(0)
     click.echo(f"error: task {task_id!r} failed: {final.message}", err=True)

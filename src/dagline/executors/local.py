@@ -21,7 +21,8 @@ in its own session, so it outlives its replica however that ends (SIGKILL includ
 how a replica leaves on a graceful stop (its jobs keep running, another replica adopts them), `end`
 stops every job. Pid files and /proc are of this machine only: the executor is `host_bound`, a
 replica on another host cannot adopt its tries. Where those files are and how to read them is
-`dagline.executors.try_files`; this module starts, watches, stops and reports tries.
+`dagline.executors.try_files`; this module starts, watches, stops and reports tries. `KIND_CODE` is
+what the registry (`dagline.executors.registry`) builds it with and reads its tries' logs with.
 
 `spark-submit` comes from the installed `pyspark` package, not from PATH, so the job runs with the
 same Spark and the same Python as the scheduler. In local mode the driver runs the executors, so the
@@ -42,6 +43,8 @@ from pathlib import Path
 
 from dagline.clock import SystemClock
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
+from dagline.executors.folder_log import FolderLog
+from dagline.executors.registry import ExecutorSettings, KindCode
 from dagline.executors.try_files import (
     claim_pid_file,
     exit_file_path,
@@ -355,3 +358,23 @@ class LocalExecutor:
             return reason  # the log ends with the consequences of stopping the job: no help there
         line = last_log_line(t.log_file)
         return f"{reason}: {line}" if line else reason
+
+
+def _build(settings: ExecutorSettings) -> LocalExecutor:
+    return LocalExecutor(parallelism=settings.parallelism, log_folder=settings.log_folder, clock=settings.clock,
+                         **settings.options)
+
+
+def _exit_status(stored) -> int | None:
+    """The job's exit status, from the outcome the wrapper wrote next to the log (None without one)."""
+    code = (read_outcome(exit_file_path(stored.log_path)) or {}).get("exit_code")
+    return code if isinstance(code, int) else None
+
+
+KIND_CODE = KindCode(
+    build=_build,
+    open_log=FolderLog,
+    read_options=lambda environ: {"log_limits": read_log_limits(environ)},  # DAGLINE_LOG_MAX_BYTES, _FILES
+    option_names=frozenset({"log_limits"}),
+    exit_status=_exit_status,
+)

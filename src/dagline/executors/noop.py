@@ -21,6 +21,10 @@ it would for a local job that died with its machine.
 `DAGLINE_NOOP_DURATION` (seconds: `0.2`, or a range `0.05-0.5`, also written `0.05..0.5`) and
 `DAGLINE_NOOP_SEED` (an integer), e.g. `DAGLINE_NOOP_DURATION=0.05-0.5 DAGLINE_NOOP_SEED=7`.
 Cost per call is O(reports) plus a heap operation per try, so 1,000-TI benchmarks stay cheap.
+
+`KIND_CODE` is its entry for the registry (`dagline.executors.registry`): a noop try runs no job
+(`runs_jobs=False`), and its log is looked for in the log folder like a local try's (it writes none,
+but a test or a demo may put one there).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from collections.abc import Mapping
 from dagline.clock import SystemClock
 from dagline.errors import InvalidInput
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
+from dagline.executors.folder_log import FolderLog
+from dagline.executors.registry import KindCode, ShownSetting
 
 OUTCOME_KEY = "dagline.noop.outcome"
 DURATION_ENV = "DAGLINE_NOOP_DURATION"
@@ -210,3 +216,19 @@ class NoopExecutor:
         self._active.clear()
         self._due.clear()
         self._unannounced.clear()
+
+
+def _shown(environ: Mapping[str, str]) -> list[ShownSetting]:
+    options = options_from_env(environ)
+    return [ShownSetting("noop.duration_s", options.get("duration_s", 0.0), DURATION_ENV),
+            ShownSetting("noop.seed", options.get("seed"), SEED_ENV)]
+
+
+KIND_CODE = KindCode(
+    build=lambda settings: NoopExecutor(parallelism=settings.parallelism, clock=settings.clock, **settings.options),
+    open_log=FolderLog,
+    read_options=options_from_env,
+    option_names=frozenset({"duration_s", "seed"}),
+    settings_shown=_shown,
+    runs_jobs=False,
+)

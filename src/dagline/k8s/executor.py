@@ -41,6 +41,10 @@ and the driver gets SIGTERM, then its `terminationGracePeriodSeconds` (the task'
 `adopt` looks each try's application up by name: found, it is followed (its state is reported at the
 next sync); missing, the launch is returned to the scheduler (a queued try is launched again, a
 running one is a zombie).
+
+`KIND_CODE` is what the registry (`dagline.executors.registry`, which names this module by path and
+imports it only when spark-k8s is used) builds it with: its settings from `DAGLINE_SPARK_*`, its
+tries' logs read from their driver pods (`pod_logs.DriverLog`).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ import time
 from dagline.clock import SystemClock
 from dagline.errors import InvalidInput
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
+from dagline.executors.registry import ExecutorSettings, KindCode, ShownSetting
 from dagline.k8s import sparkapp
 from dagline.k8s.client import (
     AlreadyExists,
@@ -64,6 +69,7 @@ from dagline.k8s.client import (
     SparkApplications,
     load_api_client,
 )
+from dagline.k8s.pod_logs import DriverLog
 from dagline.k8s.sparkapp import LABEL_OUTCOME, Phase
 from dagline.times import duration_seconds, parse_duration
 
@@ -529,3 +535,26 @@ def _duration_text(seconds: float) -> str:
     if minutes and not secs:
         return f"{minutes}m"
     return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
+def _build(settings: ExecutorSettings) -> SparkK8sExecutor:
+    return SparkK8sExecutor(settings.options["spark"], parallelism=settings.parallelism, clock=settings.clock)
+
+
+_SHOWN = {"namespace": "DAGLINE_SPARK_NAMESPACE", "image": "DAGLINE_SPARK_IMAGE",
+          "service_account": "DAGLINE_SPARK_SERVICE_ACCOUNT", "pending_timeout_s": "DAGLINE_SPARK_PENDING_TIMEOUT",
+          "retention": "DAGLINE_SPARK_RETENTION", "spark_version": "DAGLINE_SPARK_SPARK_VERSION"}
+
+
+def _shown(environ) -> list[ShownSetting]:
+    spark = SparkK8sSettings.from_env(environ)
+    return [ShownSetting(f"spark_k8s.{name}", getattr(spark, name), variable) for name, variable in _SHOWN.items()]
+
+
+KIND_CODE = KindCode(
+    build=_build,
+    open_log=DriverLog,
+    read_options=lambda environ: {"spark": SparkK8sSettings.from_env(environ)},
+    option_names=frozenset({"spark"}),
+    settings_shown=_shown,
+)

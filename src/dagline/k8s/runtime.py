@@ -27,12 +27,13 @@ from dagline.clock import Clock, SystemClock
 from dagline.db.engine import Database, open_database
 from dagline.domain.callbacks import Channel
 from dagline.errors import InvalidInput
+from dagline.executors import registry
 from dagline.executors.base import Executor
 from dagline.k8s.cache import ObjectCache
 from dagline.k8s.callback_events import kubernetes_event_channel, secret_reader
 from dagline.k8s.mirror import StatusSync, SyncStopped
 from dagline.k8s.objects import DaglineObjects
-from dagline.k8s.settings import OperatorSettings, build_executor
+from dagline.k8s.settings import OperatorSettings
 from dagline.scheduler.channels import SecretReader
 from dagline.scheduler.deliveries import CallbackSettings
 from dagline.scheduler.loop import Scheduler
@@ -149,8 +150,8 @@ class Runtime:
             settings = dataclasses.replace(settings, namespace=None)
         clock = clock or SystemClock()
         db = (open_db or open_operator_database)(settings)
-        executor = build_executor(settings.executor, parallelism=settings.parallelism, clock=clock,
-                                  log_folder=log_folder)
+        executor = registry.make_executor(settings.executor, parallelism=settings.parallelism, clock=clock,
+                                          log_folder=log_folder)
         return cls(settings, db, clock=clock, executor=executor)
 
     def start(self) -> None:

@@ -9,7 +9,7 @@
 | `DAGLINE_DAGRUN_HISTORY_LIMIT` | 50 | finished DagRun objects kept per DAG (the annotation overrides it) |
 | `DAGLINE_STATUS_INTERVAL` | 2 | seconds between two status syncs (database -> object status) |
 | `DAGLINE_LIVENESS_TIMEOUT` | 60 | seconds without progress of kopf or the scheduler loop before `/healthz` fails |
-| `DAGLINE_EXECUTOR` | spark-k8s | the executor of the scheduler loop (`noop` for demos and tests) |
+| `DAGLINE_EXECUTOR` | spark-k8s | the scheduler loop's executor, a name in `executors.registry` (`noop`: demos) |
 | `DAGLINE_PARALLELISM` | 32 | tries the executor runs at once |
 | `DAGLINE_LOG_FORMAT` | text | `json`: one JSON object per log line, and a line per scheduler decision |
 | `DAGLINE_API_PORT` | 8793 | the HTTP API (`/api/v1/signals`), served by every replica; 0: a free port; -1: off |
@@ -29,9 +29,9 @@ import re
 from collections.abc import Mapping
 
 from dagline.errors import InvalidInput
+from dagline.executors import registry
 from dagline.limits import MAX_SETTING_SECONDS
 
-EXECUTORS = ("spark-k8s", "noop", "local")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # used with fullmatch
 
 
@@ -75,9 +75,7 @@ class OperatorSettings:
         if not 0 < self.liveness_timeout_s <= MAX_SETTING_SECONDS:
             raise InvalidInput(f"must be positive, at most {MAX_SETTING_SECONDS:,.0f} s, got "
                                f"{self.liveness_timeout_s}", field="DAGLINE_LIVENESS_TIMEOUT")
-        if self.executor not in EXECUTORS:
-            raise InvalidInput(f"unknown executor {self.executor!r} (choose {', '.join(EXECUTORS)})",
-                               field="DAGLINE_EXECUTOR")
+        registry.kind(self.executor, field="DAGLINE_EXECUTOR")  # a known name, or an error listing them
         if self.log_format not in ("text", "json"):
             raise InvalidInput(f"must be text or json, got {self.log_format!r}", field="DAGLINE_LOG_FORMAT")
         if self.parallelism < 1:
@@ -120,15 +118,3 @@ class OperatorSettings:
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**{key: value for key, value in values.items() if value is not None})
 
-
-def build_executor(name: str, *, parallelism: int, clock, log_folder: str | None = None):
-    """The scheduler's executor by name: `spark-k8s` (settings from `DAGLINE_SPARK_*`; the kubernetes client
-    is imported only then), or the core's `local` and `noop`. Used by `dagline scheduler|operator` and
-    by `kopf run -m dagline.k8s.handlers`."""
-    if name == "spark-k8s":
-        from dagline.k8s.executor import SparkK8sExecutor, SparkK8sSettings
-
-        return SparkK8sExecutor(SparkK8sSettings.from_env(), parallelism=parallelism, clock=clock)
-    from dagline.executors import make_executor, resolve_log_folder
-
-    return make_executor(name, parallelism=parallelism, log_folder=resolve_log_folder(log_folder), clock=clock)

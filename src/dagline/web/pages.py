@@ -8,15 +8,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse, StreamingResponse
-from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from dagline.db.models import ti_t
 from dagline.domain.states import TIState
 from dagline.errors import OperationFailed
 from dagline.executors.base import TaskKey
 from dagline.store import read_models as cli_queries
 from dagline.store.pools import list_pools
+from dagline.store.tries import task_try
 from dagline.store.waiting import task_reasons
 from dagline.web import access, charts, logs
 from dagline.web import queries as q
@@ -168,11 +167,11 @@ async def run_page(request: Request, run_ref: str):
         try_number = chosen_try or (current["try_number"] if current else 0)
         rendered = q.rendered_job(conn, dag, run, task, try_number) if task else None
         log = None
-        if task and try_number:
-            chunk = logs.read_chunk(getattr(api.settings, "log_folder", None),
-                                    TaskKey(run.dag_id, run.run_id, task, try_number), None)
+        stored = task_try(conn, run.id, task) if task and try_number else None
+        if stored is not None:
             following = bool(current and current["try_number"] == try_number and current["state"] in TIState.ACTIVE)
-            log = {"chunk": chunk, "following": following, "try_number": try_number}
+            log = {"source": (TaskKey(run.dag_id, run.run_id, task, try_number), stored),
+                   "following": following, "try_number": try_number}
         return Page("run.html", {
             "dag": dag_row, "run": detail, "tries": tries, "gantt": charts.gantt(tries, now=now),
             "task": task, "current": current, "rendered": rendered, "log": log,
@@ -180,7 +179,14 @@ async def run_page(request: Request, run_ref: str):
             "title": f"run {run.run_id}", "tab": None, "live": True,
         })
 
-    return await serve_page(request, work)
+    def read_log(page: Page) -> Page:  # after the transaction: a driver pod's log is read over the network
+        log = page.context.get("log")
+        if log is not None:
+            key, stored = log.pop("source")
+            log["chunk"] = logs.read_try_chunk(getattr(api.settings, "log_folder", None), key, stored, None)
+        return page
+
+    return await serve_page(request, work, then=read_log)
 
 
 @router.get("/runs/{run_ref}/logs/{task_id}/{try_number}")
@@ -193,21 +199,20 @@ async def log_text(request: Request, run_ref: str, task_id: str, try_number: int
 
     def work(conn, viewer):
         run = _run(conn, run_ref)
-        ti = conn.execute(select(ti_t.c.state, ti_t.c.try_number)
-                          .where(ti_t.c.dag_run_id == run.id, ti_t.c.task_id == task_id)).first()
+        ti = task_try(conn, run.id, task_id)
         if ti is None:
             raise NotFound(f"run {run.run_id!r} has no task {task_id!r}")
         running = ti.try_number == try_number and ti.state in TIState.ACTIVE
-        return run, running
+        return run, ti, running
 
     try:
-        (run, running), _ = await run_in_threadpool(in_transaction, request, work)
+        (run, ti, running), _ = await run_in_threadpool(in_transaction, request, work)
     except access.SignInNeeded as exc:
         return PlainTextResponse(str(exc), status_code=401)
     except (access.NotAllowed, NotFound) as exc:
         return PlainTextResponse(str(exc), status_code=403 if isinstance(exc, access.NotAllowed) else 404)
-    chunk = await run_in_threadpool(logs.read_chunk, getattr(api.settings, "log_folder", None),
-                                    TaskKey(run.dag_id, run.run_id, task_id, try_number), offset)
+    chunk = await run_in_threadpool(logs.read_try_chunk, getattr(api.settings, "log_folder", None),
+                                    TaskKey(run.dag_id, run.run_id, task_id, try_number), ti, offset)
     return PlainTextResponse(chunk.text, headers={"X-Log-Offset": str(chunk.offset),
                                                   "X-Try-Running": "1" if running else "0",
                                                   "X-Log-Exists": "1" if chunk.exists else "0",

@@ -102,11 +102,15 @@ def identified(request: Request, work: Callable):
     return run_again_on_conflict(lambda: work(viewer), what="a web UI action", pause_s=0.05), viewer
 
 
-async def serve_page(request: Request, handler: Callable, *, action: bool = False) -> Response:
+async def serve_page(request: Request, handler: Callable, *, action: bool = False,
+                     then: Callable[[Page], Page] | None = None) -> Response:
     """Run `handler(conn, viewer) -> Page` (an action: `handler(viewer) -> Page`, see `identified`) and
-    answer with its HTML (or the refusal's page)."""
+    answer with its HTML (or the refusal's page). `then(page)`, if given, runs after the transaction
+    ended (in a worker thread): what may wait on something slower than the database."""
     try:
         page, viewer = await run_in_threadpool(identified if action else in_transaction, request, handler)
+        if then is not None:
+            page = await run_in_threadpool(then, page)
     except access.SignInNeeded as exc:
         return sign_in_redirect(request, str(exc))
     except access.NotAllowed as exc:
