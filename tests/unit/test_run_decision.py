@@ -114,7 +114,7 @@ def test_changes_name_the_state_they_leave_in_walk_order():
 
 # -- signals: a task with a start rule waits for its signal --------------------------------------
 
-SIGNALLED = [TaskFacts("up"), TaskFacts("ev", ("up",), waits_for_signal=True)]
+SIGNALLED = [TaskFacts("up"), TaskFacts("ev", ("up",), start_signals=("model.published",))]
 
 
 def decide_signalled(up: str, ev: str, *, pending=False, restart=False, retry_at=None):
@@ -136,6 +136,18 @@ def decide_signalled(up: str, ev: str, *, pending=False, restart=False, retry_at
 def test_a_start_rule_task_runs_when_its_upstream_allows_and_a_signal_waits(up, ev, pending, expected):
     changes, _ = decide_signalled(up, ev, pending=pending)
     assert changes == expected
+
+
+def test_a_task_its_upstream_allows_says_it_waits_for_its_start_signal_by_key():
+    def why(up: str, tasks=SIGNALLED) -> str | None:
+        decision = decide_run(tasks, {"up": TIFacts(1, up), "ev": TIFacts(2, N)}, leaves=("ev",), previous_states={},
+                              now=NOW)
+        return decision.waiting.get(2)
+
+    assert why(OK) == "waiting for its start signal model.published"
+    assert why(RU) == "waiting for upstream up"  # its upstream comes first
+    either = [TaskFacts("up"), TaskFacts("ev", ("up",), start_signals=("a.go", "b.go"))]
+    assert why(OK, either) == "waiting for a start signal: a.go or b.go"
 
 
 def test_a_run_waiting_for_a_signal_does_not_finish_and_a_retry_takes_a_waiting_restart():

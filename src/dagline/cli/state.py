@@ -77,15 +77,21 @@ def _deadline_text(row: dict, timezone: str) -> str | None:
 @runs.command("show")
 @click.argument("run_ref", metavar="RUN_ID")
 @json_option
+@now_option
 @click.pass_obj
-def runs_show(obj: Context, run_ref, as_json):
-    """One run: its fields and conf, its task instances with durations, its neighbours on the timeline."""
+def runs_show(obj: Context, run_ref, as_json, now):
+    """One run: its fields and conf, its task instances with durations and why each one that is not
+    running or finished waits, its neighbours on the timeline."""
     from dagline.store.read_models import run_detail
     from dagline.store.runs import find_run
+    from dagline.store.waiting import task_reasons
 
     with obj.db().begin() as conn:
-        data = run_detail(conn, find_run(conn, run_ref))
+        run = find_run(conn, run_ref)
+        data = run_detail(conn, run)
+        reasons = task_reasons(conn, run, now=make_clock(now).now())  # the scheduler's own words
         zone = dag_timezone_of(conn, data["dag_id"])
+    data["tasks"] = [{**task, "reason": reasons.get(task["task_id"])} for task in data["tasks"]]
     if as_json:
         emit_json(data)
         return
@@ -105,7 +111,7 @@ def runs_show(obj: Context, run_ref, as_json):
         click.echo(f"{label + ':':<15}" + (f"{n['run_id']} (id {n['id']}), {n['state']}" if n else where))
     click.echo()
     print_table(for_people(run["tasks"], zone), ["task_id", "state", "try_number", "max_tries", "start_date",
-                                                 "end_date", "duration", "message"])
+                                                 "end_date", "duration", "reason", "message"])
 
 
 @runs.command("grid")

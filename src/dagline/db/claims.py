@@ -18,7 +18,7 @@ costs more than the round trip itself on a busy machine.
 | `lock_running_runs`, `lock_runs_by_id` | runs | SKIP LOCKED | one decider per run (`running_runs` looks first) |
 | `lock_pools_nowait` | all pools | NOWAIT | pool slots and task limits (critical section) |
 | `lock_pools_if_free` | all pools | SKIP LOCKED, all or none | the same, inside a transaction that must go on |
-| `lock_schedulable_tis` | TIs | SKIP LOCKED | one queueing per try |
+| `lock_schedulable_tis` | TIs | SKIP LOCKED | one queueing per try (`schedulable_tis`: the look, to explain) |
 | `claim_stale_replicas` | replicas | SKIP LOCKED | a dead replica is declared dead once |
 | `claim_orphaned_tis` | TIs | SKIP LOCKED | one adopter per orphaned try |
 | `claim_due_callbacks` | outbox rows | SKIP LOCKED + lease | one deliverer per callback at a time |
@@ -213,7 +213,16 @@ def lock_schedulable_tis(conn: Connection, limit: int, backfill_id: int | None =
     return conn.execute(_schedulable_tis_statement(limit, backfill_id, test_run_id)).all()
 
 
-def _schedulable_tis_statement(limit, backfill_id: int | None, test_run_id: int | None):
+def schedulable_tis(conn: Connection, limit: int, *, pools: Sequence[str], dag_id: str,
+                    test_run_id: int | None = None) -> list[Any]:
+    """The task instances `lock_schedulable_tis` would claim, in its order, WITHOUT locking them (a look,
+    not a claim), of those that compete with DAG `dag_id`'s scheduled task instances: those of `pools`
+    or of that DAG. What an explanation of a wait hands to the critical section's decision."""
+    stmt = _schedulable_tis_select(None, test_run_id).where(or_(ti_t.c.pool.in_(list(pools)), ti_t.c.dag_id == dag_id))
+    return conn.execute(stmt.limit(limit)).all()
+
+
+def _schedulable_tis_select(backfill_id: int | None, test_run_id: int | None):
     return (
         select(
             ti_t.c.id, ti_t.c.dag_id, ti_t.c.task_id, ti_t.c.pool, ti_t.c.pool_slots, ti_t.c.priority_weight,
@@ -225,9 +234,11 @@ def _schedulable_tis_statement(limit, backfill_id: int | None, test_run_id: int 
         .where(and_(ti_t.c.state == "scheduled", dag_run_t.c.state == "running",
                     *_in_scope(backfill_id, test_run_id)))
         .order_by(ti_t.c.priority_weight.desc(), dag_run_t.c.logical_date, ti_t.c.id)
-        .limit(limit)
-        .with_for_update(of=ti_t, skip_locked=True)
     )
+
+
+def _schedulable_tis_statement(limit, backfill_id: int | None, test_run_id: int | None):
+    return _schedulable_tis_select(backfill_id, test_run_id).limit(limit).with_for_update(of=ti_t, skip_locked=True)
 
 
 _SCHEDULABLE_TIS = _schedulable_tis_statement(bindparam("limit"), None, None)  # _PREBUILT

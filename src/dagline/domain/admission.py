@@ -101,8 +101,9 @@ def admit(candidates: Iterable[Candidate], load: Load, limits: Limits) -> Admiss
     return Admission(tuple(admitted), frozenset(missing), waiting)
 
 
-def max_active_runs_reason(running: int, max_active_runs: int) -> str | None:
-    """Why a DAG's queued runs cannot start now (None: there is room for one more)."""
+def max_active_runs_reason(running: int, max_active_runs: int, *, of: str = "DAG") -> str | None:
+    """Why a DAG's queued runs (`of` a backfill: that backfill's) cannot start now (None: there is room
+    for one more)."""
     if running >= max_active_runs:
-        return f"DAG at maxActiveRuns ({running}/{max_active_runs} running)"
+        return f"{of} at maxActiveRuns ({running}/{max_active_runs} running)"
     return None

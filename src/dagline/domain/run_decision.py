@@ -7,7 +7,7 @@ A pure function of plain values, the decision behind loop step 3 and the mini-sc
 * a TI in `up_for_retry` becomes `scheduled` once its `next_retry_at` has passed (or has none);
 * a TI in `none` is decided by `dependsOnPast` (the same task's state in the run's `previous`) and then
   by its trigger rule over its upstream TIs' states: `scheduled`, `skipped`, `upstream_failed`, or wait;
-* a task with a `start` signal rule (`waits_for_signal`) is scheduled only when its trigger rule is met
+* a task with a `start` signal rule (`start_signals`) is scheduled only when its trigger rule is met
   AND a signal waits for it (`pending_signal`): upstream tasks alone do not start it, a signal alone
   does not start it before its upstream tasks allow; a TI that has finished runs again when a signal
   waits for it (a start or a restart) and its trigger rule is still met; a retry takes a waiting
@@ -16,8 +16,9 @@ A pure function of plain values, the decision behind loop step 3 and the mini-sc
 * once every TI is finished, the run's outcome (`deps.run_outcome`; a run with no TIs succeeds).
 
 For every TI it leaves waiting it also says why, in the words `dagline tasks list` shows (`reason`):
-`waiting for upstream extract`, `depends on past (run 12: load is failed)`, `retry at 2026-...`. The
-command calls this very function, so the scheduler and the listing cannot disagree.
+`waiting for upstream extract`, `depends on past (run 12: load is failed)`, `retry at 2026-...`,
+`waiting for its start signal model.published`. The explanations (`dagline.store.waiting`) call this
+very function on the facts the scheduler gathers (`dagline.store.facts`), so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -56,7 +57,12 @@ class TaskFacts:
     upstream: tuple[str, ...] = ()
     trigger_rule: TriggerRule | str = TriggerRule.ALL_SUCCESS
     depends_on_past: bool = False
-    waits_for_signal: bool = False  # has a `start` rule
+    start_signals: tuple[str, ...] = ()  # the keys of its `start` rules: it waits for one of them
+
+    @property
+    def waits_for_signal(self) -> bool:
+        """A task with a `start` rule is not started by its upstream tasks alone."""
+        return bool(self.start_signals)
 
 
 class TIFacts(NamedTuple):
@@ -135,9 +141,17 @@ def decide_run(
                     f"waiting for its trigger rule {TriggerRule(task.trigger_rule).value}"
             continue
         if decision == Decision.RUN and task.waits_for_signal and not ti.pending_signal:
-            continue  # its upstream allows it; it waits for its signal
+            if reasons:  # its upstream allows it; it waits for its signal
+                waiting[ti.ti_id] = _waiting_for_signal(task.start_signals)
+            continue
         new_state = _DECISION_STATE[decision]
         changes.append(Change(ti.ti_id, state, new_state, by_signal=decision == Decision.RUN and ti.pending_signal))
         states[task.task_id] = new_state
     outcome = run_outcome(states, [t for t in leaves if t in states]) if states else RunState.SUCCESS
     return RunDecision(tuple(changes), outcome, waiting)
+
+
+def _waiting_for_signal(keys: Sequence[str]) -> str:
+    if len(keys) == 1:
+        return f"waiting for its start signal {keys[0]}"
+    return f"waiting for a start signal: {' or '.join(keys)}"

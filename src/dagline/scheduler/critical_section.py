@@ -2,13 +2,14 @@
 
 When no task instance at all is `scheduled` it stops at that look, without locking anything. Else,
 holding the pool rows (`NOWAIT`: if another replica holds them it is doing this very step; then
-`PoolsBusy` leaves the transaction, which rolls back, and the loop queues nothing this round), it
-reads the `scheduled` TIs by priority then logical date and what is queued or running, and lets
-`dagline.domain.admission.admit` decide (a pure function: each TI only if its pool has `poolSlots` free,
-its DAG is under `maxActiveTasks`, its task is under `maxActiveTisPerDag`, and the executor has a
-free slot). Admitted TIs become `queued` with their try number incremented; the loop launches them
-after this transaction commits. Queueing wakes no peer (see `db.notify`), save when this replica's
-executor ran out of slots with task instances left: then its peers are woken to queue the rest.
+`PoolsBusy` leaves the transaction, which rolls back, and the loop queues nothing this round), it reads
+the `scheduled` TIs by priority then logical date and what is queued or running (the facts of
+`dagline.store.facts.gather_queueing`), and lets `dagline.domain.admission.admit` decide (a pure
+function: each TI only if its pool has `poolSlots` free, its DAG is under `maxActiveTasks`, its task is
+under `maxActiveTisPerDag`, and the executor has a free slot). Admitted TIs become `queued` with their
+try number incremented; the loop launches them after this transaction commits. Queueing wakes no peer
+(see `db.notify`), save when this replica's executor ran out of slots with task instances left: then its
+peers are woken to queue the rest.
 
 With `if_free` it runs inside a transaction that must go on whatever happens here (a signal
 reaction queues the tries it made runnable in its own transaction: one commit, not two): the pool
@@ -37,11 +38,11 @@ from dagline.db.models import ti_t
 from dagline.db.notify import announce
 from dagline.db.observe import at_commit
 from dagline.db.transitions import NEXT_TRY, change_tis
-from dagline.domain.admission import Candidate, Limits, admit
+from dagline.domain.admission import admit
 from dagline.domain.states import TIState
 from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
 from dagline.store.dags import DagCache
-from dagline.store.waiting import admission_load
+from dagline.store.facts import gather_queueing
 
 log = logging.getLogger(__name__)
 
@@ -80,39 +81,15 @@ def queue_task_instances(
         candidates = [c for c in candidates if not leave(c)]
     if not candidates:
         return []
-    dag_ids = sorted({c.dag_id for c in candidates})
-    load = admission_load(conn, dag_ids)  # the same reading `dagline tasks list` explains waits with
-    current = {c.dag_id: c.current_version_id for c in candidates}  # maxActiveTasks: the current spec's
-    dags.prefetch(conn, {c.dag_version_id for c in candidates} | set(current.values()))
-    max_active_tasks, broken = {}, set()
-    for dag_id in dag_ids:  # a DAG whose current version cannot be read queues nothing (see `isolation`)
-        try:
-            version_id = current[dag_id]
-            dag = dags.get(conn, version_id) if version_id is not None else dags.current(conn, dag_id)[1]
-            max_active_tasks[dag_id] = dag.spec.max_active_tasks
-        except Exception as exc:
-            if not is_dags_fault(exc):
-                raise
-            record_import_error(conn, dag_id, describe(exc, "queueing task instances"), at=now, who=who)
-            broken.add(dag_id)
-    tis_per_dag = {}
-    for c in candidates:
-        if c.dag_id in broken:
-            continue
-        try:
-            tis_per_dag[c.id] = dags.get(conn, c.dag_version_id).tasks[c.task_id].max_active_tis_per_dag
-        except Exception as exc:
-            if not is_dags_fault(exc):
-                raise
-            record_import_error(conn, c.dag_id, describe(exc, "queueing task instances"), at=now, who=who)
-            broken.add(c.dag_id)
 
-    decision = admit(
-        [Candidate(c.id, c.dag_id, c.task_id, c.pool, c.pool_slots, tis_per_dag[c.id])
-         for c in candidates if c.dag_id not in broken],
-        load,
-        Limits(pool_slots=pools, max_active_tasks=max_active_tasks, executor_slots=executor_slots),
-    )
+    def fault(dag_id: str, exc: Exception) -> None:  # that DAG queues nothing (see `isolation`)
+        if not is_dags_fault(exc):
+            raise exc
+        record_import_error(conn, dag_id, describe(exc, "queueing task instances"), at=now, who=who)
+
+    facts = gather_queueing(conn, candidates, pools=pools, dags=dags, executor_slots=executor_slots,
+                            on_fault=fault)  # the facts `dagline tasks list` explains waits with
+    decision = admit(facts.candidates, facts.load, facts.limits)
     for pool in sorted(decision.missing_pools - _warned_pools):
         _warned_pools.add(pool)
         log.warning("pool %r does not exist: its tasks wait until `dagline pools set %s N`", pool, pool)

@@ -1,9 +1,11 @@
 """Loop step 3 and the mini-scheduler: decide the task instances of locked running runs.
 
-For every run: read its TIs (and, for `dependsOnPast` tasks, the TIs of its `previous` run), let
-`dagline.domain.run_decision.decide_run` decide (a pure function: a TI in `none` by its trigger rule and
+For every run: its facts, as `dagline.store.facts.gather_runs` reads them for the whole batch (its TIs,
+the signals pending for them, for `dependsOnPast` tasks the TIs of its `previous` run: the very facts
+the explanations of `dagline tasks list` are made of), and the decision of
+`dagline.domain.run_decision.decide_run` on them (a pure function: a TI in `none` by its trigger rule and
 `dependsOnPast`, a TI in `up_for_retry` once its retry time has passed, decisions propagating within
-one walk; the run's outcome once its TIs are all finished), then write the decisions, grouped by
+one walk; the run's outcome once its TIs are all finished); then it writes the decisions, grouped by
 (from, to) state, as compare-and-sets with events. Loop step 3 looks at the runs unlocked first and
 claims only those where the decision changes something (`examine_running_runs`).
 
@@ -20,6 +22,7 @@ import collections
 import dataclasses
 import datetime as dt
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
@@ -27,12 +30,12 @@ from sqlalchemy.engine import Connection
 from dagline.db.claims import lock_running_runs, running_runs
 from dagline.db.models import dag_run_t, dag_t, signal_action_t, ti_t
 from dagline.db.transitions import change_runs, change_tis
-from dagline.domain.run_decision import RunDecision, TaskFacts, TIFacts, decide_run
+from dagline.domain.run_decision import RunDecision
 from dagline.domain.states import RunState, TIState
 from dagline.scheduler.isolation import DagFailed, describe, is_dags_fault, isolated, record_import_error
 from dagline.store.dags import DagCache
+from dagline.store.facts import REMEMBERED_MAX, RunFacts, gather_runs
 from dagline.store.timeline import refresh_next_dagrun
-from dagline.store.waiting import previous_states
 
 
 @dataclasses.dataclass
@@ -56,8 +59,9 @@ def examine_running_runs(conn: Connection, *, limit: int, backfill_id: int | Non
     if len(seen) >= limit:
         return examine_runs(conn, lock_running_runs(conn, limit, backfill_id, test_run_id), now=now, dags=dags,
                             who=who)
-    decided = _decide(conn, seen, now=now, dags=dags, on_fault=lambda dag_id, exc: None).decisions
-    due = [run.id for run in seen if run.id not in decided or decided[run.id].changes or decided[run.id].outcome]
+    decided = _decide(conn, seen, now=now, dags=dags, on_fault=lambda dag_id, exc: None)
+    due = [run.id for run in seen
+           if run.id not in decided or decided[run.id].decision.changes or decided[run.id].decision.outcome]
     if not due:
         return ExamineResult()
     return examine_runs(conn, lock_running_runs(conn, limit, backfill_id, test_run_id, run_ids=due), now=now,
@@ -77,16 +81,14 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
     def record(dag_id: str, exc: Exception) -> None:  # the run is skipped, its DAG's import error recorded
         record_import_error(conn, dag_id, describe(exc, "examining runs"), at=now, who=who)
 
-    facts = _decide(conn, runs, now=now, dags=dags, on_fault=record, tis=tis)
     changes: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
     by_signal: dict[int, tuple[int, object]] = {}  # ti id -> (run id, task) started by a pending signal
     outcomes: dict[str, list[int]] = collections.defaultdict(list)
-    for run_id, decision in facts.decisions.items():
-        dag = facts.dag_by_run[run_id]
+    for run_id, (facts, decision) in _decide(conn, runs, now=now, dags=dags, on_fault=record, tis=tis).items():
         for change in decision.changes:
             changes[(change.from_state, change.to_state)].append(change.ti_id)
             if change.by_signal:
-                by_signal[change.ti_id] = (run_id, dag.tasks[_task_of(facts.tis_by_run[run_id], change.ti_id)])
+                by_signal[change.ti_id] = (run_id, facts.dag.tasks[_task_of(facts.rows, change.ti_id)])
         if decision.outcome is not None:
             outcomes[decision.outcome].append(run_id)
 
@@ -117,103 +119,43 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
     return result
 
 
-@dataclasses.dataclass
-class _Facts:
-    decisions: dict[int, RunDecision]
-    tis_by_run: dict  # run id -> {task id: TI row}
-    dag_by_run: dict  # run id -> Dag
-
-
 def _decide(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCache,
-            on_fault: Callable[[str, Exception], None], tis: Iterable | None = None) -> _Facts:
-    """Each run's `decide_run` decision, from its TIs (read now, unless given) and pending signals as
-    read now (reads only). A run whose version cannot be read, or whose decision raises, has none:
-    `on_fault(dag_id, error)`."""
-    facts = _Facts({}, collections.defaultdict(dict), {})
-    if not runs:
-        return facts
-    tis_by_run = facts.tis_by_run
-    if tis is None:
-        tis = conn.execute(_TIS_FOR_DECISION, {"run_ids": [run.id for run in runs]})
-    for ti in tis:
-        tis_by_run[ti.dag_run_id][ti.task_id] = ti
+            on_fault: Callable[[str, Exception], None], tis: Iterable | None = None) -> dict[int, _Decided]:
+    """run id -> each run's facts (`store.facts.gather_runs`: its TIs, read now unless given, and the
+    signals pending for them as read now; reads only) and its `decide_run` decision on them. A run whose
+    version cannot be read, or whose decision raises, has none: `on_fault(dag_id, error)`."""
 
-    def guarded(dag_id: str, fn, *args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except Exception as exc:
-            if not is_dags_fault(exc):
-                raise
-            on_fault(dag_id, exc)
-            return None
+    def fault(dag_id: str, exc: Exception) -> None:
+        if not is_dags_fault(exc):
+            raise exc
+        on_fault(dag_id, exc)
 
-    dags.prefetch(conn, {run.dag_version_id for run in runs})
-    dag_by_run = facts.dag_by_run
-    for run in runs:
-        dag = guarded(run.dag_id, dags.get, conn, run.dag_version_id)
-        if dag is not None:
-            dag_by_run[run.id] = dag
-    with_rules = [run.id for run in runs if run.id in dag_by_run and dag_by_run[run.id].has_task_rules]
-    pending = pending_signals(conn, with_rules) if with_rules else Pending.none()
-    previous_states = _previous_states(conn, [run for run in runs if run.id in dag_by_run], dag_by_run)
-
-    task_facts = dags.task_facts
+    decided: dict[int, _Decided] = {}
     remembered = dags.decisions
-    for run in runs:
-        dag = dag_by_run.get(run.id)
-        if dag is None:
-            continue
-        tasks = task_facts.get(run.dag_version_id)
-        if tasks is None:
-            if len(task_facts) >= _REMEMBERED_MAX:
-                task_facts.clear()
-            tasks = task_facts[run.dag_version_id] = [
-                TaskFacts(task_id, task.upstream, task.trigger_rule, task.depends_on_past, task.waits_for_signal)
-                for task_id, task in dag.tasks.items()]
-        ti_facts = {task_id: TIFacts(ti.id, ti.state, ti.next_retry_at, (run.id, task_id) in pending,
-                                     (run.id, task_id) in pending.restarts)
-                    for task_id, ti in tis_by_run.get(run.id, {}).items()}
-        previous = previous_states.get(run.previous_run_id, {})
+    for run_id, facts in gather_runs(conn, runs, dags=dags, on_fault=fault, tis=tis).items():
         # decide_run is pure, and reads `now` only for TIs waiting to retry: without one, the same facts
         # give the same decision, so a run nothing happened to since the last look is not decided again
-        retrying = any(f.state == TIState.UP_FOR_RETRY for f in ti_facts.values())
-        key = None if retrying else (run.dag_version_id, tuple(ti_facts.items()), tuple(sorted(previous.items())))
+        retrying = any(f.state == TIState.UP_FOR_RETRY for f in facts.tis.values())
+        key = None if retrying else (facts.run.dag_version_id, tuple(facts.tis.items()),
+                                     tuple(sorted(facts.previous_states.items())))
         decision = remembered.get(key) if key is not None else None
         if decision is None:
-            decision = guarded(run.dag_id, decide_run, tasks, ti_facts, leaves=dag.leaves, previous_states=previous,
-                               now=now, reasons=False)
-            if decision is None:
+            try:
+                decision = facts.decide(now=now)
+            except Exception as exc:
+                fault(facts.run.dag_id, exc)
                 continue
             if key is not None:
-                if len(remembered) >= _REMEMBERED_MAX:
+                if len(remembered) >= REMEMBERED_MAX:
                     remembered.clear()
                 remembered[key] = decision
-        facts.decisions[run.id] = decision
-    return facts
+        decided[run_id] = _Decided(facts, decision)
+    return decided
 
 
-_REMEMBERED_MAX = 10_000  # decisions a replica remembers (`DagCache.decisions`), then it starts afresh
-
-
-class Pending(set):
-    """(run id, task id) of the TIs a start or restart signal waits for; `restarts`: those a restart waits for."""
-
-    restarts: set
-
-    @classmethod
-    def none(cls) -> Pending:
-        pending = cls()
-        pending.restarts = set()
-        return pending
-
-
-def pending_signals(conn: Connection, run_ids: Sequence[int]) -> Pending:
-    pending = Pending.none()
-    for row in conn.execute(_PENDING_SIGNALS, {"run_ids": list(run_ids)}):
-        pending.add((row.dag_run_id, row.task_id))
-        if row.action == "restart":
-            pending.restarts.add((row.dag_run_id, row.task_id))
-    return pending
+class _Decided(NamedTuple):
+    facts: RunFacts
+    decision: RunDecision
 
 
 def _task_of(tis: dict, ti_id: int) -> str:
@@ -238,14 +180,7 @@ def _start_by_signal(conn: Connection, rows: Sequence, by_signal: dict, now: dt.
 
 # Statements of every examination, built once with bind parameters: SQLAlchemy then neither rebuilds
 # them nor computes their cache key at each call (see `db.claims`).
-_TIS_FOR_DECISION = (
-    select(ti_t.c.id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state, ti_t.c.next_retry_at, ti_t.c.try_number)
-    .where(ti_t.c.dag_run_id.in_(bindparam("run_ids", expanding=True))))
 _A = signal_action_t.c
-_PENDING_SIGNALS = (
-    select(_A.dag_run_id, _A.task_id, _A.action).distinct()
-    .where(_A.dag_run_id.in_(bindparam("run_ids", expanding=True)), _A.status == "pending",
-           _A.action.in_(("start", "restart"))))
 _OLDEST_PENDING = (
     select(_A.id)
     .where(_A.dag_run_id == bindparam("run"), _A.task_id == bindparam("task"), _A.status == "pending",
@@ -274,14 +209,6 @@ def _guarded(conn: Connection, dag_id: str, doing: str, fn, *, now: dt.datetime,
             raise
         record_import_error(conn, dag_id, describe(exc, doing), at=now, who=who)
         return None
-
-
-def _previous_states(conn: Connection, runs: Sequence, dag_by_run: dict) -> dict[int, dict[str, str]]:
-    """previous run id -> {task id: state}, for runs that have `dependsOnPast` tasks."""
-    return previous_states(conn, [
-        run.previous_run_id for run in runs
-        if run.previous_run_id is not None and any(t.depends_on_past for t in dag_by_run[run.id].tasks.values())
-    ])
 
 
 def _after_runs_finished(conn: Connection, finished: Sequence, dags: DagCache, *, now: dt.datetime,

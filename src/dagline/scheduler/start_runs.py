@@ -2,9 +2,10 @@
 backfill. Scheduled and manual runs go first, so a large backfill never delays the present.
 
 Set-based: for the batch of claimed DAGs, one query reads their current versions, one counts their
-running runs, one reads their backfills, one the first queued runs of each (DAG, backfill) in start
-order, and one compare-and-set starts every chosen run: a hundred DAGs cost the same handful of
-statements as one. A DAG whose current version cannot be read starts nothing (see `isolation`).
+running runs and one reads their backfills (the facts of `dagline.store.facts`), one the first queued
+runs of each (DAG, backfill) in start order, and one compare-and-set starts every chosen run: a hundred
+DAGs cost the same handful of statements as one. A DAG whose current version cannot be read starts
+nothing (see `isolation`).
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.engine import Connection
 
 from dagline.db.claims import lock_dags_with_startable_runs, startable_runs
-from dagline.db.models import backfill_t, dag_run_t, dag_t
+from dagline.db.models import dag_run_t, dag_t
 from dagline.db.transitions import change_runs
 from dagline.domain.admission import max_active_runs_reason
 from dagline.domain.states import RunState
 from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
 from dagline.store.dags import DagCache
+from dagline.store.facts import running_backfills, running_run_counts
 
 
 def start_queued_runs(
@@ -37,8 +39,8 @@ def start_queued_runs(
     if not max_active:
         return []
     dag_ids = [dag_id for dag_id in dag_ids if dag_id in max_active]
-    running = _running_counts(conn, dag_ids)
-    backfills = _backfills_with_queued_runs(conn, dag_ids, backfill_id)
+    running = running_run_counts(conn, dag_ids)  # the facts `dagline tasks list` explains waits with
+    backfills = running_backfills(conn, dag_ids, backfill_id)
     queued = _first_queued(conn, dag_ids, now, max(max_active.values()), backfill_id, waited_since)
     chosen: list[int] = []
     for dag_id in dag_ids:
@@ -50,6 +52,8 @@ def start_queued_runs(
         if backfill_id is None:
             picked += queued[(dag_id, None)].forward[:room]
         for bf in backfills[dag_id]:
+            if bf.is_paused:
+                continue
             free = room - len(picked)
             if bf.max_active_runs is not None:
                 free = min(free, bf.max_active_runs - counts.get(bf.id, 0))
@@ -81,32 +85,6 @@ def _max_active_runs(conn: Connection, dag_ids: list[str], dags: DagCache, *, no
             if not is_dags_fault(exc):
                 raise
             record_import_error(conn, dag_id, describe(exc, "starting runs"), at=now, who=who)
-    return found
-
-
-def _running_counts(conn: Connection, dag_ids: list[str]) -> dict[str, dict[int | None, int]]:
-    """Running runs of each DAG by backfill id (None for scheduled and manual runs); test runs do not count."""
-    counts: dict[str, dict[int | None, int]] = collections.defaultdict(dict)
-    for dag_id, backfill, count in conn.execute(
-        select(dag_run_t.c.dag_id, dag_run_t.c.backfill_id, func.count())
-        .where(dag_run_t.c.dag_id.in_(dag_ids), dag_run_t.c.state == RunState.RUNNING, ~dag_run_t.c.is_test)
-        .group_by(dag_run_t.c.dag_id, dag_run_t.c.backfill_id)
-    ):
-        counts[dag_id][backfill] = count
-    return counts
-
-
-def _backfills_with_queued_runs(conn: Connection, dag_ids: list[str], only: int | None) -> dict[str, list]:
-    stmt = (
-        select(backfill_t.c.id, backfill_t.c.dag_id, backfill_t.c.max_active_runs, backfill_t.c.run_backwards)
-        .where(backfill_t.c.dag_id.in_(dag_ids), backfill_t.c.state == "running", backfill_t.c.is_paused.is_(False))
-        .order_by(backfill_t.c.id)
-    )
-    if only is not None:
-        stmt = stmt.where(backfill_t.c.id == only)
-    found: dict[str, list] = collections.defaultdict(list)
-    for row in conn.execute(stmt):
-        found[row.dag_id].append(row)
     return found
 
 

@@ -1,7 +1,8 @@
 """Stored state: every statement that is not a row lock or a compare-and-set (those are `dagline.db`).
 
 One module per thing stored (`dags`, `timeline`, `runs`, `backfills`, `pools`, `signals`, `tokens`,
-`deletion`, `signal_batches`), the facts decisions and explanations use (`waiting`), and the read
-models of lists and pages (`read_models`). The caller owns the transaction: a function here takes a
-`Connection` (or opens one short transaction where its docstring says so) and never commits halfway.
+`deletion`, `signal_batches`), the facts the scheduler's decisions and their explanations use (`facts`:
+the one gatherer), those explanations (`waiting`), and the read models of lists and pages (`read_models`).
+The caller owns the transaction: a function here takes a `Connection` (or opens one short transaction
+where its docstring says so) and never commits halfway.
 """
