@@ -12,7 +12,7 @@ from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
 from dagline.db.models import ti_t
-from dagline.domain.states import TIState
+from dagline.domain.states import Reprocess, TIState
 from dagline.errors import OperationFailed
 from dagline.executors.base import TaskKey
 from dagline.store import read_models as cli_queries
@@ -141,7 +141,7 @@ async def trigger_form(request: Request, dag_id: str):
 async def backfill_form(request: Request, dag_id: str):
     def work(conn, viewer):
         return Page("backfill_form.html", {"dag": _dag(conn, dag_id), "title": f"{dag_id}: backfill", "tab": None,
-                                           "form": {"reprocess": "none"}})
+                                           "form": {"reprocess": Reprocess.NONE}})
 
     return await serve_page(request, work)
 
