@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import pendulum
 
-STYLE = {  # state -> (symbol, ANSI colour)
-    "success": ("■", "32"), "failed": ("✗", "31"), "upstream_failed": ("▲", "33"), "up_for_retry": ("↻", "33"),
-    "running": ("▶", "36"), "queued": ("◌", "37"), "scheduled": ("○", "37"), "skipped": ("»", "35"),
-    "removed": ("-", "90"), "none": ("·", "90"), "overridden": ("~", "90"),
+from dagline.domain.states import RunState, RunType, TIState
+
+STYLE = {  # state (of a task instance, or of a run) -> (symbol, ANSI colour)
+    TIState.SUCCESS: ("■", "32"), TIState.FAILED: ("✗", "31"), TIState.UPSTREAM_FAILED: ("▲", "33"),
+    TIState.UP_FOR_RETRY: ("↻", "33"), TIState.RUNNING: ("▶", "36"), TIState.QUEUED: ("◌", "37"),
+    TIState.SCHEDULED: ("○", "37"), TIState.SKIPPED: ("»", "35"), TIState.REMOVED: ("-", "90"),
+    TIState.NONE: ("·", "90"), RunState.OVERRIDDEN: ("~", "90"),
 }
+RUN_TYPE_LETTERS = {RunType.SCHEDULED: "s", RunType.MANUAL: "m", RunType.BACKFILL: "b"}
+LEGEND = (TIState.SUCCESS, TIState.FAILED, TIState.UPSTREAM_FAILED, TIState.UP_FOR_RETRY, TIState.RUNNING,
+          TIState.QUEUED, TIState.SKIPPED)
 
 
 def _paint(state: str | None, color: bool) -> str:
@@ -27,8 +33,7 @@ def render_grid(dag_id: str, timezone: str, runs: list[dict], tasks_by_run: dict
     # column headers: the month-day of each run, written vertically two characters per run
     for row in range(5):
         lines.append(" " * (width + 2) + " ".join(label[row] if row < len(label) else " " for label in labels))
-    lines.append(" " * (width + 2) + " ".join("t" if r.get("is_test") else
-                                               {"scheduled": "s", "manual": "m", "backfill": "b"}[r["run_type"]]
+    lines.append(" " * (width + 2) + " ".join("t" if r.get("is_test") else RUN_TYPE_LETTERS[r["run_type"]]
                                                for r in runs))
     lines.append(f"{'run state':<{width}}  " + " ".join(_paint(r["state"], color) for r in runs))
     for task in tasks:
@@ -37,6 +42,5 @@ def render_grid(dag_id: str, timezone: str, runs: list[dict], tasks_by_run: dict
     lines.append("")
     lines.append("run type: s scheduled  m manual  b backfill" + ("  t test" if any(r.get("is_test") for r in runs)
                                                                   else ""))
-    lines.append("   ".join(f"{_paint(state, color)} {state}" for state in
-                            ("success", "failed", "upstream_failed", "up_for_retry", "running", "queued", "skipped")))
+    lines.append("   ".join(f"{_paint(state, color)} {state}" for state in LEGEND))
     return "\n".join(lines)

@@ -43,7 +43,7 @@ class ProgressBar:
         fraction = tasks_done / tasks_total if tasks_total else done / max(s["total"], 1)
         filled = int(self.width * fraction)
         bar = "#" * filled + "-" * (self.width - filled)
-        running = tasks.get("running", 0) + tasks.get("queued", 0)
+        running = tasks.get(TIState.RUNNING, 0) + tasks.get(TIState.QUEUED, 0)
         line = (f"backfill {s['id']} [{bar}] runs {done}/{s['total']} (failed {s['failed']})  "
                 f"tasks {tasks_done}/{tasks_total} (running {running})")
         return f"{line}  {note}" if note else line

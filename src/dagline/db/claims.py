@@ -38,6 +38,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from dagline.db.models import callback_outbox_t, dag_run_t, dag_t, pool_t, replica_t, signal_t, ti_t
+from dagline.domain.states import OutboxState, ReplicaState, RunState, TIState
 
 
 def lock_dag(conn: Connection, dag_id: str) -> Any | None:
@@ -90,7 +91,7 @@ def startable_runs(now: dt.datetime, waited_since: dt.datetime | None = None) ->
     """The conditions on a queued run that may start now; with `waited_since`, one that has been due
     and queued since then at least (a replica leaving new runs to a peer at work takes only those)."""
     due = min(now, waited_since) if waited_since is not None else now
-    conditions = [dag_run_t.c.state == "queued", dag_run_t.c.run_after <= due]
+    conditions = [dag_run_t.c.state == RunState.QUEUED, dag_run_t.c.run_after <= due]
     if waited_since is not None:
         conditions.append(or_(dag_run_t.c.queued_at.is_(None), dag_run_t.c.queued_at <= waited_since))
     return conditions
@@ -124,7 +125,7 @@ def _running_runs_stmt(limit: int, backfill_id: int | None, test_run_id: int | N
     return (
         select(*RUN_FOR_DECISION)
         .join(dag_t, dag_t.c.dag_id == dag_run_t.c.dag_id)
-        .where(dag_run_t.c.state == "running", *_in_scope(backfill_id, test_run_id))
+        .where(dag_run_t.c.state == RunState.RUNNING, *_in_scope(backfill_id, test_run_id))
         .order_by(dag_run_t.c.last_scheduling_decision.asc().nulls_first(), dag_run_t.c.id)
         .limit(limit)
     )
@@ -149,7 +150,7 @@ def lock_runs_by_id(conn: Connection, run_ids: Sequence[int]) -> list[Any]:
         return []
     stmt = (
         select(*RUN_FOR_DECISION)
-        .where(dag_run_t.c.id.in_(list(run_ids)), dag_run_t.c.state == "running")
+        .where(dag_run_t.c.id.in_(list(run_ids)), dag_run_t.c.state == RunState.RUNNING)
         .order_by(dag_run_t.c.id)
         .with_for_update(skip_locked=True)
     )
@@ -231,7 +232,7 @@ def _schedulable_tis_select(backfill_id: int | None, test_run_id: int | None):
         )
         .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
         .join(dag_t, dag_t.c.dag_id == ti_t.c.dag_id)
-        .where(and_(ti_t.c.state == "scheduled", dag_run_t.c.state == "running",
+        .where(and_(ti_t.c.state == TIState.SCHEDULED, dag_run_t.c.state == RunState.RUNNING,
                     *_in_scope(backfill_id, test_run_id)))
         .order_by(ti_t.c.priority_weight.desc(), dag_run_t.c.logical_date, ti_t.c.id)
     )
@@ -255,14 +256,14 @@ def claim_stale_replicas(conn: Connection, *, replica_id: int, now: dt.datetime,
     replica = replica_t.c
     stale = (
         select(replica.id)
-        .where(replica.state == "running", replica.id != replica_id,
+        .where(replica.state == ReplicaState.RUNNING, replica.id != replica_id,
                replica.latest_heartbeat < now - dt.timedelta(seconds=timeout_s))
         .order_by(replica.id)
         .with_for_update(skip_locked=True)
     )
     return conn.execute(
-        update(replica_t).where(replica.id.in_(stale.scalar_subquery()), replica.state == "running")
-        .values(state="dead", ended_at=now)
+        update(replica_t).where(replica.id.in_(stale.scalar_subquery()), replica.state == ReplicaState.RUNNING)
+        .values(state=ReplicaState.DEAD, ended_at=now)
         .returning(replica.id, replica.hostname, replica.pid, replica.latest_heartbeat)
     ).all()
 
@@ -286,8 +287,8 @@ def claim_orphaned_tis(
                ti_t.c.queued_by_replica_id.label("previous_replica_id"))
         .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
         .outerjoin(owner, owner.c.id == ti_t.c.queued_by_replica_id)
-        .where(ti_t.c.state.in_(("queued", "running")), ~dag_run_t.c.is_test,
-               ti_t.c.queued_by_replica_id.is_(None) | owner.c.state.in_(("dead", "stopped")))
+        .where(ti_t.c.state.in_((TIState.QUEUED, TIState.RUNNING)), ~dag_run_t.c.is_test,
+               ti_t.c.queued_by_replica_id.is_(None) | owner.c.state.in_((ReplicaState.DEAD, ReplicaState.STOPPED)))
         .order_by(ti_t.c.id)
         .limit(limit)
         .with_for_update(of=ti_t, skip_locked=True)
@@ -317,7 +318,7 @@ def claim_due_callbacks(
     box = callback_outbox_t.c
     due = (
         select(box.id)
-        .where(box.state == "pending", box.next_attempt_at <= now, box.channel.in_(list(channels)))
+        .where(box.state == OutboxState.PENDING, box.next_attempt_at <= now, box.channel.in_(list(channels)))
         .order_by(box.next_attempt_at, box.id)
         .limit(limit)
         .with_for_update(skip_locked=True)
@@ -326,7 +327,7 @@ def claim_due_callbacks(
     if not ids:
         return []
     rows = conn.execute(
-        update(callback_outbox_t).where(box.id.in_(ids), box.state == "pending")
+        update(callback_outbox_t).where(box.id.in_(ids), box.state == OutboxState.PENDING)
         .values(attempts=box.attempts + 1, claimed_by=replica_id, next_attempt_at=now + dt.timedelta(seconds=lease_s))
         .returning(box.id, box.delivery_id, box.channel, box.event, box.target, box.payload, box.attempts)
     ).all()

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from dagline.db.observe import at_commit
+from dagline.domain.states import ReplicaState, RunState, TIState
 from dagline.times import isoformat
 
 log = logging.getLogger("dagline.decisions")
@@ -30,21 +31,22 @@ def kind_of(row: Mapping[str, Any]) -> str | None:
     if entity == "dag_run":
         if before is None:
             return "run_created"
-        return {"running": "run_started", "success": "run_finished", "failed": "run_finished"}.get(after)
+        return {RunState.RUNNING: "run_started", RunState.SUCCESS: "run_finished",
+                RunState.FAILED: "run_finished"}.get(after)
     if entity == "task_instance":
-        if after == "queued":
+        if after == TIState.QUEUED:
             return "ti_queued"
         if detail.startswith("timed out"):
             return "timeout"
         if detail.startswith("zombie"):
             return "zombie"
-        if after in ("success", "failed", "up_for_retry", "upstream_failed"):
+        if after in (TIState.SUCCESS, TIState.FAILED, TIState.UP_FOR_RETRY, TIState.UPSTREAM_FAILED):
             return "ti_finished"
         return None
     if entity == "scheduler":
         if " adopts " in detail:
             return "adoption"
-        if after == "dead":
+        if after == ReplicaState.DEAD:
             return "replica_dead"
         return None
     if entity == "deadline":

@@ -33,6 +33,16 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from dagline.domain import states
+from dagline.domain.states import (
+    BackfillState,
+    OutboxState,
+    Reprocess,
+    RunState,
+    RunType,
+    SignalActionStatus,
+    TIState,
+)
 from dagline.times import UTC
 
 
@@ -74,29 +84,28 @@ NAMING = {
 # BigInteger ids on PostgreSQL, INTEGER (rowid alias, autoincrement) on SQLite.
 Id = BigInteger().with_variant(Integer(), "sqlite")
 
-RUN_TYPES = ("scheduled", "manual", "backfill", "signal")
-RUN_STATES = ("queued", "running", "success", "failed", "overridden")
-TI_STATES = (
-    "none", "scheduled", "queued", "running", "success", "failed",
-    "up_for_retry", "upstream_failed", "skipped", "removed",
-)
+RUN_TYPES = tuple(RunType)
+RUN_STATES = tuple(RunState)
+TI_STATES = tuple(TIState)
 
 
 # Runs on the timeline: not replaced by a backfill, not a test run (`dagline dags test`).
-LIVE_RUN_SQL = "state != 'overridden' AND NOT is_test"
+LIVE_RUN_SQL = f"state != '{RunState.OVERRIDDEN}' AND NOT is_test"
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
-    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+    return f"{column} IN ({', '.join(repr(str(v)) for v in values)})"  # str(): a member's repr names its enum
 
 
 # Runs and task instances whose deadline may still be missed: the partial indexes hold only these, so
 # the housekeeping query that finds missed deadlines reads only rows that are due.
-RUN_DEADLINE_OPEN_STATES = ("queued", "running")
-TI_DEADLINE_OPEN_STATES = ("none", "scheduled", "queued", "running", "up_for_retry")
+RUN_DEADLINE_OPEN_STATES = (RunState.QUEUED, RunState.RUNNING)
+TI_DEADLINE_OPEN_STATES = (TIState.NONE, TIState.SCHEDULED, TIState.QUEUED, TIState.RUNNING, TIState.UP_FOR_RETRY)
 _DEADLINE_DUE = "deadline_at IS NOT NULL AND deadline_missed_at IS NULL"
 _RUN_DEADLINE_OPEN = f"{_DEADLINE_DUE} AND {_in('state', RUN_DEADLINE_OPEN_STATES)}"
 _TI_DEADLINE_OPEN = f"{_DEADLINE_DUE} AND {_in('state', TI_DEADLINE_OPEN_STATES)}"
+# Outbox rows still to deliver (the partial index the deliverers' claim reads).
+_OUTBOX_DUE = f"state = '{OutboxState.PENDING}'"
 
 
 class Base(DeclarativeBase):
@@ -166,11 +175,11 @@ class Backfill(Base):
     request_id: Mapped[str | None] = mapped_column(String(256), unique=True)
     from_date: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     to_date: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
-    reprocess: Mapped[str] = mapped_column(String(16), nullable=False, default="none")
+    reprocess: Mapped[str] = mapped_column(String(16), nullable=False, default=Reprocess.NONE)
     max_active_runs: Mapped[int | None] = mapped_column(Integer)
     run_backwards: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     is_paused: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
-    state: Mapped[str] = mapped_column(String(16), nullable=False, default="running")
+    state: Mapped[str] = mapped_column(String(16), nullable=False, default=BackfillState.RUNNING)
     total: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     skipped_existing: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     overridden: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
@@ -178,8 +187,8 @@ class Backfill(Base):
     completed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (
-        CheckConstraint(_in("reprocess", ("none", "failed", "completed")), name="reprocess_known"),
-        CheckConstraint(_in("state", ("running", "completed", "cancelled")), name="state_known"),
+        CheckConstraint(_in("reprocess", tuple(Reprocess)), name="reprocess_known"),
+        CheckConstraint(_in("state", tuple(BackfillState)), name="state_known"),
     )
 
 
@@ -236,7 +245,7 @@ class TaskInstance(Base):
     dag_run_id: Mapped[int] = mapped_column(Id, ForeignKey("dag_run.id"), nullable=False)
     dag_id: Mapped[str] = mapped_column(String(63), nullable=False)
     task_id: Mapped[str] = mapped_column(String(250), nullable=False)
-    state: Mapped[str] = mapped_column(String(20), nullable=False, default="none")
+    state: Mapped[str] = mapped_column(String(20), nullable=False, default=TIState.NONE)
     try_number: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     max_tries: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
     pool: Mapped[str] = mapped_column(String(256), nullable=False, default="default")
@@ -330,7 +339,7 @@ class CallbackOutbox(Base):
     task_id: Mapped[str | None] = mapped_column(String(250))
     target: Mapped[dict] = mapped_column(JSON, nullable=False)  # the channel's settings: references, never secrets
     payload: Mapped[dict] = mapped_column(JSON, nullable=False)  # the body, the same on every attempt
-    state: Mapped[str] = mapped_column(String(16), nullable=False, default="pending")
+    state: Mapped[str] = mapped_column(String(16), nullable=False, default=OutboxState.PENDING)
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     next_attempt_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     claimed_by: Mapped[int | None] = mapped_column(Id)  # the replica that made the latest attempt
@@ -340,16 +349,16 @@ class CallbackOutbox(Base):
 
     __table_args__ = (
         Index("ix_callback_outbox_due", "next_attempt_at", "id",
-              sqlite_where=text("state = 'pending'"), postgresql_where=text("state = 'pending'")),
+              sqlite_where=text(_OUTBOX_DUE), postgresql_where=text(_OUTBOX_DUE)),
         Index(None, "dag_run_id"),
-        CheckConstraint(_in("state", ("pending", "delivered", "failed")), name="state_known"),
+        CheckConstraint(_in("state", tuple(OutboxState)), name="state_known"),
         CheckConstraint(_in("channel", ("webhook", "log", "kubernetes_event")), name="channel_known"),
     )
 
 
 MAX_SIGNAL_VALUE_BYTES = 64 * 1024
-SIGNAL_ACTIONS = ("trigger", "start", "restart", "stop")
-SIGNAL_ACTION_STATUSES = ("pending", "done", "superseded", "dropped")
+SIGNAL_ACTIONS = tuple(states.SignalAction)  # `states.`: the table class below is named SignalAction too
+SIGNAL_ACTION_STATUSES = tuple(SignalActionStatus)
 
 
 class Signal(Base):

@@ -27,6 +27,7 @@ from sqlalchemy.engine import Connection
 
 from dagline.db.models import callback_outbox_t, dag_run_t, dag_version_t
 from dagline.domain.callbacks import CallbackEvent, CallbackSpec, event_of_state, listening, payload
+from dagline.domain.states import OutboxState
 from dagline.spec import DagSpec
 
 _CACHE_LIMIT = 50_000
@@ -179,7 +180,7 @@ def _enqueue(conn: Connection, changes: Sequence[_Change]) -> int:
             outbox.append({
                 "delivery_id": delivery_id, "channel": callback.channel, "event": change.event.value,
                 "dag_id": run.dag_id, "dag_run_id": change.dag_run_id, "task_id": body["task_id"],
-                "target": callback.target(), "payload": body, "state": "pending", "attempts": 0,
+                "target": callback.target(), "payload": body, "state": OutboxState.PENDING, "attempts": 0,
                 "next_attempt_at": change.at, "created_at": change.at,
             })
     if outbox:
@@ -193,8 +194,8 @@ def settle_delivered(conn: Connection, outbox_id: int, *, at: dt.datetime) -> bo
     """Mark a callback delivered (whichever attempt got through: a newer attempt still in flight
     elsewhere may deliver it once more, with the same delivery id). False if it was settled already."""
     box = callback_outbox_t.c
-    done = conn.execute(update(callback_outbox_t).where(box.id == outbox_id, box.state == "pending")
-                        .values(state="delivered", delivered_at=at, last_error=None)).rowcount
+    done = conn.execute(update(callback_outbox_t).where(box.id == outbox_id, box.state == OutboxState.PENDING)
+                        .values(state=OutboxState.DELIVERED, delivered_at=at, last_error=None)).rowcount
     return bool(done)
 
 
@@ -205,10 +206,10 @@ def settle_failed(conn: Connection, outbox_id: int, *, attempt: int, error: str,
     box = callback_outbox_t.c
     values: dict[str, Any] = {"last_error": error[:2000]}
     if retry_at is None:
-        values["state"] = "failed"
+        values["state"] = OutboxState.FAILED
     else:
         values["next_attempt_at"] = retry_at
-    done = conn.execute(update(callback_outbox_t).where(box.id == outbox_id, box.state == "pending",
+    done = conn.execute(update(callback_outbox_t).where(box.id == outbox_id, box.state == OutboxState.PENDING,
                                                         box.attempts == attempt).values(**values)).rowcount
     return bool(done)
 
@@ -230,7 +231,7 @@ def list_deliveries(conn: Connection, *, dag_run_id: int | None = None, state: s
 def prune(conn: Connection, *, before: dt.datetime) -> int:
     """Delete settled rows (delivered or failed) created before `before`; pending ones are kept."""
     box = callback_outbox_t.c
-    return conn.execute(callback_outbox_t.delete().where(box.state.in_(("delivered", "failed")),
+    return conn.execute(callback_outbox_t.delete().where(box.state.in_((OutboxState.DELIVERED, OutboxState.FAILED)),
                                                          box.created_at < before)).rowcount
 
 
@@ -239,7 +240,8 @@ def redeliver(conn: Connection, delivery_ids: Sequence[str], *, now: dt.datetime
     id; returns the ids changed (pending ones are left as they are)."""
     box = callback_outbox_t.c
     rows = conn.execute(update(callback_outbox_t)
-                        .where(box.delivery_id.in_(list(delivery_ids)), box.state.in_(("failed", "delivered")))
-                        .values(state="pending", attempts=0, next_attempt_at=now, delivered_at=None)
+                        .where(box.delivery_id.in_(list(delivery_ids)),
+                               box.state.in_((OutboxState.FAILED, OutboxState.DELIVERED)))
+                        .values(state=OutboxState.PENDING, attempts=0, next_attempt_at=now, delivered_at=None)
                         .returning(box.delivery_id)).scalars().all()
     return list(rows)

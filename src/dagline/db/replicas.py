@@ -23,6 +23,7 @@ from sqlalchemy import case, func, insert, select, type_coerce, update
 from sqlalchemy.engine import Connection
 
 from dagline.db.models import UTCDateTime, replica_t
+from dagline.domain.states import ReplicaState
 
 HOSTNAME = socket.gethostname()
 
@@ -36,7 +37,7 @@ def register(conn: Connection, *, executor: str) -> tuple[int, dt.datetime]:
     """Register a running replica on this host; returns its id and the database time of registration."""
     now = database_now(conn)
     replica_id = conn.execute(insert(replica_t).values(
-        hostname=HOSTNAME, pid=os.getpid(), executor=executor, state="running",
+        hostname=HOSTNAME, pid=os.getpid(), executor=executor, state=ReplicaState.RUNNING,
         started_at=now, latest_heartbeat=now, alive_since=now,
     ).returning(replica_t.c.id)).scalar_one()
     return replica_id, now
@@ -54,7 +55,7 @@ def heartbeat(conn: Connection, replica_id: int, *, gap_s: float) -> Beat:
     now = database_now(conn)
     row = conn.execute(
         update(replica_t)
-        .where(replica_t.c.id == replica_id, replica_t.c.state == "running")
+        .where(replica_t.c.id == replica_id, replica_t.c.state == ReplicaState.RUNNING)
         .values(
             alive_since=case(
                 (replica_t.c.latest_heartbeat < now - dt.timedelta(seconds=gap_s), now),
@@ -72,8 +73,8 @@ def deregister(conn: Connection, replica_id: int) -> bool:
     """A graceful stop: `running` -> `stopped`. False if peers had already declared the replica dead."""
     now = database_now(conn)
     return conn.execute(
-        update(replica_t).where(replica_t.c.id == replica_id, replica_t.c.state == "running")
-        .values(state="stopped", ended_at=now).returning(replica_t.c.id)
+        update(replica_t).where(replica_t.c.id == replica_id, replica_t.c.state == ReplicaState.RUNNING)
+        .values(state=ReplicaState.STOPPED, ended_at=now).returning(replica_t.c.id)
     ).first() is not None
 
 
@@ -82,8 +83,8 @@ def mark_all_others_dead(conn: Connection, replica_id: int) -> list:
     whose file lock the replica holds). Returns the rows changed (id, hostname, pid, ended_at)."""
     now = database_now(conn)
     return conn.execute(
-        update(replica_t).where(replica_t.c.id != replica_id, replica_t.c.state == "running")
-        .values(state="dead", ended_at=now)
+        update(replica_t).where(replica_t.c.id != replica_id, replica_t.c.state == ReplicaState.RUNNING)
+        .values(state=ReplicaState.DEAD, ended_at=now)
         .returning(replica_t.c.id, replica_t.c.hostname, replica_t.c.pid,
                    replica_t.c.latest_heartbeat, replica_t.c.ended_at)
     ).all()

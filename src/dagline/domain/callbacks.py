@@ -35,6 +35,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from dagline.domain.states import RunState, TIState
 from dagline.times import isoformat
 
 
@@ -160,9 +161,9 @@ def check_webhook_url(value: str) -> None:
 RUN_EVENTS = frozenset({CallbackEvent.SUCCESS, CallbackEvent.FAILURE, CallbackEvent.DEADLINE_MISS})
 
 # The state a run or task instance enters -> the callback event it is (other states fire nothing).
-_TASK_EVENTS = {"success": CallbackEvent.SUCCESS, "failed": CallbackEvent.FAILURE,
-                "up_for_retry": CallbackEvent.RETRY}
-_RUN_EVENTS = {"success": CallbackEvent.SUCCESS, "failed": CallbackEvent.FAILURE}
+_TASK_EVENTS = {TIState.SUCCESS: CallbackEvent.SUCCESS, TIState.FAILED: CallbackEvent.FAILURE,
+                TIState.UP_FOR_RETRY: CallbackEvent.RETRY}
+_RUN_EVENTS = {RunState.SUCCESS: CallbackEvent.SUCCESS, RunState.FAILED: CallbackEvent.FAILURE}
 
 
 def event_of_state(kind: str, state: str) -> CallbackEvent | None:

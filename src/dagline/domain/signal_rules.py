@@ -16,9 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from dagline.domain.signal_keys import parse_task_state_key, validate_key
+from dagline.domain.states import SignalAction
 from dagline.errors import InvalidInput
 
-ACTIONS = ("start", "restart", "stop")
+ACTIONS = (SignalAction.START, SignalAction.RESTART, SignalAction.STOP)  # a task rule's (`trigger` is the DAG's)
 
 
 class _Model(BaseModel):
@@ -80,7 +81,7 @@ def rule_problems(dag_id: str, task_ids: Sequence[str], triggers: Sequence[Signa
                 problems.append((field, f"{rule.signal!r} already has a rule in this task (on[{seen[rule.signal]}]); "
                                         "one rule per key and task"))
             seen.setdefault(rule.signal, j)
-            if target and target[0] == dag_id and target[1] == task_id and rule.action != "stop":
+            if target and target[0] == dag_id and target[1] == task_id and rule.action != SignalAction.STOP:
                 problems.append((field, f"task {task_id!r} would {rule.action} itself on its own state change "
                                         f"{rule.signal!r}, for ever"))
     return problems

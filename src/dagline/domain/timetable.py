@@ -83,9 +83,9 @@ def _info(start: dt.datetime, end: dt.datetime, run_after: dt.datetime | None = 
 
 
 def _parse(schedule: str | None) -> tuple[str, object]:
-    """Classify a schedule: ("none", None), ("once", None), ("cron", expr) or ("delta", parts)."""
+    """Classify a schedule: ("null", None) for no schedule, ("once", None), ("cron", expr) or ("delta", parts)."""
     if schedule is None:
-        return "none", None
+        return "null", None
     if not isinstance(schedule, str):
         raise ValueError(f"schedule {schedule!r} is not a string: {_ACCEPTED}")
     text = schedule.strip()
@@ -150,7 +150,7 @@ def make_timetable(
     validate_timezone(timezone)
     start = to_utc(start_date) if start_date is not None else None
     end = to_utc(end_date) if end_date is not None else None
-    if kind == "none":
+    if kind == "null":
         return NullTimetable(schedule, timezone, start, end)
     if start is None:
         raise ValueError(f"schedule {schedule!r} needs a start_date")

@@ -23,6 +23,7 @@ from sqlalchemy import select
 
 from dagline.db.engine import Database
 from dagline.db.models import dag_t
+from dagline.domain.states import BackfillState, RunState
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.k8s import conditions
 from dagline.k8s.conditions import Outcome
@@ -95,11 +96,11 @@ def _invalid(reason: str, message: str, now: dt.datetime, previous) -> Outcome:
 
 def progress(row, runs_by_state: Mapping[str, int]) -> dict[str, Any]:
     """A created backfill's progress fields, from its row and its runs counted by state."""
-    queued, running = runs_by_state.get("queued", 0), runs_by_state.get("running", 0)
-    succeeded, failed = runs_by_state.get("success", 0), runs_by_state.get("failed", 0)
-    if row.state == "cancelled":
+    queued, running = runs_by_state.get(RunState.QUEUED, 0), runs_by_state.get(RunState.RUNNING, 0)
+    succeeded, failed = runs_by_state.get(RunState.SUCCESS, 0), runs_by_state.get(RunState.FAILED, 0)
+    if row.state == BackfillState.CANCELLED:
         phase, message = "Cancelled", f"cancelled: {failed} runs failed or not started, {succeeded} succeeded"
-    elif row.state == "completed":
+    elif row.state == BackfillState.COMPLETED:
         phase = "Failed" if failed else "Succeeded"
         message = (f"{failed} of {row.total} runs failed" if failed else
                    f"all {row.total} runs succeeded" if row.total else "nothing to run: every date has a run")

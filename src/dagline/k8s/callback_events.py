@@ -22,7 +22,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dagline.domain.callbacks import summary
+from dagline.domain.callbacks import CallbackEvent, summary
 from dagline.k8s import dagruns
 from dagline.k8s.cache import ObjectCache
 from dagline.k8s.client import DEFAULT_TIMEOUT
@@ -31,9 +31,10 @@ from dagline.scheduler.channels import Callback, DeliveryFailed
 from dagline.times import parse_instant
 
 _REASONS = {
-    ("run", "success"): "DagRunSucceeded", ("run", "failure"): "DagRunFailed",
-    ("run", "deadline_miss"): "DeadlineMissed", ("task", "success"): "TaskSucceeded",
-    ("task", "failure"): "TaskFailed", ("task", "retry"): "TaskRetrying", ("task", "deadline_miss"): "DeadlineMissed",
+    ("run", CallbackEvent.SUCCESS): "DagRunSucceeded", ("run", CallbackEvent.FAILURE): "DagRunFailed",
+    ("run", CallbackEvent.DEADLINE_MISS): "DeadlineMissed", ("task", CallbackEvent.SUCCESS): "TaskSucceeded",
+    ("task", CallbackEvent.FAILURE): "TaskFailed", ("task", CallbackEvent.RETRY): "TaskRetrying",
+    ("task", CallbackEvent.DEADLINE_MISS): "DeadlineMissed",
 }
 
 

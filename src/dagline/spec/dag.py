@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from dagline.domain.callbacks import CallbackSpec
 from dagline.domain.deadlines import DeadlineSpec
 from dagline.domain.signal_rules import SignalRule
+from dagline.domain.states import SignalAction
 from dagline.errors import InvalidInput
 from dagline.spec.checks import check_dag_spec, topological_order
 from dagline.spec.fields import check_dag_id
@@ -98,7 +99,7 @@ class Task:
     @property
     def waits_for_signal(self) -> bool:
         """A task with a `start` rule is not started by its upstream tasks alone."""
-        return any(rule.action == "start" for rule in self.on)
+        return any(rule.action == SignalAction.START for rule in self.on)
 
 
 def _resolve_task(task: TaskSpec, defaults: TaskDefaults, timezone: str) -> Task:

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from dagline.domain.states import Reprocess
 from dagline.limits import MAX_ACTIVE_LIMIT, MAX_ID_LENGTH, MAX_POOL_SLOTS
 from dagline.spec.bounds import json_value_problem
 from dagline.spec.fields import DagId, InstantStr, SpecModel
@@ -20,7 +21,7 @@ class BackfillSpec(SpecModel):
     dag: DagId
     start: InstantStr = Field(description="date or date-time; naive = in the DAG's time zone")
     end: InstantStr = Field(description="date or date-time; naive = in the DAG's time zone")
-    reprocess: Literal["none", "failed", "completed"] = "none"
+    reprocess: Literal["none", "failed", "completed"] = Reprocess.NONE
     max_active_runs: int | None = Field(None, ge=1, le=MAX_ACTIVE_LIMIT)
     run_backwards: bool = False
     dry_run: bool = False

@@ -20,7 +20,7 @@ from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t
 from dagline.db.transitions import fail_queued_runs, record_events
-from dagline.domain.states import RunState
+from dagline.domain.states import BackfillState, Reprocess, RunState, RunType
 from dagline.domain.timetable import DataInterval, Timetable
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.limits import MAX_ACTIVE_LIMIT, MAX_BACKFILL_RUNS, MAX_ID_LENGTH
@@ -28,7 +28,7 @@ from dagline.store.dags import DagCache, require_dag
 from dagline.store.timeline import NewRun, insert_runs, on_timeline, refresh_next_dagrun, timetable_for
 from dagline.times import parse_instant, to_utc
 
-REPROCESS = ("none", "failed", "completed")
+REPROCESS = tuple(Reprocess)
 
 
 def resolve_range(start: str, end: str, timezone: str, *, start_field: str = "--start",
@@ -135,8 +135,8 @@ def plan_backfill(
             run_id, state = found
             if state in RunState.ACTIVE:
                 action = "keep_active"  # never replace a run that is queued or running
-            elif (state == RunState.FAILED and reprocess in ("failed", "completed")) or (
-                    state == RunState.SUCCESS and reprocess == "completed"):
+            elif (state == RunState.FAILED and reprocess in (Reprocess.FAILED, Reprocess.COMPLETED)) or (
+                    state == RunState.SUCCESS and reprocess == Reprocess.COMPLETED):
                 action = "replace"
             else:
                 action = "keep_existing"
@@ -153,7 +153,7 @@ class BackfillResult:
 
 def create_backfill(
     db: Database, dag_id: str, *, start: dt.datetime, end: dt.datetime, now: dt.datetime,
-    reprocess: str = "none", max_active_runs: int | None = None, run_backwards: bool = False,
+    reprocess: str = Reprocess.NONE, max_active_runs: int | None = None, run_backwards: bool = False,
     dry_run: bool = False, request_id: str | None = None, conf: dict | None = None, who: str = "cli",
     paused: bool = False,
 ) -> BackfillResult:
@@ -209,19 +209,20 @@ def create_backfill(
             return BackfillResult(None, plan, created=False)
         backfill_id = conn.execute(insert(backfill_t).values(
             dag_id=dag_id, request_id=request_id, from_date=start, to_date=end, reprocess=reprocess,
-            max_active_runs=max_active_runs, run_backwards=run_backwards, state="running", is_paused=paused,
+            max_active_runs=max_active_runs, run_backwards=run_backwards, state=BackfillState.RUNNING, is_paused=paused,
             total=len(plan.to_run), skipped_existing=plan.count("keep_existing") + plan.count("keep_active"),
             overridden=plan.count("replace"), created_at=now,
         ).returning(backfill_t.c.id)).scalar_one()
         new_runs = [NewRun(e.logical_date, e.data_interval, e.run_after, conf=conf, replaces=e.existing_run_id
                            if e.action == "replace" else None) for e in plan.to_run]
-        insert_runs(conn, dag=dag, version_id=version_id, run_type="backfill", runs=new_runs, now=now, who=who,
+        insert_runs(conn, dag=dag, version_id=version_id, run_type=RunType.BACKFILL, runs=new_runs, now=now, who=who,
                     backfill_id=backfill_id)
         if not new_runs:
             conn.execute(update(backfill_t).where(backfill_t.c.id == backfill_id)
-                         .values(state="completed", completed_at=now))
+                         .values(state=BackfillState.COMPLETED, completed_at=now))
         record_events(conn, [{"at": now, "who": who, "entity": "backfill", "dag_id": dag_id,
-                              "detail": f"backfill {backfill_id}: {len(new_runs)} runs", "to_state": "running"}])
+                              "detail": f"backfill {backfill_id}: {len(new_runs)} runs",
+                              "to_state": BackfillState.RUNNING}])
         refresh_next_dagrun(conn, dag_id, dag, now=now)
     return BackfillResult(backfill_id, plan, created=True)
 
@@ -269,7 +270,7 @@ def cancel_backfill(db: Database, backfill_id: int, *, now: dt.datetime, who: st
         row = conn.execute(select(backfill_t).where(backfill_t.c.id == backfill_id)).first()
         if row is None:
             raise OperationFailed(f"unknown backfill {backfill_id} (see `dagline backfill list`)")
-        if row.state != "running":
+        if row.state != BackfillState.RUNNING:
             return 0
         lock_dag(conn, row.dag_id)
         queued = list(conn.execute(select(dag_run_t.c.id).where(
@@ -277,9 +278,10 @@ def cancel_backfill(db: Database, backfill_id: int, *, now: dt.datetime, who: st
         detail = f"backfill {backfill_id} cancelled"
         cancelled = fail_queued_runs(conn, queued, now=now, who=who, detail=detail)
         conn.execute(update(backfill_t).where(backfill_t.c.id == backfill_id)
-                     .values(state="cancelled", completed_at=now))
+                     .values(state=BackfillState.CANCELLED, completed_at=now))
         record_events(conn, [{"at": now, "who": who, "entity": "backfill", "dag_id": row.dag_id,
-                              "detail": detail, "from_state": "running", "to_state": "cancelled"}])
+                              "detail": detail, "from_state": BackfillState.RUNNING,
+                              "to_state": BackfillState.CANCELLED}])
     return len(cancelled)
 
 
@@ -293,11 +295,12 @@ def set_backfill_paused(db: Database, backfill_id: int, paused: bool, *, now: dt
     anything changed. A finished or cancelled backfill is left as it is."""
     with db.begin() as conn:
         row = conn.execute(update(backfill_t).where(
-            backfill_t.c.id == backfill_id, backfill_t.c.state == "running", backfill_t.c.is_paused.is_(not paused))
+            backfill_t.c.id == backfill_id, backfill_t.c.state == BackfillState.RUNNING,
+            backfill_t.c.is_paused.is_(not paused))
             .values(is_paused=paused).returning(backfill_t.c.dag_id)).first()
         if row is None:
             return False
+        before, after = (BackfillState.RUNNING, "paused") if paused else ("paused", BackfillState.RUNNING)
         record_events(conn, [{"at": now, "who": who, "entity": "backfill", "dag_id": row.dag_id,
-                              "detail": f"backfill {backfill_id}", "from_state": "paused" if not paused else "running",
-                              "to_state": "paused" if paused else "running"}])
+                              "detail": f"backfill {backfill_id}", "from_state": before, "to_state": after}])
     return True

@@ -26,7 +26,7 @@ from dagline.db.transitions import fail_queued_runs, record_events
 from dagline.domain.deps import pool_too_small
 from dagline.domain.signal_keys import parse_task_state_key
 from dagline.domain.signal_rules import rule_name
-from dagline.domain.states import RunState
+from dagline.domain.states import BackfillState, RunState, SignalAction
 from dagline.errors import OperationFailed
 from dagline.spec import Dag, LoadedDag
 
@@ -252,7 +252,7 @@ def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime
 def signal_listeners(dag: Dag, version_id: int) -> list[dict]:
     """The `signal_listener` rows of a DAG version: its triggers and its tasks' `on` rules."""
     rows = [dict(dag_version_id=version_id, dag_id=dag.dag_id, key=t.signal, rule=rule_name(None, i), task_id="",
-                 action="trigger", handling="each", scope="dag") for i, t in enumerate(dag.spec.triggers)]
+                 action=SignalAction.TRIGGER, handling="each", scope="dag") for i, t in enumerate(dag.spec.triggers)]
     for task in dag.tasks.values():
         rows += [dict(dag_version_id=version_id, dag_id=dag.dag_id, key=r.signal, rule=rule_name(task.task_id, i),
                       task_id=task.task_id, action=r.action, handling=r.handling, scope=r.scope)
@@ -316,11 +316,12 @@ def deactivate(db: Database, dag_id: str, *, now: dt.datetime, who: str = "cli")
             dag_run_t.c.dag_id == dag_id, dag_run_t.c.state == RunState.QUEUED).order_by(dag_run_t.c.id)).scalars())
         cancelled = fail_queued_runs(conn, queued, now=now, who=who, detail="DAG deleted before the run started")
         backfills = conn.execute(
-            update(backfill_t).where(backfill_t.c.dag_id == dag_id, backfill_t.c.state == "running")
-            .values(state="cancelled", completed_at=now).returning(backfill_t.c.id)).scalars().all()
+            update(backfill_t).where(backfill_t.c.dag_id == dag_id, backfill_t.c.state == BackfillState.RUNNING)
+            .values(state=BackfillState.CANCELLED, completed_at=now).returning(backfill_t.c.id)).scalars().all()
         record_events(conn, [{"at": now, "who": who, "entity": "dag", "dag_id": dag_id, "to_state": "inactive",
                               "detail": f"deleted: {len(cancelled)} queued runs cancelled"}]
                       + [{"at": now, "who": who, "entity": "backfill", "dag_id": dag_id,
-                          "detail": f"backfill {b}: DAG deleted", "from_state": "running", "to_state": "cancelled"}
+                          "detail": f"backfill {b}: DAG deleted", "from_state": BackfillState.RUNNING,
+                          "to_state": BackfillState.CANCELLED}
                          for b in sorted(backfills)])
     return len(cancelled)

@@ -14,7 +14,7 @@ from dagline.db.claims import lock_dag, lock_run_for_signal
 from dagline.db.engine import Database
 from dagline.db.models import dag_run_t, signal_action_t, ti_t
 from dagline.db.transitions import change_runs, change_tis, request_stop
-from dagline.domain.states import RunState, TIState
+from dagline.domain.states import RunState, RunType, SignalActionStatus, TIState
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.limits import MAX_ROW_ID
 from dagline.store.dags import DagCache, require_dag
@@ -49,7 +49,7 @@ def trigger_run(
         version_id = row.current_version_id
         dag = _versions.setdefault(db, DagCache()).get(conn, version_id)
         when = logical_date or now
-        wanted = run_id or make_run_id("manual", when)
+        wanted = run_id or make_run_id(RunType.MANUAL, when)
         # one look for both: a live run at this date (refused), and whether the run id is free
         found = conn.execute(_AT_DATE_OR_NAMED, {"dag_id": dag_id, "when": when, "run_id": wanted}).all()
         existing = next((row for row in found if row.logical_date == when and not row.is_test
@@ -61,7 +61,7 @@ def trigger_run(
                 f"{when.isoformat()}; clear it (`dagline tasks clear {existing.id}`) or backfill with --reprocess")
         interval = timetable_for(dag).manual_interval(when)
         chosen = None if taken and run_id is None else wanted  # a generated id taken: `insert_runs` numbers it
-        [run_pk] = insert_runs(conn, dag=dag, version_id=version_id, run_type="manual",
+        [run_pk] = insert_runs(conn, dag=dag, version_id=version_id, run_type=RunType.MANUAL,
                                runs=[NewRun(when, interval, when, conf=conf, run_id=chosen)], now=now, who=who)
         return conn.execute(_RUN_BY_ID, {"id": run_pk}).one()
 
@@ -102,7 +102,7 @@ def create_test_run(
         version_id, dag = cache.current(conn, dag_id)
         when = logical_date or now
         interval = timetable_for(dag).manual_interval(when)
-        [run_pk] = insert_runs(conn, dag=dag, version_id=version_id, run_type="manual", is_test=True,
+        [run_pk] = insert_runs(conn, dag=dag, version_id=version_id, run_type=RunType.MANUAL, is_test=True,
                                runs=[NewRun(when, interval, now, conf=conf)], now=now, who=who)
         change_runs(conn, [run_pk], expected=RunState.QUEUED, to=RunState.RUNNING, at=now, who=who,
                     values={"start_date": now}, detail="a test run starts at once")
@@ -243,5 +243,6 @@ def stop_run(db: Database, run_ref: str, *, now: dt.datetime, who: str = "cli") 
 
 def _drop_pending(conn: Connection, run_pk: int, task_ids: list[str], *, now: dt.datetime, why: str) -> None:
     a = signal_action_t.c
-    conn.execute(update(signal_action_t).where(a.dag_run_id == run_pk, a.task_id.in_(task_ids), a.status == "pending")
-                 .values(status="dropped", done_at=now, detail=why))
+    conn.execute(update(signal_action_t)
+                 .where(a.dag_run_id == run_pk, a.task_id.in_(task_ids), a.status == SignalActionStatus.PENDING)
+                 .values(status=SignalActionStatus.DROPPED, done_at=now, detail=why))

@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection
 
 from dagline.db.claims import lock_signal_key
 from dagline.db.models import signal_listener_t, signal_t
-from dagline.db.notify import announce
+from dagline.db.notify import SIGNALS_ONLY, announce
 from dagline.db.signal_log import SignalConflict
 from dagline.domain.signal_keys import encode_value, same_value, validate_key, validate_sender_id
 
@@ -79,7 +79,7 @@ def send_signals(
         for i, seq in zip(new_index, seqs, strict=True):
             answers[i] = (seq, True)
         if any(row["handled_at"] is None for row in new_rows):
-            announce(conn, "signal")  # wake the replicas only for something to act on
+            announce(conn, SIGNALS_ONLY)  # wake the replicas only for something to act on
     for i, answer in enumerate(answers):
         if answer[0] == "same-as":
             answers[i] = (answers[answer[1]][0], False)

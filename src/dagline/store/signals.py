@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 from dagline.db.models import dag_run_t, dag_t, signal_action_t, signal_listener_t, signal_t
 from dagline.db.signal_log import SignalConflict, insert_signal
 from dagline.domain.signal_keys import encode_value, same_value, validate_key, validate_sender_id
-from dagline.domain.states import RunState
+from dagline.domain.states import RunState, SignalActionStatus
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.times import isoformat
 
@@ -139,7 +139,8 @@ def prune(conn: Connection, *, older_than: dt.datetime) -> int:
     loses work. Task instances keep the seq of the signal that started them."""
     if older_than.tzinfo is None:
         raise InvalidInput("an aware time is needed", field="--older-than")
-    pending = exists().where(signal_action_t.c.signal_seq == signal_t.c.seq, signal_action_t.c.status == "pending")
+    pending = exists().where(signal_action_t.c.signal_seq == signal_t.c.seq,
+                             signal_action_t.c.status == SignalActionStatus.PENDING)
     old = (select(signal_t.c.seq).where(signal_t.c.sent_at < older_than, signal_t.c.handled_at.is_not(None), ~pending))
     seqs = list(conn.execute(old).scalars())
     for i in range(0, len(seqs), 500):

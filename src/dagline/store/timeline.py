@@ -30,12 +30,12 @@ from dagline.db.models import dag_run_t, dag_t, ti_t
 from dagline.db.observe import at_commit
 from dagline.db.transitions import change_runs, record_events
 from dagline.domain.deadlines import deadline_at
-from dagline.domain.states import RunState, TIState
+from dagline.domain.states import RunState, RunType, TIState
 from dagline.domain.timetable import DagRunInfo, DataInterval, Timetable, make_timetable
 from dagline.spec import Dag
 from dagline.times import isoformat
 
-SCHEDULE_DRIVING_TYPES = ("scheduled", "backfill")
+SCHEDULE_DRIVING_TYPES = (RunType.SCHEDULED, RunType.BACKFILL)
 
 
 def on_timeline():
@@ -89,9 +89,9 @@ def insert_runs(
         return []
     replaced = [r.replaces for r in runs if r.replaces is not None]
     if replaced:
-        done = change_runs(conn, replaced, expected="success", to=RunState.OVERRIDDEN, at=now, who=who,
+        done = change_runs(conn, replaced, expected=RunState.SUCCESS, to=RunState.OVERRIDDEN, at=now, who=who,
                            detail=f"replaced by a {run_type} run")
-        done += change_runs(conn, replaced, expected="failed", to=RunState.OVERRIDDEN, at=now, who=who,
+        done += change_runs(conn, replaced, expected=RunState.FAILED, to=RunState.OVERRIDDEN, at=now, who=who,
                             detail=f"replaced by a {run_type} run")
         if len(done) != len(replaced):
             raise RuntimeError("a run chosen for replacement changed state meanwhile; nothing was written")
@@ -110,7 +110,7 @@ def insert_runs(
         }
         for r, run_id in zip(runs, run_ids, strict=True)
     ]
-    if run_type == "backfill" or is_test:  # reprocessing the past (its deadlines passed long ago), or a rehearsal
+    if run_type == RunType.BACKFILL or is_test:  # reprocessing the past (its deadlines passed long ago), or a rehearsal
         for row in rows:
             row["deadline_at"] = None
     _without_unset_deadlines(rows)
@@ -125,7 +125,7 @@ def insert_runs(
                 "dag_run_id": run_pk, "dag_id": dag.dag_id, "task_id": task.task_id, "state": TIState.NONE,
                 "try_number": 0, "max_tries": task.retries + 1, "pool": task.pool,
                 "pool_slots": task.pool_slots, "priority_weight": task.priority_weight,
-                "deadline_at": None if run_type == "backfill" or is_test else deadline_at(
+                "deadline_at": None if run_type == RunType.BACKFILL or is_test else deadline_at(
                     task.deadline, logical_date=r.logical_date, data_interval_end=r.data_interval.end, queued_at=now),
             })
     if ti_rows:
@@ -140,7 +140,7 @@ def insert_runs(
     ])
     if not is_test:
         relink(conn, dag.dag_id, min(r.logical_date for r in runs))
-    delays = [(now - r.run_after).total_seconds() for r in runs] if run_type == "scheduled" else []
+    delays = [(now - r.run_after).total_seconds() for r in runs] if run_type == RunType.SCHEDULED else []
     at_commit(conn, lambda: _count_created(run_type, len(ids), delays))
     return ids
 
@@ -254,7 +254,7 @@ def active_scheduled_runs(conn: Connection, dag_id: str) -> int:
     return conn.execute(
         select(func.count()).select_from(dag_run_t)
         .where(dag_run_t.c.dag_id == dag_id, dag_run_t.c.state.in_(RunState.ACTIVE),
-               dag_run_t.c.run_type != "backfill", ~dag_run_t.c.is_test)
+               dag_run_t.c.run_type != RunType.BACKFILL, ~dag_run_t.c.is_test)
     ).scalar_one()
 
 

@@ -66,7 +66,7 @@ from sqlalchemy.engine import Connection
 
 from dagline.db.models import backfill_t, dag_run_t, dag_t, event_t, pool_t, signal_action_t, signal_t, ti_t
 from dagline.domain.deps import depends_on_past_met
-from dagline.domain.states import RunState, TIState
+from dagline.domain.states import BackfillState, RunState, RunType, SignalAction, SignalActionStatus, TIState
 from dagline.store.dags import DagCache
 from dagline.store.timeline import on_timeline, timetable_for
 
@@ -290,7 +290,8 @@ def stuck_tis(conn: Connection, now: dt.datetime, dags: DagCache | None = None) 
             tis.append(ti)
     blocking = _active_counts(conn)
     pending = {(r.dag_run_id, r.task_id) for r in conn.execute(
-        select(signal_action_t.c.dag_run_id, signal_action_t.c.task_id).where(signal_action_t.c.status == "pending"))}
+        select(signal_action_t.c.dag_run_id, signal_action_t.c.task_id)
+        .where(signal_action_t.c.status == SignalActionStatus.PENDING))}
     stuck = []
     for ti in sorted(tis, key=lambda t: t.id):
         run = runs[ti.dag_run_id]
@@ -358,7 +359,7 @@ def _ready(task, run, states: dict[tuple[int, str], str]) -> bool:
 
 def stuck_runs(conn: Connection, now: dt.datetime) -> list[dict]:
     held_backfills = select(backfill_t.c.id).where((backfill_t.c.is_paused.is_(True))
-                                                   | (backfill_t.c.state != "running"))
+                                                   | (backfill_t.c.state != BackfillState.RUNNING))
     rows = conn.execute(
         select(dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.run_id, dag_run_t.c.state)
         .join(dag_t, dag_t.c.dag_id == dag_run_t.c.dag_id)
@@ -395,12 +396,15 @@ def duplicate_signal_actions(conn: Connection) -> list[tuple]:
         .group_by(a.signal_seq, a.rule, a.dag_run_id, a.task_id).having(func.count() > 1))]
 
 
+_STARTING = (SignalAction.START, SignalAction.RESTART)  # the actions that start a try
+
+
 def signal_order_violations(conn: Connection) -> list[dict]:
     a = signal_action_t.c
     rows = conn.execute(
         select(signal_t.c.key, a.dag_run_id, a.task_id, a.signal_seq, a.try_number)
         .join(signal_t, signal_t.c.seq == a.signal_seq)
-        .where(a.status == "done", a.action.in_(("start", "restart")), a.try_number.is_not(None))
+        .where(a.status == SignalActionStatus.DONE, a.action.in_(_STARTING), a.try_number.is_not(None))
         .order_by(signal_t.c.key, a.dag_run_id, a.task_id, a.signal_seq))
     last: dict[tuple, tuple[int, int]] = {}
     bad = []
@@ -417,13 +421,13 @@ def signal_trigger_violations(conn: Connection) -> list[dict]:
     a = signal_action_t.c
     triggers = collections.defaultdict(list)
     per_signal_dag = collections.Counter()
-    for r in conn.execute(select(a.signal_seq, a.dag_id, a.dag_run_id).where(a.action == "trigger")):
+    for r in conn.execute(select(a.signal_seq, a.dag_id, a.dag_run_id).where(a.action == SignalAction.TRIGGER)):
         triggers[r.dag_run_id].append(r.signal_seq)
         per_signal_dag[(r.signal_seq, r.dag_id)] += 1
     bad = [{"signal_seq": seq, "dag_id": dag_id, "reason": f"{n} runs created by one signal"}
            for (seq, dag_id), n in sorted(per_signal_dag.items()) if n > 1]
     runs = {r.id: r for r in conn.execute(select(dag_run_t.c.id, dag_run_t.c.run_id)
-                                          .where(dag_run_t.c.run_type == "signal"))}
+                                          .where(dag_run_t.c.run_type == RunType.SIGNAL))}
     for run_pk, run in sorted(runs.items()):
         if len(triggers.get(run_pk, [])) != 1:
             bad.append({"dag_run_id": run_pk, "run_id": run.run_id,
@@ -446,7 +450,7 @@ def stuck_signals(conn: Connection, dags: DagCache | None = None) -> list[dict]:
                dag_run_t.c.dag_version_id, dag_run_t.c.previous_run_id, ti_t.c.state.label("ti_state"))
         .join(dag_run_t, dag_run_t.c.id == a.dag_run_id)
         .join(ti_t, (ti_t.c.dag_run_id == a.dag_run_id) & (ti_t.c.task_id == a.task_id))
-        .where(a.status == "pending", a.action.in_(("start", "restart")))).all()
+        .where(a.status == SignalActionStatus.PENDING, a.action.in_(_STARTING))).all()
     if not rows:
         return []
     states = {(r.dag_run_id, r.task_id): r.state for r in conn.execute(

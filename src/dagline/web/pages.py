@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from dagline.domain.states import TIState
+from dagline.domain.states import Reprocess, TIState
 from dagline.errors import OperationFailed
 from dagline.executors.base import TaskKey
 from dagline.store import read_models as cli_queries
@@ -140,7 +140,7 @@ async def trigger_form(request: Request, dag_id: str):
 async def backfill_form(request: Request, dag_id: str):
     def work(conn, viewer):
         return Page("backfill_form.html", {"dag": _dag(conn, dag_id), "title": f"{dag_id}: backfill", "tab": None,
-                                           "form": {"reprocess": "none"}})
+                                           "form": {"reprocess": Reprocess.NONE}})
 
     return await serve_page(request, work)
 

@@ -12,14 +12,14 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from dagline.db.models import dag_run_t, event_t, ti_t
-from dagline.domain.states import TIState
+from dagline.domain.states import RunState, TIState
 from dagline.errors import OperationFailed
 from dagline.store import read_models as queries
 from dagline.store.dags import DagCache, require_dag
 from dagline.times import isoformat
 
 MAX_GRID_RUNS = 1000
-TRY_ENDS = frozenset({"success", "failed", "up_for_retry", "upstream_failed", "skipped", "removed", "none"})
+TRY_ENDS = TIState.FINISHED | {TIState.UP_FOR_RETRY, TIState.NONE}  # the states a try's event ends it with
 
 
 def dag_list(conn: Connection) -> list[dict]:
@@ -78,7 +78,7 @@ def _brief_runs(conn: Connection, dag_id: str, *, overridden: bool, limit: int |
     stmt = (select(run.id, run.run_id, run.logical_date, run.run_type, run.state, run.backfill_id,
                    run.previous_run_id, run.start_date, run.end_date)
             .where(run.dag_id == dag_id, ~run.is_test))
-    stmt = stmt.where(run.state == "overridden") if overridden else stmt.where(run.state != "overridden")
+    stmt = stmt.where(run.state == RunState.OVERRIDDEN) if overridden else stmt.where(run.state != RunState.OVERRIDDEN)
     if since is not None:
         stmt = stmt.where(run.logical_date >= since)
     stmt = stmt.order_by(run.logical_date.desc(), run.id.desc())
@@ -95,7 +95,7 @@ def recent_runs(conn: Connection, dag_id: str, limit: int) -> list[dict]:
     """The latest live runs, newest first, and the overridden ones among them (for choosing a run)."""
     live = _brief_runs(conn, dag_id, overridden=False, limit=limit)
     replaced = _brief_runs(conn, dag_id, overridden=True, since=live[0]["_ld"]) if live else []
-    return sorted(live + replaced, key=lambda r: (r["_ld"], r["state"] != "overridden", r["id"]), reverse=True)
+    return sorted(live + replaced, key=lambda r: (r["_ld"], r["state"] != RunState.OVERRIDDEN, r["id"]), reverse=True)
 
 
 def grid(conn: Connection, dag_id: str, dag, limit: int) -> Grid:
@@ -162,12 +162,12 @@ def tries(conn: Connection, run_pk: int, tasks: list[dict], *, now: dt.datetime)
             continue
         key = (ev.task_id, ev.try_number)
         one = found.setdefault(key, {"task_id": ev.task_id, "try_number": ev.try_number, "queued_at": None,
-                                     "start": None, "end": None, "state": "queued", "detail": None})
-        if ev.to_state == "queued" and one["queued_at"] is None:
+                                     "start": None, "end": None, "state": TIState.QUEUED, "detail": None})
+        if ev.to_state == TIState.QUEUED and one["queued_at"] is None:
             one["queued_at"] = ev.at
-        elif ev.to_state == "running":
+        elif ev.to_state == TIState.RUNNING:
             one["start"] = one["start"] or ev.at
-            one["state"] = "running"
+            one["state"] = TIState.RUNNING
         elif ev.to_state in TRY_ENDS and one["end"] is None and (one["start"] or one["queued_at"]):
             one["end"] = ev.at
             one["state"] = ev.to_state
@@ -193,7 +193,7 @@ def durations(conn: Connection, dag_id: str, task_id: str, limit: int = 200) -> 
         select(run.id, run.run_id, run.logical_date, ti_t.c.state, ti_t.c.try_number, ti_t.c.start_date,
                ti_t.c.end_date)
         .join(ti_t, ti_t.c.dag_run_id == run.id)
-        .where(run.dag_id == dag_id, ti_t.c.task_id == task_id, run.state != "overridden", ~run.is_test)
+        .where(run.dag_id == dag_id, ti_t.c.task_id == task_id, run.state != RunState.OVERRIDDEN, ~run.is_test)
         .order_by(run.logical_date.desc(), run.id.desc()).limit(limit)).all()
     points = []
     for r in reversed(rows):

@@ -12,13 +12,15 @@ from zoneinfo import ZoneInfo
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup, escape
 
+from dagline.domain.states import RunState, RunType, TIState
 from dagline.times import UTC
 
-STATES = ("success", "failed", "upstream_failed", "up_for_retry", "running", "queued", "scheduled", "skipped",
-          "removed", "none", "overridden")
+# the states a grid cell or badge is coloured by: a task instance's, and a run's own `overridden`
+STATES = (TIState.SUCCESS, TIState.FAILED, TIState.UPSTREAM_FAILED, TIState.UP_FOR_RETRY, TIState.RUNNING,
+          TIState.QUEUED, TIState.SCHEDULED, TIState.SKIPPED, TIState.REMOVED, TIState.NONE, RunState.OVERRIDDEN)
 _CELLS = {state: f"<td class=s-{state}>" for state in STATES}  # end tags left out: the row's </tr> ends them
 _EMPTY_CELL = "<td class=s-absent>"
-RUN_TYPE_LETTERS = {"scheduled": "s", "manual": "m", "backfill": "b", "signal": "g"}
+RUN_TYPE_LETTERS = {RunType.SCHEDULED: "s", RunType.MANUAL: "m", RunType.BACKFILL: "b", RunType.SIGNAL: "g"}
 
 
 @functools.lru_cache(maxsize=64)
