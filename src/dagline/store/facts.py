@@ -40,7 +40,7 @@ from sqlalchemy.engine import Connection
 from dagline.db.models import backfill_t, dag_run_t, pool_t, signal_action_t, ti_t
 from dagline.domain.admission import Candidate, Limits, Load
 from dagline.domain.run_decision import RunDecision, TaskFacts, TIFacts, decide_run
-from dagline.domain.states import RunState, TIState
+from dagline.domain.states import BackfillState, RunState, SignalAction, SignalActionStatus, TIState
 from dagline.spec import Dag
 from dagline.store.dags import DagCache
 
@@ -119,7 +119,7 @@ def task_facts(dags: DagCache, version_id: int, dag: Dag) -> list[TaskFacts]:
             dags.task_facts.clear()
         known = dags.task_facts[version_id] = [
             TaskFacts(task_id, task.upstream, task.trigger_rule, task.depends_on_past,
-                      tuple(rule.signal for rule in task.on if rule.action == "start"))
+                      tuple(rule.signal for rule in task.on if rule.action == SignalAction.START))
             for task_id, task in dag.tasks.items()]
     return known
 
@@ -140,7 +140,7 @@ def pending_signals(conn: Connection, run_ids: Sequence[int]) -> Pending:
     pending = Pending.none()
     for row in conn.execute(_PENDING_SIGNALS, {"run_ids": list(run_ids)}):
         pending.add((row.dag_run_id, row.task_id))
-        if row.action == "restart":
+        if row.action == SignalAction.RESTART:
             pending.restarts.add((row.dag_run_id, row.task_id))
     return pending
 
@@ -242,7 +242,7 @@ def running_backfills(conn: Connection, dag_ids: Sequence[str], only: int | None
     stmt = (
         select(backfill_t.c.id, backfill_t.c.dag_id, backfill_t.c.max_active_runs, backfill_t.c.run_backwards,
                backfill_t.c.is_paused)
-        .where(backfill_t.c.dag_id.in_(list(dag_ids)), backfill_t.c.state == "running")
+        .where(backfill_t.c.dag_id.in_(list(dag_ids)), backfill_t.c.state == BackfillState.RUNNING)
         .order_by(backfill_t.c.id)
     )
     if only is not None:
@@ -261,8 +261,8 @@ _TIS_FOR_DECISION = (
 _A = signal_action_t.c
 _PENDING_SIGNALS = (
     select(_A.dag_run_id, _A.task_id, _A.action).distinct()
-    .where(_A.dag_run_id.in_(bindparam("run_ids", expanding=True)), _A.status == "pending",
-           _A.action.in_(("start", "restart"))))
+    .where(_A.dag_run_id.in_(bindparam("run_ids", expanding=True)), _A.status == SignalActionStatus.PENDING,
+           _A.action.in_((SignalAction.START, SignalAction.RESTART))))
 _STATES_OF_RUNS = (select(ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state)
                    .where(ti_t.c.dag_run_id.in_(bindparam("run_ids", expanding=True))))
 _ACTIVE_LOAD = (  # the critical section reads it at every queueing
