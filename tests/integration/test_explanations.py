@@ -25,9 +25,8 @@ from dagline.scheduler.loop import Scheduler
 from dagline.store.pools import set_pool
 from dagline.store.runs import trigger_run
 from dagline.store.signals import send_signal
-from tests.dags import dag, task, write
-
-from .harness import apply, backfill, runs, t, ti_states, tis
+from tests.helpers.dags import dag, task, write
+from tests.helpers.harness import apply, backfill, runs, t, ti_states, tis
 
 NOW = "2026-03-01T00:00:00+00:00"
 LEFT = (TIState.NONE, TIState.UP_FOR_RETRY, TIState.SCHEDULED)  # the states a task instance waits in
