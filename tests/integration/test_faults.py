@@ -21,9 +21,9 @@ from dagline.errors import OperationFailed
 from dagline.executors.noop import NoopExecutor
 from dagline.scheduler.examine import examine_running_runs
 from dagline.scheduler.loop import Scheduler
+from dagline.scheduler.replica.wakeup import Wakeup
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.scheduler.start_runs import start_queued_runs
-from dagline.scheduler.wakeup import Wakeup
 from dagline.store.runs import trigger_run
 from tests.dags import dag, task, write
 

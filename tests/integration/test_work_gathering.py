@@ -19,8 +19,8 @@ from dagline.db.models import dag_run_t, dag_t, ti_t
 from dagline.db.notify import RUNS_ONLY, announce, announce_as_scoped
 from dagline.executors.noop import NoopExecutor
 from dagline.scheduler.loop import Scheduler
+from dagline.scheduler.replica.wakeup import Wakeup
 from dagline.scheduler.settings import SchedulerSettings
-from dagline.scheduler.wakeup import Wakeup
 from dagline.store.backfills import create_backfill
 from dagline.store.runs import trigger_run
 from tests.dags import dag, task, write

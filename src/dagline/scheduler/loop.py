@@ -56,7 +56,6 @@ from dagline.db.observe import at_commit
 from dagline.db.replicas import database_now
 from dagline.executors.base import Executor, TaskLaunch
 from dagline.scheduler import housekeeping
-from dagline.scheduler.adoption import Adopter, Settled, declare_others_dead, declare_stale_replicas_dead
 from dagline.scheduler.channels import Callback, SecretReader, log_channel, webhook_channel
 from dagline.scheduler.create_runs import create_scheduled_runs
 from dagline.scheduler.critical_section import queue_task_instances
@@ -64,17 +63,18 @@ from dagline.scheduler.deadlines import record_missed_deadlines
 from dagline.scheduler.deliveries import CallbackSettings, Deliveries
 from dagline.scheduler.examine import examine_running_runs, examine_runs
 from dagline.scheduler.executor_events import apply_reports, fail_unlaunchable
-from dagline.scheduler.guard import SchedulerLock
 from dagline.scheduler.launches import DEFAULT_API_URL, gather_launches, render_launches
-from dagline.scheduler.liveness import Liveness, ReplicaFenced
 from dagline.scheduler.renderer import Renderer
-from dagline.scheduler.resilience import Backoff, Transactions
+from dagline.scheduler.replica.adoption import Adopter, Settled, declare_others_dead, declare_stale_replicas_dead
+from dagline.scheduler.replica.guard import SchedulerLock
+from dagline.scheduler.replica.liveness import Liveness, ReplicaFenced
+from dagline.scheduler.replica.resilience import Backoff, Transactions
+from dagline.scheduler.replica.wakeup import Wakeup
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.scheduler.signal_reactions import react_to_signals
 from dagline.scheduler.start_runs import newest_run, start_queued_runs
 from dagline.scheduler.stops import tries_to_stop
 from dagline.scheduler.tries import InFlight
-from dagline.scheduler.wakeup import Wakeup
 from dagline.store.dags import DagCache
 from dagline.store.read_models import pending_retries
 from dagline.store.tokens import delete_ended_try_tokens
