@@ -1,4 +1,4 @@
-"""New work gathers on the replica at work for longest (PostgreSQL, `Scheduler._leaving_runs_to_peers`):
+"""New work gathers on the replica at work for longest (PostgreSQL, `replica.gathering`):
 its peers leave it new runs and the next hops of their chains, unless these waited
 `runs_left_to_peer_s` (then any replica takes them), and a replica always starts the runs it created
 itself. Which replicas are at work is read from the notifications every replica already receives.
