@@ -73,7 +73,8 @@ def test_a_listener_sees_which_replicas_are_at_work_since_when_without_consuming
     wakeup.ignore("scheduler:1")
     announce_as_scoped(pg_db.engine, "scheduler:3")  # a replica of one backfill (`dagline backfill run`)
     try:
-        for payload in ("scheduler:3", "scheduler:2", "scheduler:1", RUNS_ONLY, "cli"):
+        # the CLI's change before replica 1's: once replica 1 is seen at work, it has arrived too
+        for payload in ("scheduler:3", "scheduler:2", RUNS_ONLY, "cli", "scheduler:1"):
             with pg_db.begin() as conn:
                 announce(conn, payload)
         at_work = wait_for(lambda: wakeup.replicas_at_work(60.0), "both replicas' changes",
