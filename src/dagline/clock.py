@@ -1,4 +1,5 @@
-"""Where the scheduler gets "now": the wall clock, or a frozen instant (`--now`) for tests and predictions."""
+"""Where the scheduler gets "now": the wall clock, or a frozen instant (`--now`) for tests and predictions;
+and, for tests of the replica's timers, a monotonic clock that moves only when told."""
 
 from __future__ import annotations
 
@@ -49,3 +50,17 @@ class ShiftedClock:
 
     def now(self) -> dt.datetime:
         return dt.datetime.now(UTC) + self.offset
+
+
+class FixedMonotonic:
+    """A monotonic clock (seconds, as `time.monotonic` counts them) that stands still until `advance`
+    moves it: what the replica's timers and windows (`dagline.scheduler.replica`) take in tests."""
+
+    def __init__(self, seconds: float = 1000.0):
+        self.seconds = seconds
+
+    def __call__(self) -> float:
+        return self.seconds
+
+    def advance(self, seconds: float) -> None:
+        self.seconds += seconds

@@ -13,7 +13,9 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import IntegrityError
 
 import dagline.db.engine as engine_module
-import dagline.scheduler.loop as loop_module
+import dagline.scheduler.phases.hops as hops_module
+import dagline.scheduler.phases.mini_scheduler as mini_scheduler_module
+import dagline.scheduler.phases.take_in as take_in_module
 from dagline.clock import FixedClock
 from dagline.db.engine import Database
 from dagline.db.faults import is_conflict, is_transient
@@ -21,9 +23,9 @@ from dagline.errors import OperationFailed
 from dagline.executors.noop import NoopExecutor
 from dagline.scheduler.examine import examine_running_runs
 from dagline.scheduler.loop import Scheduler
+from dagline.scheduler.replica.wakeup import Wakeup
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.scheduler.start_runs import start_queued_runs
-from dagline.scheduler.wakeup import Wakeup
 from dagline.store.runs import trigger_run
 from tests.helpers.dags import dag, task, write
 from tests.helpers.harness import apply, assert_invariants, runs, t
@@ -50,9 +52,15 @@ def _all_succeeded(db) -> bool:
     return all(r["state"] == "success" for i in range(4) for r in runs(db, f"chain-{i}"))
 
 
+PHASES = {  # a step of the loop -> the module that calls it
+    "examine_runs": mini_scheduler_module, "queue_task_instances": hops_module, "apply_reports": hops_module,
+    "start_queued_runs": take_in_module}
+
+
 def _fail_once_at(monkeypatch, name: str, call: int, fault):
-    """Wrap the loop's phase `name` so that its `call`-th call runs `fault(conn)` first."""
-    real = getattr(loop_module, name)
+    """Wrap the loop's step `name` so that its `call`-th call runs `fault(conn)` first."""
+    module = PHASES[name]
+    real = getattr(module, name)
     calls = {"n": 0}
 
     def wrapped(conn, *args, **kwargs):
@@ -61,7 +69,7 @@ def _fail_once_at(monkeypatch, name: str, call: int, fault):
             fault(conn)
         return real(conn, *args, **kwargs)
 
-    monkeypatch.setattr(loop_module, name, wrapped)
+    monkeypatch.setattr(module, name, wrapped)
     return calls
 
 
@@ -90,7 +98,7 @@ def test_connections_terminated_in_the_middle_of_a_step_the_loop_carries_on(chai
 
 def test_reports_whose_transaction_fails_are_stored_in_a_later_loop(chains, monkeypatch):
     stored = []
-    real = loop_module.apply_reports
+    real = hops_module.apply_reports
 
     def apply_then_fail_once(conn, reports, **kwargs):
         affected = real(conn, reports, **kwargs)
@@ -99,7 +107,7 @@ def test_reports_whose_transaction_fails_are_stored_in_a_later_loop(chains, monk
             conn.execute(text("SELECT pg_terminate_backend(pg_backend_pid())"))  # the commit never happens
         return affected
 
-    monkeypatch.setattr(loop_module, "apply_reports", apply_then_fail_once)
+    monkeypatch.setattr(hops_module, "apply_reports", apply_then_fail_once)
     sched = _scheduler(chains)
     sched.run(until_idle=True)
     assert stored and stored[0] > 0
@@ -163,7 +171,7 @@ def test_tries_a_replica_queued_but_lost_track_of_are_launched_once_by_its_own_r
             start_queued_runs(conn, now=t(NOW), dags=sched.dags, who=sched.who, limit=10),
             examine_running_runs(conn, limit=10, backfill_id=None, test_run_id=None, now=t(NOW), dags=sched.dags,
                                  who=sched.who)), what="start the runs")
-        lost = sched.tx.run(lambda conn: loop_module.queue_task_instances(
+        lost = sched.tx.run(lambda conn: hops_module.queue_task_instances(
             conn, now=t(NOW), dags=sched.dags, who=sched.who, replica_id=sched.replica_id, executor_slots=8, limit=8),
             what="queue behind the replica's back")
         assert lost and not any((q.ti_id, q.try_number) in sched.in_flight for q in lost)

@@ -111,7 +111,7 @@ def test_a_try_running_past_its_execution_timeout_is_failed_and_retried(db, tmp_
         sched.iterate()
         assert ti_states(db, run.id) == {"slow": "running"}
         clock.advance(t("2026-03-01T00:10:01Z") - clock.now())
-        sched._last_housekeeping = 0.0  # the housekeeping interval has passed
+        sched.upkeep.last_housekeeping = 0.0  # the housekeeping interval has passed
         sched.iterate()
         assert ti_states(db, run.id) == {"slow": "up_for_retry"}
         assert not executor.has_work() or all(tr.cancelled for tr in executor._active.values())

@@ -16,7 +16,7 @@ from dagline.db.notify import announce
 from dagline.db.transitions import request_stop
 from dagline.executors.noop import NoopExecutor
 from dagline.scheduler.loop import Scheduler
-from dagline.scheduler.wakeup import Wakeup
+from dagline.scheduler.replica.wakeup import Wakeup
 from dagline.spec import load_dag_paths
 from dagline.store.dags import apply_dags
 from dagline.store.runs import trigger_run

@@ -32,8 +32,8 @@ from dagline.executors.base import TaskKey
 from dagline.executors.local import LocalExecutor
 from dagline.executors.noop import NoopExecutor
 from dagline.executors.try_files import log_path
-from dagline.scheduler.liveness import ReplicaFenced
 from dagline.scheduler.loop import Scheduler
+from dagline.scheduler.replica.liveness import ReplicaFenced
 from dagline.scheduler.settings import SchedulerSettings
 from dagline.store.backfills import create_backfill
 from dagline.store.runs import trigger_run

@@ -10,7 +10,7 @@ import datetime as dt
 
 from dagline.db.notify import RUNS_ONLY, SIGNALS_ONLY, announce, hold_announcements
 from dagline.db.signal_log import insert_signal
-from dagline.scheduler.wakeup import Wakeup
+from dagline.scheduler.replica.wakeup import Wakeup
 from dagline.spec import load_dag_paths
 from dagline.store.dags import apply_dags
 from dagline.store.runs import trigger_run

@@ -15,8 +15,8 @@ from dagline.db import claims
 from dagline.db.models import signal_action_t, signal_t, ti_t
 from dagline.executors.noop import NoopExecutor
 from dagline.scheduler.loop import Scheduler
+from dagline.scheduler.replica.wakeup import Wakeup
 from dagline.scheduler.signal_reactions import react_to_signals
-from dagline.scheduler.wakeup import Wakeup
 from dagline.store.dags import DagCache
 from dagline.store.runs import stop_run, stop_task, trigger_run
 from dagline.store.signals import send_signal, show_signal

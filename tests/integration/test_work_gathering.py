@@ -1,4 +1,4 @@
-"""New work gathers on the replica at work for longest (PostgreSQL, `Scheduler._leaving_runs_to_peers`):
+"""New work gathers on the replica at work for longest (PostgreSQL, `replica.gathering`):
 its peers leave it new runs and the next hops of their chains, unless these waited
 `runs_left_to_peer_s` (then any replica takes them), and a replica always starts the runs it created
 itself. Which replicas are at work is read from the notifications every replica already receives.
@@ -19,8 +19,8 @@ from dagline.db.models import dag_run_t, dag_t, ti_t
 from dagline.db.notify import RUNS_ONLY, announce, announce_as_scoped
 from dagline.executors.noop import NoopExecutor
 from dagline.scheduler.loop import Scheduler
+from dagline.scheduler.replica.wakeup import Wakeup
 from dagline.scheduler.settings import SchedulerSettings
-from dagline.scheduler.wakeup import Wakeup
 from dagline.store.backfills import create_backfill
 from dagline.store.runs import trigger_run
 from tests.helpers.dags import dag, task, write
@@ -72,7 +72,8 @@ def test_a_listener_sees_which_replicas_are_at_work_since_when_without_consuming
     wakeup.ignore("scheduler:1")
     announce_as_scoped(pg_db.engine, "scheduler:3")  # a replica of one backfill (`dagline backfill run`)
     try:
-        for payload in ("scheduler:3", "scheduler:2", "scheduler:1", RUNS_ONLY, "cli"):
+        # the CLI's change before replica 1's: once replica 1 is seen at work, it has arrived too
+        for payload in ("scheduler:3", "scheduler:2", RUNS_ONLY, "cli", "scheduler:1"):
             with pg_db.begin() as conn:
                 announce(conn, payload)
         at_work = wait_for(lambda: wakeup.replicas_at_work(60.0), "both replicas' changes",

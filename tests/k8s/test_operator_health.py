@@ -12,7 +12,7 @@ from dagline.executors.noop import NoopExecutor
 from dagline.k8s.client import load_api_client
 from dagline.k8s.runtime import Runtime
 from dagline.k8s.settings import OperatorSettings
-from dagline.scheduler.guard import SchedulerLock
+from dagline.scheduler.replica.guard import SchedulerLock
 from tests.helpers import prometheus
 from tests.helpers.k8s.operator_harness import FAST_LOOP, http_get, settings
 

@@ -2,7 +2,7 @@
 
 SQLite: WAL journal, foreign keys on, a busy timeout, and `BEGIN IMMEDIATE` for every transaction:
 SQLite has no row locks, so writers are serialised by the database lock instead (and only one
-scheduler may run on it, see `scheduler.guard`); `writer_lock` lines them up so a waiter gets in as
+scheduler may run on it, see `scheduler.replica.guard`); `writer_lock` lines them up so a waiter gets in as
 soon as the holder commits. PostgreSQL: `postgresql://` URLs are read as
 psycopg2 (the driver dagline ships with); a pooled connection idle for a second or more is checked
 before use (`_check_idle_connections_before_use`).

@@ -1,6 +1,6 @@
 """Which database errors are transient: worth a retry, never a reason for a replica to stop.
 
-Two kinds, told apart because they are retried differently (see `dagline.scheduler.resilience`):
+Two kinds, told apart because they are retried differently (see `dagline.scheduler.replica.resilience`):
 - conflicts: a serialization failure (40001) or a deadlock (40P01). PostgreSQL rolled the transaction
   back; running it again at once usually succeeds.
 - outages: the connection was reset or terminated, the server is shutting down or starting up

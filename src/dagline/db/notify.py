@@ -20,10 +20,9 @@ repeat that work: with three replicas on one machine, such wake-ups cost more th
 a peer must act on is announced `urgent` (payload `!scheduler:7`): a stop request for a try that
 may run on a peer, tasks this replica left unqueued because its executor is full, or a replica
 leaving. New signals and new runs wake every idle replica, whoever wrote them. The peers' ordinary
-changes still arrive, as do a replica's own: the listener notes since when and until when it saw
-each replica's (`at_work`), which tells a replica which replicas are at work, and which has been
-for longest (see `Scheduler._leaving_runs_to_peers`); an urgent one says its replica is not one to
-leave work to (its executor is full, or it is leaving) until its next ordinary change.
+changes still arrive, as do a replica's own: the listener hands every notification it reads to
+`Listener.seen`, and a scheduler replica learns from them which replicas are at work, and which has
+been for longest (`dagline.scheduler.replica.gathering`).
 
 Listening: a `Listener` holds one dedicated connection outside the pool (autocommit, `LISTEN
 dagline`) and waits on its socket with `select`. A lost connection is reopened on the next wait;
@@ -38,6 +37,7 @@ import logging
 import select
 import time
 import weakref
+from collections.abc import Callable
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -51,8 +51,6 @@ SIGNALS_ONLY = "signal"  # the payload of a transaction that stored new signals 
 RUNS_ONLY = "runs"  # the payload of a transaction that created queued runs and changed nothing else
 URGENT = "!"  # before a writer's name: peers must act on this change (see the module docstring)
 SCOPED = "/scoped"  # after a scheduler replica's name: it works on one backfill only (`announce_as_scoped`)
-AT_WORK_GAP_S = 0.25  # by default, a replica whose ordinary changes pause longer starts new work when they resume
-_AT_WORK_KEPT = 64  # replicas `Listener.at_work` keeps before it forgets the silent ones
 _LIGHT = frozenset({SIGNALS_ONLY, RUNS_ONLY})  # a replica woken by one of these has only that to look at
 _ANNOUNCED = "dagline_announced_in"  # key in the DBAPI connection's info: _Announced of the transaction
 
@@ -97,7 +95,8 @@ _scoped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # engine -> wr
 def announce_as_scoped(engine, who: str) -> None:
     """Scheduler replica `who` (writing through `engine`) works on one backfill only (`dagline backfill
     run`): its announcements say so (`scheduler:7/scoped`), so that peers never count it as a replica
-    at work to leave new work to (`Listener.at_work`); they still take its ordinary changes as a peer's."""
+    at work to leave new work to (`dagline.scheduler.replica.gathering`); they still take its ordinary
+    changes as a peer's."""
     _scoped.setdefault(engine, set()).add(who)
 
 
@@ -113,12 +112,11 @@ def hold_announcements(conn: Connection) -> None:
 class Listener:
     """A dedicated LISTEN connection; `wait` returns when another writer committed a change."""
 
-    def __init__(self, engine, *, at_work_gap_s: float = AT_WORK_GAP_S):
+    def __init__(self, engine):
         self.engine = engine
-        self.at_work_gap_s = at_work_gap_s
         self.ignore: str | None = None
         self.peers: str | None = None  # payload prefix of the peers whose ordinary changes wake no one
-        self.at_work: dict[str, tuple[float, float]] = {}  # scheduler -> its work seen: (since, last), monotonic
+        self.seen: Callable[[str], None] | None = None  # given every notification read (who is at work)
         self._unread: list[str] = []  # payloads read by `look`, not yet reported
         self._conn = None
         self.reconnects = 0  # connections opened after the first (after losing one)
@@ -211,7 +209,7 @@ class Listener:
 
     def look(self) -> None:
         """Read the notifications that arrived, without consuming them (the next `wait` or `pending`
-        still reports them): `at_work` is then up to date."""
+        still reports them): `seen` has then been given them all."""
         if self._conn is None:
             return
         try:
@@ -223,10 +221,8 @@ class Listener:
         self._conn.poll()
         while self._conn.notifies:
             payload = self._conn.notifies.pop(0).payload
-            if self.peers and payload.startswith(self.peers) and not payload.endswith(SCOPED):
-                self._saw_at_work(payload)  # an ordinary change of a replica that takes any work
-            elif self.peers and payload.startswith(URGENT + self.peers):  # full, leaving: not one to leave work to
-                self.at_work.pop(payload[len(URGENT):], None)
+            if self.seen is not None:
+                self.seen(payload)
             self._unread.append(payload)
 
     def _drain(self) -> str | None:
@@ -251,15 +247,6 @@ class Listener:
         if light:
             return "signals" if SIGNALS_ONLY in light else "runs"
         return None
-
-    def _saw_at_work(self, writer: str) -> None:
-        """Note an ordinary change of a scheduler replica (this one's too): it is at work, since its first
-        change after a pause longer than `at_work_gap_s`."""
-        now = time.monotonic()
-        since, last = self.at_work.get(writer, (now, float("-inf")))
-        self.at_work[writer] = (since if now - last <= self.at_work_gap_s else now, now)
-        if len(self.at_work) > _AT_WORK_KEPT:  # replicas come and go: forget those long silent
-            self.at_work = {w: seen for w, seen in self.at_work.items() if now - seen[1] <= self.at_work_gap_s}
 
     def close(self) -> None:
         if self._conn is not None:

@@ -17,7 +17,7 @@ rows are taken with `claims.lock_pools_if_free`, and if a peer holds any it retu
 nothing and leaving the transaction intact; the caller then tries again after its commit, as usual.
 Such a caller has just scheduled task instances, so the first look is left out.
 
-With `leave` (a replica leaving new work to a peer at work, see `Scheduler._queue`), the task
+With `leave` (a replica leaving new work to a peer at work, see `replica.left_to_peer`), the task
 instances it says so of are left scheduled for that peer to queue.
 """
 

@@ -27,7 +27,7 @@ from dagline.db.outbox import settle_delivered, settle_failed
 from dagline.domain.callbacks import redelivery_delay
 from dagline.errors import InvalidInput
 from dagline.scheduler.channels import Callback, DeliveryFailed
-from dagline.scheduler.resilience import Transactions
+from dagline.scheduler.replica.resilience import Transactions
 from dagline.scheduler.settings import env_overrides
 
 log = logging.getLogger(__name__)

@@ -1,8 +1,9 @@
 """Loop step 6 (on intervals): execution timeouts and finishing backfills.
 
-The rest of housekeeping has modules of its own: heartbeats in `liveness`, orphaned and zombie task
-instances in `adoption`. `executionTimeout` is global: whichever replica notices first fails (or
-retries) the try; the replica running the job notices the change and stops it (`adoption.reconcile_own_tries`).
+The rest of housekeeping has modules of its own: heartbeats in `replica.liveness`, orphaned and zombie
+task instances in `replica.adoption`. `executionTimeout` is global: whichever replica notices first
+fails (or retries) the try; the replica running the job notices the change and stops it
+(`replica.adoption.reconcile_own_tries`).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ the rules that match it and act, in one transaction per batch:
 
 Exactly once: a signal is claimed (`claims.claim_unhandled_signals`, skipping what others hold)
 and marked handled, by one statement, in the transaction that writes its actions and the state
-changes they cause (and, from `Scheduler._react`, queues the tries they made runnable);
+changes they cause (and, from `phases.reaction`, queues the tries they made runnable);
 each (signal, rule, run, task) has one `signal_action` row at most (a unique constraint: an insert
 that finds it there is a signal already acted on, and does nothing more). A replica that dies before
 its commit leaves the signals unhandled, and another replica takes them.
@@ -24,7 +24,7 @@ Wake-ups: the reaction's transaction does not wake idle peers (`notify.hold_anno
 replica that reacted queues the tries it made runnable in the same transaction, and goes on with a
 full pass (runs a trigger created); peers woken to find nothing would only slow it down on a busy
 machine. A stop request (restart, stop) does wake them: the replica running the try must stop it.
-If the caller queues nothing, it wakes the peers itself (`Scheduler._react`).
+If the caller queues nothing, it wakes the peers itself (`phases.reaction`).
 
 Order: within one key, `seq` order is commit order (`claims.lock_signal_key`); a claimed signal is
 acted on only if every earlier unhandled signal of its key is in the same claim, else it is left for

@@ -31,7 +31,7 @@ def start_queued_runs(
     waited_since: dt.datetime | None = None,
 ) -> list[int]:
     """Start what may start; returns the ids of the runs started. With `waited_since`, only runs due and
-    queued since then at the latest are started (see `Scheduler._leaving_runs_to_peers`)."""
+    queued since then at the latest are started (see `replica.left_to_peer`)."""
     dag_ids = lock_dags_with_startable_runs(conn, now, limit, backfill_id, waited_since)
     if not dag_ids:
         return []
@@ -125,6 +125,6 @@ def _first_queued(conn: Connection, dag_ids: list[str], now: dt.datetime, cap: i
 
 def newest_run(conn: Connection) -> int:
     """The newest run id (a primary-key lookup): compared with what a start step saw, whether runs came
-    since, from another writer, where nothing announces them (SQLite; see `Scheduler._follow_up`).
+    since, from another writer, where nothing announces them (SQLite; see `phases.take_in`).
     Only new ones count: a run that was already waiting for a `maxActiveRuns` place does not."""
     return conn.execute(select(func.max(dag_run_t.c.id))).scalar() or 0

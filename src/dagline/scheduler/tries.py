@@ -3,7 +3,7 @@
 A try enters when it is launched or adopted and leaves once its final report is stored (not merely
 read from the executor: a report whose transaction failed is applied again, and until then its try
 is still this replica's). Housekeeping compares this set with the database
-(`adoption.reconcile_own_tries`): a try the database no longer has `queued` or `running` on that try
+(`replica.adoption.reconcile_own_tries`): a try the database no longer has `queued` or `running` on that try
 number was timed out or cleared by someone else, and is cancelled; a task instance the database says
 is this replica's but that is not in the set is followed, launched or settled as an orphan.
 """

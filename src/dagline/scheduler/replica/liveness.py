@@ -21,7 +21,7 @@ import time
 from dagline.db import replicas
 from dagline.db.notify import announce
 from dagline.errors import OperationFailed
-from dagline.scheduler.resilience import Transactions
+from dagline.scheduler.replica.resilience import Transactions
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ connection, a restarting server, an unreachable database) it logs a warning and 
 
 Work done outside a transaction is arranged so that a failed transaction loses nothing: launches
 happen only after the queueing transaction committed; executor reports are kept until the
-transaction applying them commits (`Scheduler._apply_reports`); a commit whose outcome is unknown is
+transaction applying them commits (`phases.hops`); a commit whose outcome is unknown is
 reconciled from the database later (`adoption.reconcile_own_tries`).
 """
 

@@ -40,7 +40,7 @@ from dagline.scheduler.critical_section import QueuedTI
 from dagline.scheduler.executor_events import fail_unlaunchable
 from dagline.scheduler.launches import DEFAULT_API_URL, gather_launches, render_launches
 from dagline.scheduler.renderer import Renderer
-from dagline.scheduler.resilience import Transactions
+from dagline.scheduler.replica.resilience import Transactions
 from dagline.scheduler.tries import InFlight
 from dagline.store.dags import DagCache
 

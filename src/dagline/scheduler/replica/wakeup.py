@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import os
 import select
-import time
 
 from dagline.db.engine import Database
-from dagline.db.notify import AT_WORK_GAP_S, Listener
+from dagline.db.notify import Listener
+from dagline.scheduler.replica.gathering import AT_WORK_GAP_S, REPLICA, AtWork
 
 
 class Wakeup:
     def __init__(self, db: Database, *, at_work_gap_s: float = AT_WORK_GAP_S):
         listens = not db.is_sqlite and db.engine.dialect.driver == "psycopg2"
-        self._listener = Listener(db.engine, at_work_gap_s=at_work_gap_s) if listens else None
+        self._listener = Listener(db.engine) if listens else None
+        self.at_work = AtWork(gap_s=at_work_gap_s)  # read from the notifications (`replica.gathering`)
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._read_fd, False)
         os.set_blocking(self._write_fd, False)
@@ -42,7 +43,8 @@ class Wakeup:
         """This replica's own announcements do not wake it, nor do its peers' ordinary ones (see `db.notify`)."""
         if self._listener is not None:
             self._listener.set_ignore(who)
-            self._listener.peers = "scheduler:" if who.startswith("scheduler:") else None
+            self._listener.peers = REPLICA if who.startswith(REPLICA) else None
+            self._listener.seen = self.at_work.saw if who.startswith(REPLICA) else None
 
     def wait(self, timeout: float, *, listen: bool = True) -> str:
         """Wait up to `timeout` s; returns 'notified', 'reconnected', 'interrupted' or 'timeout'.
@@ -62,14 +64,12 @@ class Wakeup:
     def replicas_at_work(self, within_s: float) -> dict[int, float]:
         """Scheduler replica id -> since when (`time.monotonic()`) it has been at work, for the replicas,
         this one included, whose ordinary changes were seen in the last `within_s` seconds
-        (`Listener.at_work`, read up to now by `Listener.look`). Always empty where nothing is
-        announced (SQLite)."""
+        (`AtWork.replicas`, given every notification up to now by `Listener.look`). Always empty where
+        nothing is announced (SQLite)."""
         if self._listener is None:
             return {}
         self._listener.look()
-        recent = time.monotonic() - within_s
-        return {int(writer.split(":", 1)[1]): since for writer, (since, last) in self._listener.at_work.items()
-                if last >= recent and writer.split(":", 1)[1].isdigit()}
+        return self.at_work.replicas(within_s)
 
     @property
     def listens(self) -> bool:
