@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 
 from dagline.api.errors import ApiError, bad_request, conflict, too_large, unprocessable
 from dagline.domain.signal_keys import MAX_VALUE_BYTES, validate_key, validate_sender_id
-from dagline.errors import InvalidInput, OperationFailed
+from dagline.errors import DaglineError, NotFound
 from dagline.store.signal_batches import send_signals
 from dagline.store.signals import MAX_LIST, SignalConflict, list_signals, listeners, show_signal
 from dagline.store.tokens import READ, SEND
@@ -52,7 +52,8 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def parse_signals(body: bytes, *, max_batch: int) -> tuple[list[dict], bool]:
-    """The signals of a POST body, each checked; and whether it was a list. Raises ApiError."""
+    """The signals of a POST body, each checked; and whether it was a list. Raises a DaglineError (answered
+    by its http_status, after the token is checked)."""
     try:
         document = json.loads(body.decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError) as exc:
@@ -80,11 +81,8 @@ def parse_signals(body: bytes, *, max_batch: int) -> tuple[list[dict], bool]:
         if size > MAX_VALUE_BYTES:
             raise too_large(f"a signal value is at most {MAX_VALUE_BYTES} bytes of JSON, this one {size}",
                             field=where + "value")
-        try:
-            validate_key(item["key"], field=where + "key")
-            validate_sender_id(item.get("id"), field=where + "id")
-        except InvalidInput as exc:
-            raise unprocessable(exc.reason, field=exc.field) from None
+        validate_key(item["key"], field=where + "key")  # InvalidInput: 422
+        validate_sender_id(item.get("id"), field=where + "id")
         signals.append({"key": item["key"], "value": value, "id": item.get("id")})
     return signals, batch
 
@@ -97,8 +95,6 @@ def store_signals(conn, principal, signals: list[dict], *, now) -> list[dict]:
     except SignalConflict as exc:
         index = getattr(exc, "index", 0)
         raise conflict(str(exc), field=f"[{index}].id" if len(signals) > 1 else "id") from None
-    except InvalidInput as exc:  # checked before already
-        raise unprocessable(exc.reason, field=exc.field) from None
     heard = {key: bool(listeners(conn, key)) for key in {s["key"] for s in signals}}
     out = []
     for s, (seq, created) in zip(signals, stored, strict=True):
@@ -116,7 +112,7 @@ async def post_signals(request: Request):
     try:
         signals, batch = parse_signals(body, max_batch=api.settings.max_batch)
         problem = None
-    except ApiError as exc:
+    except DaglineError as exc:
         signals, batch, problem = [], False, exc
     token = api.bearer(request)
 
@@ -151,10 +147,7 @@ async def get_signals(request: Request):
     api = request.app.state.dagline
     key = request.query_params.get("key") or None
     if key is not None:
-        try:
-            validate_key(key, reserved_ok=True)
-        except InvalidInput as exc:
-            raise unprocessable(exc.reason, field="key") from None
+        validate_key(key, reserved_ok=True)  # InvalidInput naming `key`: 422
     since = _int_param(request, "since", minimum=0)
     limit = _int_param(request, "limit", minimum=1, maximum=MAX_LIST) or 100
     token = api.bearer(request)
@@ -179,7 +172,7 @@ async def get_signal(request: Request, seq: str):
             api.principal(conn, token, READ, anonymous_ok=api.settings.anonymous_read)
             try:
                 return show_signal(conn, int(seq))
-            except OperationFailed as exc:
+            except NotFound as exc:
                 raise ApiError(404, str(exc), field="seq") from None
 
     return await run_in_threadpool(api.in_transaction, work)

@@ -1,7 +1,7 @@
 """The plumbing every page and action shares: one
 transaction per request in the thread pool (run again after a PostgreSQL conflict, like the API's),
-the viewer, the CSRF cookie, a one-shot notice after an action, and the answers to refusals (a
-sign-in redirect, 403, 404 and 422 pages)."""
+the viewer, the CSRF cookie, a one-shot notice after an action, and the answers to refusals: a
+sign-in redirect, else a page with the error's own `http_status` (403, 404, 409, 422...)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from dagline import errors
 from dagline.db.faults import run_again_on_conflict
-from dagline.errors import InvalidInput, OperationFailed
+from dagline.errors import DaglineError
 from dagline.web import access
 from dagline.web.render import render
 
@@ -109,26 +110,23 @@ async def serve_page(request: Request, handler: Callable, *, action: bool = Fals
         page, viewer = await run_in_threadpool(identified if action else in_transaction, request, handler)
     except access.SignInNeeded as exc:
         return sign_in_redirect(request, str(exc))
-    except access.NotAllowed as exc:
-        return html(request, Page("problem.html", {"title": "Not allowed", "message": str(exc), "field": None}, 403),
-                    None)
-    except access.CsrfRefused as exc:
-        return html(request, Page("problem.html", {"title": "Refused", "message": str(exc), "field": None}, 403),
-                    None)
-    except NotFound as exc:
-        return html(request, Page("problem.html", {"title": "Not found", "message": str(exc), "field": None}, 404),
-                    None)
-    except InvalidInput as exc:
-        return html(request, Page("problem.html", {"title": "Invalid input", "message": exc.reason,
-                                                   "field": exc.field}, 422), None)
-    except OperationFailed as exc:
-        return html(request, Page("problem.html", {"title": "Not done", "message": str(exc), "field": None}, 409),
-                    None)
+    except DaglineError as exc:
+        return problem(request, exc)
     return html(request, page, viewer)
 
 
-class NotFound(Exception):
-    pass
+TITLES = {403: "Not allowed", 404: "Not found", 409: "Not done", 413: "Too large", 422: "Invalid input",
+          503: "Unavailable"}
+
+
+def problem(request: Request, exc: DaglineError) -> Response:
+    """The refusal's page, by the error's `http_status`: its reason, and the field at fault where there is one."""
+    title = TITLES.get(exc.http_status, "Not done" if exc.http_status >= 500 else "Refused")
+    return html(request, Page("problem.html", {"title": title, "message": exc.reason, "field": exc.field},
+                              exc.http_status), None)
+
+
+NotFound = errors.NotFound  # pages raise it for an unknown DAG, run or task: 404
 
 
 def sign_in_redirect(request: Request, why: str) -> Response:
