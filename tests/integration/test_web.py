@@ -189,6 +189,13 @@ def test_clear_stop_backfill_and_signal_through_the_pages(db, world):
         row = conn.execute(select(signal_t).where(signal_t.c.sender_id == "m1")).one()
     assert row.source == "token:ops"
     assert client.post("/signals/send", data={"csrf": csrf, "key": "Bad Key"}).status_code == 422
+    signals_before = client.get("/signals").text.count("model.published")
+    for value, says in (('{"path": "\\ud800"}', "a lone surrogate"), ('"\\u0000"', "a NUL character"),
+                        ("[" * 100_000, "nested more than")):
+        refused = client.post("/signals/send", data={"csrf": csrf, "key": "model.published", "value": value,
+                                                     "confirmed": "yes"})
+        assert refused.status_code == 422 and says in refused.text, refused.text
+    assert client.get("/signals").text.count("model.published") == signals_before
 
 
 def test_pools_show_used_and_free_slots(db, world):

@@ -38,7 +38,7 @@ def test_the_walk_finds_the_classes_of_every_layer():
     found = {f"{cls.__module__}.{cls.__name__}" for cls in CLASSES}
     assert {"dagline.errors.InvalidInput", "dagline.api.errors.ApiError", "dagline.db.claims.PoolsBusy",
             "dagline.web.access.CsrfRefused", "dagline.k8s.client.ApiRejected",
-            "dagline.scheduler.renderer.RenderFailed"} <= found
+            "dagline.domain.json_values.InvalidJson", "dagline.scheduler.renderer.RenderFailed"} <= found
     assert not any(name.startswith("dagline.sdk.") for name in found)
 
 

@@ -17,12 +17,14 @@ from starlette.concurrency import run_in_threadpool
 
 from dagline import errors
 from dagline.db.faults import run_again_on_conflict
-from dagline.errors import DaglineError
+from dagline.domain.json_values import read_json
+from dagline.errors import DaglineError, InvalidInput
 from dagline.web import access
 from dagline.web.render import render
 
 log = logging.getLogger(__name__)
 NOTICE_COOKIE = "dagline_notice"
+MAX_NOTICE_BYTES = 4096  # what a browser keeps of one cookie
 
 
 @dataclasses.dataclass
@@ -82,10 +84,10 @@ def html(request: Request, page: Page, viewer: access.Viewer | None) -> Response
 def _read_notice(raw: str | None) -> dict | None:
     if not raw:
         return None
-    try:
-        value = json.loads(raw)
+    try:  # a cookie: bounded like any JSON a browser sends
+        value = read_json(raw, NOTICE_COOKIE, max_bytes=MAX_NOTICE_BYTES)
         return {"text": str(value["text"])[:500], "kind": "ok" if value.get("kind") == "ok" else "warn"}
-    except (ValueError, KeyError, TypeError):
+    except (InvalidInput, KeyError, TypeError, AttributeError):
         return None
 
 
