@@ -106,6 +106,8 @@ def test_every_rendered_value_is_escaped(db, world):
     raw = client.get("/runs/1/logs/extract/1?offset=0")
     assert raw.headers["content-type"].startswith("text/plain") and scene.HTML in raw.text
     assert raw.headers["x-log-offset"] == str(len(f"starting\n{scene.HTML}\ndone\n".encode()))
+    missing = client.get("/runs/1/logs/nope/1?offset=0")
+    assert missing.status_code == 404 and "has no task 'nope'" in missing.text
     sent = client.post("/signals/send", data={"csrf": csrf, "confirmed": "yes", "key": "model.published",
                                               "value": '{"path": "<img src=x onerror=alert(1)>"}'})
     assert sent.status_code == 303

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from dagline.db.models import ti_t
 from dagline.domain.states import TIState
-from dagline.errors import OperationFailed
+from dagline.errors import DaglineError, OperationFailed
 from dagline.executors.base import TaskKey
 from dagline.store import read_models as cli_queries
 from dagline.store.pools import list_pools
@@ -202,10 +202,8 @@ async def log_text(request: Request, run_ref: str, task_id: str, try_number: int
 
     try:
         (run, running), _ = await run_in_threadpool(in_transaction, request, work)
-    except access.SignInNeeded as exc:
-        return PlainTextResponse(str(exc), status_code=401)
-    except (access.NotAllowed, NotFound) as exc:
-        return PlainTextResponse(str(exc), status_code=403 if isinstance(exc, access.NotAllowed) else 404)
+    except DaglineError as exc:  # 401 sign in, 403 not allowed, 404 no such run or task...
+        return PlainTextResponse(exc.reason, status_code=exc.http_status)
     chunk = await run_in_threadpool(logs.read_chunk, getattr(api.settings, "log_folder", None),
                                     TaskKey(run.dag_id, run.run_id, task_id, try_number), offset)
     return PlainTextResponse(chunk.text, headers={"X-Log-Offset": str(chunk.offset),
