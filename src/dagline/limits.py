@@ -36,6 +36,20 @@ MAX_YAML_NODES = 200_000
 MAX_STRING_LENGTH = 64 * KIB
 """Characters in one YAML scalar or JSON string."""
 
+# --- JSON given to dagline (`dagline.domain.json_values`) -------------------------------------------------
+
+MAX_JSON_BYTES = 1 * MIB
+"""Bytes of UTF-8 in a JSON text given to a command or a form: `--conf`, `--conf-file`, `--value`, the web UI's
+conf and signal value."""
+
+MAX_SIGNAL_VALUE_BYTES = 64 * KIB
+"""A signal's value, as compact UTF-8 JSON (however it was sent: the CLI, the API, the web UI, a job)."""
+
+MIN_JSON_INTEGER = -(2**63)
+MAX_JSON_INTEGER = 2**63 - 1
+"""Integers in JSON dagline reads (a conf, params, a signal value): what a BIGINT, a Java long and a Go int64
+hold."""
+
 MAX_ID_LENGTH = 250
 """Characters in a task id, a pool name, a run id or a request id (Airflow's limit)."""
 

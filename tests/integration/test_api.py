@@ -162,6 +162,29 @@ def test_bad_input_is_refused_naming_the_field_and_nothing_is_stored(db, body, s
     assert stored(db) == before
 
 
+@pytest.mark.parametrize("body, status, field, says", [
+    (b"[" * 100_000, 400, "body", "nested more than"),  # counted before parsing: no RecursionError, no 500
+    (b'{"key": "a.b", "value": ' + b"[" * 33 + b"]" * 33 + b"}", 422, "value", "nested more than 32 levels"),
+    (b'{"key": "a.b", "value": "\\ud800"}', 422, "value", "a lone surrogate (\\ud800) in a string"),
+    (b'[{"key": "a.b"}, {"key": "a.b", "value": {"\\udc00": 1}}]', 422, "[1].value",
+     "a lone surrogate (\\udc00) in a key"),
+    (b'{"key": "a.b", "value": {"p": ["\\u0000"]}}', 422, "value", "p[0]: a NUL character"),
+    (b'{"key": "a.b", "id": "x\\u0000"}', 422, "id", "a NUL character"),
+    (b'{"key": "a.b", "\\ud800": 1}', 422, '["\\ud800"]', "unknown field"),
+    (b'{"key": "a.b", "value": 9223372036854775808}', 422, "value", "out of range"),
+    (b'{"key": "a.b", "value": 1e999}', 422, "value", "inf is not a JSON number"),
+    (b'{"key": "a.b", "value": "\xed\xa0\x80"}', 400, "body", "not valid UTF-8"),  # a surrogate encoded as bytes
+])
+def test_hostile_json_is_refused_naming_the_field_and_nothing_is_stored(db, body, status, field, says):
+    api, headers = client(db), bearer(token(db))
+    api.post("/api/v1/signals", json={"key": "kept", "value": 1}, headers=headers)
+    before = stored(db)
+    answer = api.post("/api/v1/signals", content=body, headers={**headers, "Content-Type": "application/json"})
+    assert answer.status_code == status, answer.text
+    assert answer.json()["field"] == field and says in answer.json()["error"], answer.text
+    assert stored(db) == before
+
+
 def test_bad_query_parameters_name_the_parameter(db):
     api, headers = client(db), bearer(token(db, "r", "read"))
     for query, field in (("since=-1", "since"), ("limit=0", "limit"), ("limit=x", "limit"), ("key=A", "key")):

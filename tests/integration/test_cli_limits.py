@@ -122,7 +122,13 @@ def test_a_backfill_over_millions_of_intervals_is_refused_before_they_are_listed
     ('{"x": ' + "[" * 100 + "]" * 100 + "}", [f"more than {limits.MAX_NESTING_DEPTH} levels"]),
     ('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}", ["levels"]),
     ('{"x": "' + "y" * (limits.MAX_STRING_LENGTH + 1) + '"}', [f"{limits.MAX_STRING_LENGTH:,} characters"]),
-    ('{"x": ' + "9" * 5000 + "}", ["not valid JSON"]),
+    ('{"x": ' + "9" * 5000 + "}", ["the integer 999999999999... (5,000 digits) is out of range"]),
+    ('{"x": 9223372036854775808}', ["x: the integer 9223372036854775808 is out of range"]),
+    ('{"x": {"y": "\\ud800"}}', ["x.y: a lone surrogate (\\ud800) in a string"]),
+    ('{"x": {"\\udfff": 1}}', ["x: a lone surrogate (\\udfff) in a key"]),
+    ('{"x": ["a\\u0000b"]}', ["x[0]: a NUL character (\\u0000) in a string"]),
+    ('{"x": "\udc80"}', ["not valid UTF-8"]),  # a byte of a command line that is not UTF-8
+    ("[1]", ["must be a JSON object", "not an array"]),
 ])
 def test_conf_that_is_not_bounded_json_is_exit_2_naming_conf(db, applied, conf, words):
     refused(db, "dags", "trigger", "sales", "--conf", conf, words=["--conf", *words])

@@ -60,12 +60,21 @@ def test_bad_input_is_refused_with_the_field_and_nothing_stored(db):
     assert "--value: not valid JSON" in cli(db, "signals", "send", "a.b", "--value", "{nope", expect=2).stderr
     assert "--value: not valid JSON" in cli(db, "signals", "send", "a.b", "--value", "NaN", expect=2).stderr
     big = json.dumps("x" * 70_000)
-    assert "at most 65536 bytes" in cli(db, "signals", "send", "a.b", "--value", big, expect=2).stderr
+    assert "the limit is 65,536 bytes" in cli(db, "signals", "send", "a.b", "--value", big, expect=2).stderr
     cli(db, "signals", "send", "a.b", "--value", "1", "--id", "same")
     conflict = cli(db, "signals", "send", "a.b", "--value", "2", "--id", "same", expect=1)
     assert "with another value" in conflict.stderr
     assert "--older-than" in cli(db, "signals", "prune", "--older-than", "3 days", expect=2).stderr
     assert count(db) == 1
+
+
+def test_a_value_with_a_lone_surrogate_or_a_nul_is_exit_2_naming_value_and_nothing_stored(db):
+    lone = cli(db, "signals", "send", "a.b", "--value", '{"path": "\\ud800"}', expect=2).stderr
+    assert "--value: path: a lone surrogate (\\ud800) in a string" in lone
+    nul = cli(db, "signals", "send", "a.b", "--value", '["\\u0000"]', expect=2).stderr
+    assert "--value: [0]: a NUL character (\\u0000)" in nul
+    assert "Traceback" not in lone + nul
+    assert count(db) == 0
 
 
 def test_list_and_show_give_every_field_of_the_contract(db):

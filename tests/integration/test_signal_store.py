@@ -80,7 +80,7 @@ def test_bad_keys_are_refused_naming_the_key(db, key, message):
 
 def test_a_value_over_64_kib_is_refused(db):
     _send(db, "big", "x" * (64 * 1024 - 2))  # exactly 64 KiB of JSON with its quotes
-    with pytest.raises(InvalidInput, match="at most 65536 bytes") as info:
+    with pytest.raises(InvalidInput, match="the limit is 65,536 bytes") as info:
         _send(db, "big", "x" * (64 * 1024 - 1))
     assert info.value.field == "value"
     with pytest.raises(InvalidInput, match="JSON"):

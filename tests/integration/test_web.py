@@ -106,6 +106,8 @@ def test_every_rendered_value_is_escaped(db, world):
     raw = client.get("/runs/1/logs/extract/1?offset=0")
     assert raw.headers["content-type"].startswith("text/plain") and scene.HTML in raw.text
     assert raw.headers["x-log-offset"] == str(len(f"starting\n{scene.HTML}\ndone\n".encode()))
+    missing = client.get("/runs/1/logs/nope/1?offset=0")
+    assert missing.status_code == 404 and "has no task 'nope'" in missing.text
     sent = client.post("/signals/send", data={"csrf": csrf, "confirmed": "yes", "key": "model.published",
                                               "value": '{"path": "<img src=x onerror=alert(1)>"}'})
     assert sent.status_code == 303
@@ -189,6 +191,13 @@ def test_clear_stop_backfill_and_signal_through_the_pages(db, world):
         row = conn.execute(select(signal_t).where(signal_t.c.sender_id == "m1")).one()
     assert row.source == "token:ops"
     assert client.post("/signals/send", data={"csrf": csrf, "key": "Bad Key"}).status_code == 422
+    signals_before = client.get("/signals").text.count("model.published")
+    for value, says in (('{"path": "\\ud800"}', "a lone surrogate"), ('"\\u0000"', "a NUL character"),
+                        ("[" * 100_000, "nested more than")):
+        refused = client.post("/signals/send", data={"csrf": csrf, "key": "model.published", "value": value,
+                                                     "confirmed": "yes"})
+        assert refused.status_code == 422 and says in refused.text, refused.text
+    assert client.get("/signals").text.count("model.published") == signals_before
 
 
 def test_pools_show_used_and_free_slots(db, world):

@@ -1,5 +1,6 @@
 """The application factory: `create_app(database, settings)` returns the FastAPI app with the signal
-routes, bearer-token authentication and dagline's JSON errors, and the web UI's pages (`dagline.web`).
+routes, bearer-token authentication and dagline's JSON errors (every `DaglineError` answered by its
+`http_status`: `api.errors`), and the web UI's pages (`dagline.web`).
 
 Authentication (`ApiState.principal`): `Authorization: Bearer <token>`, checked inside the request's
 own transaction (`api_tokens.authenticate`). No token, or a wrong, revoked or expired one, is 401;
@@ -24,7 +25,8 @@ from dagline.api.signals import router as signals_router
 from dagline.clock import Clock, SystemClock
 from dagline.db.engine import Database
 from dagline.db.faults import first_line, is_transient, run_again_on_conflict
-from dagline.store.tokens import Forbidden, Principal, Unauthorized, authenticate
+from dagline.errors import DaglineError, DatabaseUnreachable
+from dagline.store.tokens import Principal, authenticate
 from dagline.web import mount as mount_web_ui
 
 log = logging.getLogger(__name__)
@@ -51,32 +53,20 @@ class ApiState:
     def principal(self, conn, token: str | None, scope: str, *, anonymous_ok: bool = False) -> Principal:
         if token is None and anonymous_ok:
             return ANONYMOUS
-        try:
-            principal = authenticate(conn, token, now=self.clock.now())
-            principal.require(scope)
-        except Unauthorized as exc:
-            raise errors.unauthorized(str(exc)) from None
-        except Forbidden as exc:
-            raise errors.forbidden(str(exc)) from None
+        principal = authenticate(conn, token, now=self.clock.now())  # Unauthorized: 401, Forbidden: 403
+        principal.require(scope)
         return principal
 
     def in_transaction(self, work):
         """`work()` (one transaction), run again after a conflict; an unreachable database is a 503."""
         try:
             return run_again_on_conflict(work, what="an API request", pause_s=0.05)
-        except errors.ApiError:
-            raise
         except Exception as exc:
-            if not is_transient(exc) and not _unreachable(exc):
-                raise
+            outage = isinstance(exc, DatabaseUnreachable) or (not isinstance(exc, DaglineError) and is_transient(exc))
+            if not outage:
+                raise  # a DaglineError is answered by its own http_status (`errors.answer`)
             raise errors.ApiError(503, f"the database failed ({first_line(exc)}); nothing was stored: try again",
                                   headers={"Retry-After": "1"}) from None
-
-
-def _unreachable(exc: Exception) -> bool:
-    from dagline.errors import DatabaseUnreachable
-
-    return isinstance(exc, DatabaseUnreachable)
 
 
 def create_app(database: Database, settings: ApiSettings | None = None, *, clock: Clock | None = None) -> FastAPI:
@@ -84,7 +74,7 @@ def create_app(database: Database, settings: ApiSettings | None = None, *, clock
     app = FastAPI(title="dagline", version="1", docs_url="/api/docs", openapi_url="/api/openapi.json",
                   redoc_url=None)
     app.state.dagline = ApiState(database, settings or ApiSettings(), clock or SystemClock())
-    app.add_exception_handler(errors.ApiError, errors.answer)
+    app.add_exception_handler(DaglineError, errors.answer)  # by its http_status, reason and field
     app.include_router(signals_router)
     mount_web_ui(app)
 

@@ -15,7 +15,6 @@ default, at most 10,000), each with the actions it caused, as `dagline signals l
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -23,18 +22,16 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from dagline.api.errors import ApiError, bad_request, conflict, too_large, unprocessable
+from dagline.domain.json_values import InvalidJson, check_value, parse_json, path
 from dagline.domain.signal_keys import MAX_VALUE_BYTES, validate_key, validate_sender_id
-from dagline.errors import InvalidInput, OperationFailed
+from dagline.errors import DaglineError, NotFound
+from dagline.limits import MAX_NESTING_DEPTH
 from dagline.store.signal_batches import send_signals
 from dagline.store.signals import MAX_LIST, SignalConflict, list_signals, listeners, show_signal
 from dagline.store.tokens import READ, SEND
 
 router = APIRouter()
 FIELDS = ("key", "value", "id")
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -52,11 +49,14 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def parse_signals(body: bytes, *, max_batch: int) -> tuple[list[dict], bool]:
-    """The signals of a POST body, each checked; and whether it was a list. Raises ApiError."""
-    try:
-        document = json.loads(body.decode("utf-8"), parse_constant=_no_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise bad_request(f"the body is not valid JSON: {exc}", field="body") from None
+    """The signals of a POST body, each checked; and whether it was a list. Raises a DaglineError: the
+    body's own faults (not JSON, nested too deep) are 400 naming `body`; a signal's are 422 (413 for a value
+    over MAX_VALUE_BYTES) naming the field, as `[3].value`."""
+    try:  # the body's text rules; each part is checked below under its own name
+        # the size was bounded by `read_body`; a value nests in an object in a list: two levels more
+        document = parse_json(body, "body", max_bytes=len(body), max_depth=MAX_NESTING_DEPTH + 2)
+    except InvalidJson as exc:
+        raise bad_request(exc.reason, field="body") from None
     batch = isinstance(document, list)
     items = document if batch else [document]
     if batch and not items:
@@ -72,19 +72,13 @@ def parse_signals(body: bytes, *, max_batch: int) -> tuple[list[dict], bool]:
         unknown = sorted(set(item) - set(FIELDS))
         if unknown:
             raise unprocessable(f"unknown field {unknown[0]!r}: a signal has key, value and id",
-                                field=where + unknown[0])
+                                field=path(*([i] if batch else []), unknown[0]))
         if "key" not in item:
             raise unprocessable("missing: every signal needs a key", field=where + "key")
         value = item.get("value")
-        size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
-        if size > MAX_VALUE_BYTES:
-            raise too_large(f"a signal value is at most {MAX_VALUE_BYTES} bytes of JSON, this one {size}",
-                            field=where + "value")
-        try:
-            validate_key(item["key"], field=where + "key")
-            validate_sender_id(item.get("id"), field=where + "id")
-        except InvalidInput as exc:
-            raise unprocessable(exc.reason, field=exc.field) from None
+        check_value(value, where + "value", max_bytes=MAX_VALUE_BYTES)  # InvalidJson: 413 over the size, else 422
+        validate_key(item["key"], field=where + "key")  # InvalidInput: 422
+        validate_sender_id(item.get("id"), field=where + "id")
         signals.append({"key": item["key"], "value": value, "id": item.get("id")})
     return signals, batch
 
@@ -97,8 +91,6 @@ def store_signals(conn, principal, signals: list[dict], *, now) -> list[dict]:
     except SignalConflict as exc:
         index = getattr(exc, "index", 0)
         raise conflict(str(exc), field=f"[{index}].id" if len(signals) > 1 else "id") from None
-    except InvalidInput as exc:  # checked before already
-        raise unprocessable(exc.reason, field=exc.field) from None
     heard = {key: bool(listeners(conn, key)) for key in {s["key"] for s in signals}}
     out = []
     for s, (seq, created) in zip(signals, stored, strict=True):
@@ -114,9 +106,9 @@ async def post_signals(request: Request):
     api = request.app.state.dagline
     body = await read_body(request, api.settings.max_body_bytes)
     try:
-        signals, batch = parse_signals(body, max_batch=api.settings.max_batch)
+        signals, batch = await run_in_threadpool(parse_signals, body, max_batch=api.settings.max_batch)
         problem = None
-    except ApiError as exc:
+    except DaglineError as exc:
         signals, batch, problem = [], False, exc
     token = api.bearer(request)
 
@@ -151,10 +143,7 @@ async def get_signals(request: Request):
     api = request.app.state.dagline
     key = request.query_params.get("key") or None
     if key is not None:
-        try:
-            validate_key(key, reserved_ok=True)
-        except InvalidInput as exc:
-            raise unprocessable(exc.reason, field="key") from None
+        validate_key(key, reserved_ok=True)  # InvalidInput naming `key`: 422
     since = _int_param(request, "since", minimum=0)
     limit = _int_param(request, "limit", minimum=1, maximum=MAX_LIST) or 100
     token = api.bearer(request)
@@ -179,7 +168,7 @@ async def get_signal(request: Request, seq: str):
             api.principal(conn, token, READ, anonymous_ok=api.settings.anonymous_read)
             try:
                 return show_signal(conn, int(seq))
-            except OperationFailed as exc:
+            except NotFound as exc:
                 raise ApiError(404, str(exc), field="seq") from None
 
     return await run_in_threadpool(api.in_transaction, work)

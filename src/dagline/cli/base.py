@@ -20,10 +20,10 @@ from dagline.clock import FixedClock, SystemClock
 from dagline.db import engine as dbengine
 from dagline.db.faults import first_line, is_read_only, is_transient, run_again_on_conflict
 from dagline.db.models import dag_t
+from dagline.domain.json_values import read_json_object
 from dagline.errors import DaglineError, InvalidInput, OperationFailed
 from dagline.executors import registry
-from dagline.limits import MAX_NESTING_DEPTH, MAX_ROW_ID, MAX_SPEC_FILE_BYTES
-from dagline.spec.bounds import check_json_value
+from dagline.limits import MAX_JSON_BYTES, MAX_ROW_ID
 from dagline.times import parse_instant
 
 
@@ -187,28 +187,6 @@ def make_cli_executor(name, parallelism, log_folder, clock):
     return registry.make_executor(name, parallelism=parallelism, clock=clock, log_folder=log_folder)
 
 
-def json_object(value: str | None, field: str) -> dict | None:
-    """A JSON option (`--conf`): valid JSON within the bounds of `dagline.limits` (no NaN or Infinity, which
-    are not JSON; nesting; string length)."""
-    if value is None:
-        return None
-    if len(value) > MAX_SPEC_FILE_BYTES:
-        raise InvalidInput(f"{len(value):,} characters of JSON (the limit is {MAX_SPEC_FILE_BYTES:,})", field=field)
-
-    def refuse_constant(name: str):
-        raise InvalidInput(f"{name} is not a JSON number (NaN and infinities are refused)", field=field)
-
-    try:
-        parsed = json.loads(value, parse_constant=refuse_constant)
-    except ValueError as exc:  # JSONDecodeError, or an integer of more than 4,300 digits
-        raise InvalidInput(f"not valid JSON: {exc}", field=field) from None
-    except RecursionError:
-        raise InvalidInput(f"nested more than {MAX_NESTING_DEPTH} levels deep (the limit is {MAX_NESTING_DEPTH} "
-                           "levels)", field=field) from None
-    check_json_value(parsed, field)
-    return parsed
-
-
 def conf_options(f):
     """`--conf JSON` and its twin `--conf-file PATH` (a file holding the JSON object)."""
     f = click.option("--conf-file", "conf_file", default=None, metavar="PATH",
@@ -217,7 +195,8 @@ def conf_options(f):
 
 
 def read_conf(conf: str | None, conf_file: str | None) -> dict | None:
-    """The conf given by `--conf` or `--conf-file`: a JSON object, or None when neither is given."""
+    """The conf given by `--conf` or `--conf-file`: a JSON object within the bounds of
+    `dagline.domain.json_values`, or None when neither is given."""
     if conf is not None and conf_file is not None:
         raise InvalidInput("give --conf or --conf-file, not both", field="--conf-file")
     if conf_file is not None:
@@ -232,11 +211,7 @@ def read_conf(conf: str | None, conf_file: str | None) -> dict | None:
         field, value = "--conf", conf
     else:
         return None
-    parsed = json_object(value, field)
-    if not isinstance(parsed, dict):
-        raise InvalidInput(f"must be a JSON object, e.g. '{{\"out\": \"/tmp/x\"}}', got {type(parsed).__name__}",
-                           field=field)
-    return parsed
+    return read_json_object(value, field, max_bytes=MAX_JSON_BYTES)
 
 
 limit_option = click.option("--limit", type=click.IntRange(min=1, max=MAX_ROW_ID), default=None, metavar="N",

@@ -30,7 +30,7 @@ from dagline.cli.base import (
     show_rows,
 )
 from dagline.db.models import backfill_t
-from dagline.errors import OperationFailed
+from dagline.errors import NotFound, OperationFailed
 from dagline.limits import MAX_ROW_ID
 from dagline.times import isoformat
 
@@ -271,7 +271,7 @@ def backfill_show(obj: Context, backfill_id, as_json):
     with obj.db().begin() as conn:
         row = conn.execute(select(backfill_t).where(backfill_t.c.id == backfill_id)).first()
         if row is None:
-            raise OperationFailed(f"unknown backfill {backfill_id} (see `dagline backfill list`)")
+            raise NotFound(f"unknown backfill {backfill_id} (see `dagline backfill list`)")
         data = backfill_dict(conn, row)
         data["runs"] = list_runs(conn, backfill_id=backfill_id)
     if as_json:

@@ -27,7 +27,7 @@ from dagline.cli.base import (
 from dagline.cli.display import for_people
 from dagline.db.models import ti_t
 from dagline.domain.states import TIState
-from dagline.errors import InvalidInput, OperationFailed
+from dagline.errors import InvalidInput, NotFound, OperationFailed
 from dagline.executors import resolve_log_folder
 
 
@@ -320,6 +320,6 @@ def pools_delete(obj: Context, name, now):
     from dagline.store.pools import remove_pool
 
     if not remove_pool(obj.db(), name, now=make_clock(now).now(), refuse_in_use=True):
-        raise OperationFailed(f"unknown pool {name!r} (see `dagline pools list`)")
+        raise NotFound(f"unknown pool {name!r} (see `dagline pools list`)")
     click.echo(f"pool {name}: deleted")
 

@@ -39,6 +39,7 @@ from sqlalchemy.exc import DBAPIError
 
 from dagline.db.models import callback_outbox_t, dag_run_t, dag_t, pool_t, replica_t, signal_t, ti_t
 from dagline.domain.states import OutboxState, ReplicaState, RunState, TIState
+from dagline.errors import Unavailable
 
 
 def lock_dag(conn: Connection, dag_id: str) -> Any | None:
@@ -163,7 +164,7 @@ def lock_pool(conn: Connection, name: str) -> Any | None:
     return conn.execute(select(pool_t).where(pool_t.c.name == name).with_for_update()).first()
 
 
-class PoolsBusy(Exception):
+class PoolsBusy(Unavailable):
     """Another replica holds the pool rows: it is in the critical section."""
 
 
@@ -178,7 +179,7 @@ def lock_pools_nowait(conn: Connection) -> dict[str, int]:
         return {row.name: row.slots for row in conn.execute(stmt)}
     except DBAPIError as exc:
         if getattr(exc.orig, "pgcode", None) == "55P03":
-            raise PoolsBusy() from exc
+            raise PoolsBusy("another replica holds the pool rows (it is queueing task instances)") from exc
         raise
 
 

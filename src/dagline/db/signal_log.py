@@ -30,12 +30,13 @@ from dagline.db.claims import lock_signal_key
 from dagline.db.models import UTCDateTime, dag_run_t, signal_listener_t, signal_t, ti_t
 from dagline.db.notify import SIGNALS_ONLY, announce
 from dagline.domain.signal_keys import TASK_PREFIX, TASK_SIGNAL_STATES
+from dagline.errors import OperationFailed
 
 DAGLINE_SOURCE = "dagline"
 
 
-class SignalConflict(Exception):
-    """The same key and sender id were sent before with another value."""
+class SignalConflict(OperationFailed):
+    """The same key and sender id were sent before with another value: 409, exit 1."""
 
     def __init__(self, seq: int, key: str, sender_id: str):
         self.seq = seq

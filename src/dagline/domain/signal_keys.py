@@ -3,9 +3,9 @@
 A key is lowercase and dotted (`[a-z0-9][a-z0-9._-]*`, at most 200 characters). Keys under
 `dagline.` are dagline's own: the only one is `dagline.task.<dag_id>.<task_id>.<state>`, sent by
 dagline itself when a task instance enters one of `TASK_SIGNAL_STATES` (its task id keeps the
-characters a task id may have, uppercase and `_` included). A value is any JSON document whose
-compact UTF-8 encoding is at most 64 KiB. No database here: the spec validates rules with these
-functions, the stores validate what is sent.
+characters a task id may have, uppercase and `_` included). A value is any JSON document within the
+bounds of `json_values` whose compact UTF-8 encoding is at most 64 KiB. No database here: the spec
+validates rules with these functions, the stores validate what is sent.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ import math
 import re
 from typing import Any
 
+from dagline.domain.json_values import check_value, compact_text, parse_json
 from dagline.domain.states import TIState
 from dagline.errors import InvalidInput
+from dagline.limits import MAX_JSON_BYTES, MAX_SIGNAL_VALUE_BYTES
 
 MAX_KEY_LENGTH = 200
-MAX_VALUE_BYTES = 64 * 1024
+MAX_VALUE_BYTES = MAX_SIGNAL_VALUE_BYTES
 MAX_SENDER_ID_LENGTH = 200
 RESERVED_PREFIX = "dagline."
 TASK_PREFIX = "dagline.task."
@@ -78,34 +80,22 @@ def validate_sender_id(sender_id: Any, *, field: str = "id") -> str | None:
         return None
     if not isinstance(sender_id, str) or not sender_id or len(sender_id) > MAX_SENDER_ID_LENGTH:
         raise InvalidInput(f"a signal id is a string of 1 to {MAX_SENDER_ID_LENGTH} characters", field=field)
+    check_value(sender_id, field)  # no NUL, no lone surrogate
     return sender_id
 
 
 def encode_value(value: Any, *, field: str = "value") -> str:
-    """The value as compact JSON text, checked: JSON types only, no NaN or infinity, at most 64 KiB."""
-    try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"a signal value must be JSON: {exc}", field=field) from None
-    size = len(text.encode("utf-8"))
-    if size > MAX_VALUE_BYTES:
-        raise InvalidInput(f"a signal value is at most {MAX_VALUE_BYTES} bytes of JSON, this one {size}",
-                           field=field)
-    return text
+    """The value as compact JSON text, checked by `json_values` (JSON types only, finite numbers, no NUL or
+    lone surrogate, nesting), at most MAX_VALUE_BYTES of UTF-8."""
+    return compact_text(value, field, max_bytes=MAX_VALUE_BYTES)
 
 
 def parse_value(text: str, *, field: str = "--value") -> Any:
-    """JSON text as typed by a person (`--value`), as a value; InvalidInput naming `field` if it is not JSON."""
-    try:
-        value = json.loads(text, parse_constant=_no_constant)
-    except ValueError as exc:
-        raise InvalidInput(f"not valid JSON: {exc}", field=field) from None
-    encode_value(value, field=field)
+    """JSON text as typed by a person (`--value`, the web form's value), as a value; InvalidJson naming `field`
+    if it is not bounded JSON or its compact form is over MAX_VALUE_BYTES."""
+    value = parse_json(text, field, max_bytes=MAX_JSON_BYTES)
+    encode_value(value, field=field)  # the value's rules, its size first: a long string is a large value
     return value
-
-
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not JSON")
 
 
 def same_value(stored_text: str, value: Any) -> bool:

@@ -34,6 +34,7 @@ from jinja2.compiler import CodeGenerator
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from jinja2.utils import _PassArg
 
+from dagline.errors import DaglineError
 from dagline.limits import TEMPLATE_MAX_NUMBER_BITS, TEMPLATE_OUTPUT_BUDGET, TEMPLATE_TIME_BUDGET_S
 
 TEMPLATE_VARIABLES = frozenset({
@@ -46,12 +47,18 @@ OUTPUT_BUDGET = TEMPLATE_OUTPUT_BUDGET  # characters a template (or any value in
 MAX_NUMBER_BITS = TEMPLATE_MAX_NUMBER_BITS  # integers a template computes
 
 
-class TemplateBudgetExceeded(SecurityError):
-    """A template tried to produce more than a budget allows."""
+class TemplateBudgetExceeded(SecurityError, DaglineError):
+    """A template tried to produce more than a budget allows: the DAG's fault (exit 2, 422)."""
+
+    exit_code = 2
+    http_status = 422
 
 
-class NotAValue(SecurityError):
-    """A template output a function or method instead of a value."""
+class NotAValue(SecurityError, DaglineError):
+    """A template output a function or method instead of a value: the DAG's fault (exit 2, 422)."""
+
+    exit_code = 2
+    http_status = 422
 
 
 def _size(value: Any) -> int | None:

@@ -22,7 +22,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from dagline.errors import OperationFailed
+from dagline.errors import DaglineError, OperationFailed, Unavailable
 from dagline.k8s.sparkapp import GROUP, PLURAL, VERSION
 
 DEFAULT_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds per request
@@ -52,12 +52,15 @@ def load_api_client() -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
-class ApiUnavailable(Exception):
+class ApiUnavailable(Unavailable):
     """The API could not answer now (connection error, timeout, 429, 5xx): try again later."""
 
 
-class ApiRejected(Exception):
-    """The API refused the request for good (4xx); the message is the API's own."""
+class ApiRejected(DaglineError):
+    """The API refused the request for good (4xx); the message is the API's own. To dagline's own caller
+    that is 502: what dagline called refused."""
+
+    http_status = 502
 
     def __init__(self, status: int, message: str):
         self.status = status

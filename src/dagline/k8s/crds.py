@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from dagline.errors import DaglineError
 from dagline.k8s.resources import GROUP, KINDS, VERSION, Kind
 
 CATEGORY = "dagline"
@@ -52,8 +53,8 @@ KIND_DESCRIPTIONS = {
 }
 
 
-class SchemaError(ValueError):
-    """A model field that has no structural OpenAPI form."""
+class SchemaError(DaglineError, ValueError):
+    """A model field that has no structural OpenAPI form (dagline's own fault: exit 1, 500)."""
 
 
 def _resolve(node: Mapping[str, Any], defs: Mapping[str, Any]) -> dict[str, Any]:

@@ -38,7 +38,9 @@ DERIVED_FIELDS = ("version", "versionHash", "active", "nextRun", "lastRunId", "l
 
 
 class NameTaken(InvalidInput):
-    """A DAG object whose name another namespace's DAG object already defines."""
+    """A DAG object whose name another namespace's DAG object already defines: a conflict, 409."""
+
+    http_status = 409
 
 
 def object_source(namespace: str, name: str) -> str:

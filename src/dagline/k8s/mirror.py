@@ -30,6 +30,7 @@ from dagline.clock import Clock
 from dagline.db.engine import Database
 from dagline.db.models import backfill_t
 from dagline.domain.states import RunState
+from dagline.errors import Unavailable
 from dagline.k8s import backfills, dagruns, dags, pools
 from dagline.k8s.cache import ObjectCache
 from dagline.k8s.client import ApiRejected
@@ -41,7 +42,7 @@ from dagline.store.read_models import backfill_run_counts, runs_by_run_id, runs_
 log = logging.getLogger(__name__)
 
 
-class SyncStopped(Exception):
+class SyncStopped(Unavailable):
     """The replica is stopping: the pass ends here (the next replica's pass does the rest)."""
 
 
@@ -119,7 +120,7 @@ class StatusSync:
         if not changed:
             return
         if self._stopping.is_set():
-            raise SyncStopped()
+            raise SyncStopped("the replica is stopping")
         try:
             if self.objects.patch_status(plural, meta["namespace"], meta["name"], as_merge_patch(current, changed)):
                 self.stats.status_patches += 1
@@ -186,7 +187,7 @@ class StatusSync:
                 existing = managed_by_key.get((namespace, dagruns.mirror_name(dag_id, run.run_id)))
                 if existing is None:
                     if self._stopping.is_set():
-                        raise SyncStopped()
+                        raise SyncStopped("the replica is stopping")
                     manifest = dagruns.mirror_manifest(dag_object, run)
                     try:
                         if self.objects.create("dagruns", manifest):

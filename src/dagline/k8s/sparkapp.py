@@ -40,6 +40,7 @@ import enum
 import hashlib
 import re
 
+from dagline.errors import DaglineError
 from dagline.executors.base import TaskKey, TaskLaunch
 from dagline.k8s.resources import LABEL_DAG, LABEL_MANAGED, LABEL_RUN, LABEL_TASK, LABEL_TRY
 
@@ -139,8 +140,11 @@ def launched_at(obj: dict) -> dt.datetime | None:
     return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
 
 
-class ManifestError(ValueError):
-    """A try that cannot become a SparkApplication (the message names the field)."""
+class ManifestError(DaglineError, ValueError):
+    """A try that cannot become a SparkApplication (the message names the field): the DAG's fault, exit 2, 422."""
+
+    exit_code = 2
+    http_status = 422
 
 
 def build_manifest(

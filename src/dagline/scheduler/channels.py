@@ -24,12 +24,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from dagline.domain.callbacks import summary
+from dagline.errors import DaglineError
 
 callback_log = logging.getLogger("dagline.domain.callbacks")
 
 
-class DeliveryFailed(Exception):
-    """An attempt that did not get through; the message says why (it is stored as `last_error`)."""
+class DeliveryFailed(DaglineError):
+    """An attempt that did not get through; the message says why (it is stored as `last_error`). What
+    dagline called refused or could not be reached: 502."""
+
+    http_status = 502
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,8 +34,8 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE = 2000
 
 
-class DagFailed(Exception):
-    """Handling one DAG failed; `isolated` recorded why."""
+class DagFailed(DaglineError):
+    """Handling one DAG failed; `isolated` recorded why (exit 1, 500: its cause may be anything)."""
 
 
 def is_dags_fault(exc: BaseException) -> bool:

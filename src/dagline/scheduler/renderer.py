@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dagline.domain.templating import TIME_BUDGET_S, render
+from dagline.errors import DaglineError, Unavailable
 from dagline.limits import RENDERER_MEMORY_LIMIT
 
 log = logging.getLogger(__name__)
@@ -45,11 +46,15 @@ STARTUP_TIMEOUT_S = 60.0  # a slow machine: the child imports Jinja and pendulum
 _HEADER = struct.Struct(">I")
 
 
-class RenderFailed(ValueError):
-    """A template of the task could not be rendered (error, bound, time budget); the message names it."""
+class RenderFailed(DaglineError, ValueError):
+    """A template of the task could not be rendered (error, bound, time budget); the message names it. The
+    DAG's fault: exit 2, 422."""
+
+    exit_code = 2
+    http_status = 422
 
 
-class RenderInterrupted(Exception):
+class RenderInterrupted(Unavailable):
     """The replica is stopping: rendering was abandoned."""
 
 

@@ -1,5 +1,5 @@
 """Size bounds of untrusted input, checked before the expensive work: on the YAML parser's event stream
-(before any Python object is built) and by an iterative walk of JSON-like values.
+(before any Python object is built) and by the iterative walk of JSON-like values in `domain.json_values`.
 
 Neither check recurses, so a document nested 100,000 levels deep is refused in the time it takes to read
 its first 49 levels instead of crashing the interpreter. Aliases are counted and their expansion is
@@ -9,12 +9,11 @@ Every error names the bound (its value in `dagline.limits`) and what was found.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
+from dagline.domain.json_values import value_problem
 from dagline.errors import InvalidInput
 from dagline.limits import (
     MAX_NESTING_DEPTH,
@@ -142,29 +141,8 @@ def check_yaml_bounds(text: str, source: str) -> None:
 
 
 def json_value_problem(value: Any, *, max_depth: int = MAX_NESTING_DEPTH) -> str | None:
-    """Why a JSON-like value (params, conf) is refused, or None: objects and arrays nested deeper than
-    `max_depth` (`{}` is one level, `{"a": [1]}` two), a string longer than MAX_STRING_LENGTH, a float
-    that is NaN or infinite. Iterative: safe on any depth."""
-    pending: list[tuple[Any, int]] = [(value, 0)]  # (item, levels of the collections around it)
-    while pending:
-        item, level = pending.pop()
-        if isinstance(item, str):
-            if len(item) > MAX_STRING_LENGTH:
-                return (f"a string of {len(item):,} characters (the limit is {MAX_STRING_LENGTH:,} characters "
-                        "per string)")
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                return f"{item} is not a JSON number (NaN and infinities are refused)"
-        elif isinstance(item, (Mapping, list, tuple)):
-            if level + 1 > max_depth:
-                return f"nested more than {max_depth} levels deep (the limit is {max_depth} levels)"
-            children = [*item.keys(), *item.values()] if isinstance(item, Mapping) else item
-            pending.extend((child, level + 1) for child in children)
-    return None
-
-
-def check_json_value(value: Any, field: str, *, source: str | None = None) -> None:
-    """`json_value_problem` as an InvalidInput naming `field` (for command options such as --conf)."""
-    problem = json_value_problem(value)
-    if problem:
-        raise InvalidInput(problem, field=field, source=source)
+    """Why a JSON-like value (params, a DagRun's conf) is refused, or None: the rules of
+    `dagline.domain.json_values` (nesting, string length, NUL and lone surrogates, finite numbers, the
+    integer range), letting through what YAML builds and the spec turns into JSON (dates, keys that are
+    numbers). Iterative: safe on any depth."""
+    return value_problem(value, max_depth=max_depth, json_only=False)

@@ -22,7 +22,7 @@ from dagline.db.models import backfill_t, dag_run_t
 from dagline.db.transitions import fail_queued_runs, record_events
 from dagline.domain.states import BackfillState, Reprocess, RunState, RunType
 from dagline.domain.timetable import DataInterval, Timetable
-from dagline.errors import InvalidInput, OperationFailed
+from dagline.errors import InvalidInput, NotFound, OperationFailed
 from dagline.limits import MAX_ACTIVE_LIMIT, MAX_BACKFILL_RUNS, MAX_ID_LENGTH
 from dagline.store.dags import DagCache, require_dag
 from dagline.store.timeline import NewRun, insert_runs, on_timeline, refresh_next_dagrun, timetable_for
@@ -269,7 +269,7 @@ def cancel_backfill(db: Database, backfill_id: int, *, now: dt.datetime, who: st
     with db.begin() as conn:
         row = conn.execute(select(backfill_t).where(backfill_t.c.id == backfill_id)).first()
         if row is None:
-            raise OperationFailed(f"unknown backfill {backfill_id} (see `dagline backfill list`)")
+            raise NotFound(f"unknown backfill {backfill_id} (see `dagline backfill list`)")
         if row.state != BackfillState.RUNNING:
             return 0
         lock_dag(conn, row.dag_id)

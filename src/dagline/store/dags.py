@@ -27,7 +27,7 @@ from dagline.domain.deps import pool_too_small
 from dagline.domain.signal_keys import parse_task_state_key
 from dagline.domain.signal_rules import rule_name
 from dagline.domain.states import BackfillState, RunState, SignalAction
-from dagline.errors import OperationFailed
+from dagline.errors import NotFound, OperationFailed
 from dagline.spec import Dag, LoadedDag
 
 
@@ -274,7 +274,7 @@ def require_dag(conn: Connection, dag_id: str, *, active: bool = True):
     if row is None:
         known = conn.execute(select(func.count()).select_from(dag_t)).scalar_one()
         hint = " (no DAGs applied yet: `dagline dags apply PATH`)" if not known else " (see `dagline dags list`)"
-        raise OperationFailed(f"unknown DAG {dag_id!r}{hint}")
+        raise NotFound(f"unknown DAG {dag_id!r}{hint}")
     if active and not row.is_active:
         raise OperationFailed(f"DAG {dag_id!r} was deleted (inactive); apply its spec again to restore it")
     return row

@@ -15,7 +15,7 @@ from dagline.db.engine import Database
 from dagline.db.models import dag_run_t, signal_action_t, ti_t
 from dagline.db.transitions import change_runs, change_tis, request_stop
 from dagline.domain.states import RunState, RunType, SignalActionStatus, TIState
-from dagline.errors import InvalidInput, OperationFailed
+from dagline.errors import InvalidInput, NotFound, OperationFailed
 from dagline.limits import MAX_ROW_ID
 from dagline.store.dags import DagCache, require_dag
 from dagline.store.timeline import NewRun, insert_runs, make_run_id, on_timeline, timetable_for
@@ -130,7 +130,7 @@ def find_run(conn: Connection, run_ref: str):
         cond = or_(dag_run_t.c.id == int(run_ref), cond)
     rows = conn.execute(select(dag_run_t).where(cond).order_by(dag_run_t.c.id)).all()
     if not rows:
-        raise OperationFailed(f"unknown run {run_ref!r} (see `dagline runs list`)")
+        raise NotFound(f"unknown run {run_ref!r} (see `dagline runs list`)")
     if len(rows) > 1:
         numeric = [r for r in rows if str(r.id) == str(run_ref)]
         if numeric:

@@ -20,7 +20,7 @@ from dagline.db.models import dag_run_t, dag_t, signal_action_t, signal_listener
 from dagline.db.signal_log import SignalConflict, insert_signal
 from dagline.domain.signal_keys import encode_value, same_value, validate_key, validate_sender_id
 from dagline.domain.states import RunState, SignalActionStatus
-from dagline.errors import InvalidInput, OperationFailed
+from dagline.errors import InvalidInput, NotFound
 from dagline.times import isoformat
 
 __all__ = ["SignalConflict", "send_signal", "list_signals", "show_signal", "prune", "listeners"]
@@ -129,7 +129,7 @@ def list_signals(conn: Connection, *, key: str | None = None, since: int | None 
 def show_signal(conn: Connection, seq: int) -> dict:
     row = conn.execute(select(signal_t).where(signal_t.c.seq == seq)).first()
     if row is None:
-        raise OperationFailed(f"no signal with seq {seq}")
+        raise NotFound(f"no signal with seq {seq}")
     return _with_actions(conn, [row])[0]
 
 

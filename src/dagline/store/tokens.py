@@ -36,7 +36,7 @@ from sqlalchemy.engine import Connection
 from dagline.db.bulk import insert_rows
 from dagline.db.models import api_token_t, dag_run_t, ti_t
 from dagline.domain.states import TIState
-from dagline.errors import InvalidInput, OperationFailed
+from dagline.errors import AccessRefused, InvalidInput, NotFound, OperationFailed
 from dagline.times import isoformat
 
 SEND = "signals:send"
@@ -52,11 +52,13 @@ _TOKEN_RE = re.compile(r"dgl_(?P<id>[0-9]{1,18})_(?P<secret>[A-Za-z0-9_-]{20,100
 LAST_USED_EVERY = dt.timedelta(minutes=1)  # `last_used_at` is written at most this often per token
 
 
-class Unauthorized(Exception):
+class Unauthorized(AccessRefused):
     """No valid token (missing, malformed, unknown, revoked or expired): HTTP 401."""
 
+    http_status = 401
 
-class Forbidden(Exception):
+
+class Forbidden(AccessRefused):
     """A valid token without the scope the request needs: HTTP 403."""
 
 
@@ -138,7 +140,7 @@ def revoke_token(conn: Connection, name: str) -> None:
     t = api_token_t.c
     gone = conn.execute(delete(api_token_t).where(t.name == name, t.ti_id.is_(None))).rowcount
     if not gone:
-        raise OperationFailed(f"no token named {name!r} (see `dagline tokens list`)")
+        raise NotFound(f"no token named {name!r} (see `dagline tokens list`)")
 
 
 def authenticate(conn: Connection, token: str | None, *, now: dt.datetime) -> Principal:

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from fastapi import Request
 
+from dagline.errors import AccessRefused
 from dagline.store.tokens import OPERATE, READ, SEND, Forbidden, Principal, Unauthorized, authenticate
 
 TOKEN_COOKIE = "dagline_token"
@@ -28,15 +29,17 @@ CSRF_FIELD = "csrf"
 SCOPE_WORDS = {READ: "read the pages", OPERATE: "act on DAGs and runs", SEND: "send signals"}
 
 
-class SignInNeeded(Exception):
+class SignInNeeded(AccessRefused):
     """No usable token: the page sends the visitor to the sign-in form (an API client gets 401)."""
 
+    http_status = 401
 
-class NotAllowed(Exception):
+
+class NotAllowed(AccessRefused):
     """A valid token without the scope: 403."""
 
 
-class CsrfRefused(Exception):
+class CsrfRefused(AccessRefused):
     """A form without the right CSRF field, or from another origin: 403, nothing done."""
 
 

@@ -27,9 +27,11 @@ from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
 from dagline.db.models import ti_t
+from dagline.domain.json_values import read_json_object
+from dagline.domain.signal_keys import parse_value, validate_key, validate_sender_id
 from dagline.domain.states import TIState
 from dagline.errors import InvalidInput, OperationFailed
-from dagline.spec.bounds import check_json_value
+from dagline.limits import MAX_JSON_BYTES
 from dagline.store.backfills import create_backfill, resolve_range
 from dagline.store.dags import require_dag, set_paused
 from dagline.store.runs import clear_tasks, find_run, stop_run, trigger_run
@@ -40,7 +42,6 @@ from dagline.web import access
 from dagline.web.respond import Page, html, redirect_with_notice, serve_page, state
 
 router = APIRouter(include_in_schema=False)
-MAX_JSON_CHARS = 1024 * 1024
 MAX_FORM_BYTES = 2 * 1024 * 1024
 
 
@@ -75,24 +76,6 @@ def _list(value) -> list[str]:
 def _one(fields: dict, name: str) -> str:
     value = fields.get(name, "")
     return (value[0] if isinstance(value, list) else value).strip()
-
-
-def read_json(text: str, field: str, *, object_only: bool) -> Any:
-    if len(text) > MAX_JSON_CHARS:
-        raise InvalidInput(f"{len(text):,} characters of JSON (the limit is {MAX_JSON_CHARS:,})", field=field)
-
-    def refuse_constant(name: str):
-        raise InvalidInput(f"{name} is not a JSON number", field=field)
-
-    try:
-        value = json.loads(text, parse_constant=refuse_constant)
-    except (ValueError, RecursionError) as exc:
-        raise InvalidInput(f"not valid JSON: {exc}", field=field) from None
-    if object_only and not isinstance(value, dict):
-        raise InvalidInput(f"must be a JSON object, e.g. {{\"out\": \"/tmp/x\"}}, got {type(value).__name__}",
-                           field=field)
-    check_json_value(value, field)
-    return value
 
 
 def _confirm(request: Request, viewer, *, title: str, question: str, action: str, fields: dict,
@@ -164,7 +147,7 @@ def _trigger(request: Request, viewer, fields, dag_id: str) -> Page:
     access.require(viewer, OPERATE)
     zone = _dag_zone(request, dag_id)
     conf_text = _one(fields, "conf")
-    conf = read_json(conf_text, "conf", object_only=True) if conf_text else None
+    conf = read_json_object(conf_text, "conf", max_bytes=MAX_JSON_BYTES) if conf_text else None
     date_text = _one(fields, "logical_date")
     try:
         when = parse_instant(date_text, zone) if date_text else None
@@ -267,7 +250,7 @@ def _backfill(request: Request, viewer, fields, dag_id: str) -> Page:
     except ValueError:
         raise InvalidInput(f"must be a whole number, got {raw_max!r}", field="max_active_runs") from None
     conf_text = _one(fields, "conf")
-    conf = read_json(conf_text, "conf", object_only=True) if conf_text else None
+    conf = read_json_object(conf_text, "conf", max_bytes=MAX_JSON_BYTES) if conf_text else None
     options = dict(start=first, end=last, now=_now(request), reprocess=reprocess, max_active_runs=max_active,
                    run_backwards=fields.get("run_backwards") == "on", conf=conf)
     database = state(request).database
@@ -298,9 +281,8 @@ def _send(request: Request, viewer, fields) -> Page:
     access.require(viewer, SEND)
     key = _one(fields, "key")
     value_text = _one(fields, "value")
-    value = read_json(value_text, "value", object_only=False) if value_text else None
+    value = parse_value(value_text, field="value") if value_text else None
     sender_id = _one(fields, "id") or None
-    from dagline.domain.signal_keys import validate_key, validate_sender_id
 
     validate_key(key, field="key")
     validate_sender_id(sender_id, field="id")

@@ -11,7 +11,7 @@ from fastapi.responses import PlainTextResponse, RedirectResponse, StreamingResp
 from starlette.concurrency import run_in_threadpool
 
 from dagline.domain.states import Reprocess, TIState
-from dagline.errors import OperationFailed
+from dagline.errors import DaglineError, OperationFailed
 from dagline.executors.base import TaskKey
 from dagline.store import read_models as cli_queries
 from dagline.store.pools import list_pools
@@ -207,10 +207,8 @@ async def log_text(request: Request, run_ref: str, task_id: str, try_number: int
 
     try:
         (run, ti, running), _ = await run_in_threadpool(in_transaction, request, work)
-    except access.SignInNeeded as exc:
-        return PlainTextResponse(str(exc), status_code=401)
-    except (access.NotAllowed, NotFound) as exc:
-        return PlainTextResponse(str(exc), status_code=403 if isinstance(exc, access.NotAllowed) else 404)
+    except DaglineError as exc:  # 401 sign in, 403 not allowed, 404 no such run or task...
+        return PlainTextResponse(exc.reason, status_code=exc.http_status)
     chunk = await run_in_threadpool(logs.read_try_chunk, getattr(api.settings, "log_folder", None),
                                     TaskKey(run.dag_id, run.run_id, task_id, try_number), ti, offset)
     return PlainTextResponse(chunk.text, headers={"X-Log-Offset": str(chunk.offset),

@@ -1,7 +1,7 @@
 """The plumbing every page and action shares: one
 transaction per request in the thread pool (run again after a PostgreSQL conflict, like the API's),
-the viewer, the CSRF cookie, a one-shot notice after an action, and the answers to refusals (a
-sign-in redirect, 403, 404 and 422 pages)."""
+the viewer, the CSRF cookie, a one-shot notice after an action, and the answers to refusals: a
+sign-in redirect, else a page with the error's own `http_status` (403, 404, 409, 422...)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,16 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from dagline import errors
 from dagline.db.faults import run_again_on_conflict
-from dagline.errors import InvalidInput, OperationFailed
+from dagline.domain.json_values import read_json
+from dagline.errors import DaglineError, InvalidInput
 from dagline.web import access
 from dagline.web.render import render
 
 log = logging.getLogger(__name__)
 NOTICE_COOKIE = "dagline_notice"
+MAX_NOTICE_BYTES = 4096  # what a browser keeps of one cookie
 
 
 @dataclasses.dataclass
@@ -81,10 +84,10 @@ def html(request: Request, page: Page, viewer: access.Viewer | None) -> Response
 def _read_notice(raw: str | None) -> dict | None:
     if not raw:
         return None
-    try:
-        value = json.loads(raw)
+    try:  # a cookie: bounded like any JSON a browser sends
+        value = read_json(raw, NOTICE_COOKIE, max_bytes=MAX_NOTICE_BYTES)
         return {"text": str(value["text"])[:500], "kind": "ok" if value.get("kind") == "ok" else "warn"}
-    except (ValueError, KeyError, TypeError):
+    except (InvalidInput, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -113,26 +116,23 @@ async def serve_page(request: Request, handler: Callable, *, action: bool = Fals
             page = await run_in_threadpool(then, page)
     except access.SignInNeeded as exc:
         return sign_in_redirect(request, str(exc))
-    except access.NotAllowed as exc:
-        return html(request, Page("problem.html", {"title": "Not allowed", "message": str(exc), "field": None}, 403),
-                    None)
-    except access.CsrfRefused as exc:
-        return html(request, Page("problem.html", {"title": "Refused", "message": str(exc), "field": None}, 403),
-                    None)
-    except NotFound as exc:
-        return html(request, Page("problem.html", {"title": "Not found", "message": str(exc), "field": None}, 404),
-                    None)
-    except InvalidInput as exc:
-        return html(request, Page("problem.html", {"title": "Invalid input", "message": exc.reason,
-                                                   "field": exc.field}, 422), None)
-    except OperationFailed as exc:
-        return html(request, Page("problem.html", {"title": "Not done", "message": str(exc), "field": None}, 409),
-                    None)
+    except DaglineError as exc:
+        return problem(request, exc)
     return html(request, page, viewer)
 
 
-class NotFound(Exception):
-    pass
+TITLES = {403: "Not allowed", 404: "Not found", 409: "Not done", 413: "Too large", 422: "Invalid input",
+          503: "Unavailable"}
+
+
+def problem(request: Request, exc: DaglineError) -> Response:
+    """The refusal's page, by the error's `http_status`: its reason, and the field at fault where there is one."""
+    title = TITLES.get(exc.http_status, "Not done" if exc.http_status >= 500 else "Refused")
+    return html(request, Page("problem.html", {"title": title, "message": exc.reason, "field": exc.field},
+                              exc.http_status), None)
+
+
+NotFound = errors.NotFound  # pages raise it for an unknown DAG, run or task: 404
 
 
 def sign_in_redirect(request: Request, why: str) -> Response:
