@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 from dagline.clock import SystemClock
+from dagline.domain.states import TIState
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
 from dagline.executors.folder_log import FolderLog
 from dagline.executors.registry import ExecutorSettings, KindCode
@@ -147,12 +148,12 @@ class LocalExecutor:
         for key, t in list(self._tries.items()):
             outcome = self._poll(t)
             if t.start_error is not None:
-                reports.append(self._report(t, "failed", self.clock.now(), message=t.start_error))
+                reports.append(self._report(t, TIState.FAILED, self.clock.now(), message=t.start_error))
                 del self._tries[key]
                 continue
             if not t.reported_running:
                 t.reported_running = True
-                reports.append(self._report(t, "running", t.started_at))
+                reports.append(self._report(t, TIState.RUNNING, t.started_at))
             if outcome is not None:
                 reports.append(self._final_report(t, outcome))
                 del self._tries[key]
@@ -331,8 +332,8 @@ class LocalExecutor:
     def _final_report(self, t: _Try, outcome: dict) -> TaskReport:
         at = parse_time(outcome.get("finished_at")) if t.adopted else None
         if outcome.get("exit_code") == 0 and not outcome.get("timed_out") and "lost" not in outcome:
-            return self._report(t, "success", at or self.clock.now())
-        return self._report(t, "failed", at or self.clock.now(), message=self._failure_message(t, outcome))
+            return self._report(t, TIState.SUCCESS, at or self.clock.now())
+        return self._report(t, TIState.FAILED, at or self.clock.now(), message=self._failure_message(t, outcome))
 
     def _failure_message(self, t: _Try, outcome: dict) -> str:
         code = outcome.get("exit_code")

@@ -40,12 +40,14 @@ import time
 from collections.abc import Mapping
 
 from dagline.clock import SystemClock
+from dagline.domain.states import TIState
 from dagline.errors import InvalidInput
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
 from dagline.executors.folder_log import FolderLog
 from dagline.executors.registry import KindCode, ShownSetting
 
 OUTCOME_KEY = "dagline.noop.outcome"
+_FAILING = (TIState.FAILED, "fail", "failure")  # the outcomes that fail a try
 DURATION_ENV = "DAGLINE_NOOP_DURATION"
 SEED_ENV = "DAGLINE_NOOP_SEED"
 _NUMBER = r"\s*(\d+(?:\.\d*)?|\.\d+)\s*"
@@ -170,15 +172,15 @@ class NoopExecutor:
             for key in self._unannounced:
                 t = self._active.get(key)
                 if t is not None and not t.cancelled:
-                    reports.append(self._report(t, "running", t.started_at))
+                    reports.append(self._report(t, TIState.RUNNING, t.started_at))
             self._unannounced = []
         for t in finished:
             if t.cancelled:
-                reports.append(self._report(t, "failed", now, "cancelled"))
-            elif _conf(t.launch).get(OUTCOME_KEY, "success").strip().lower() in ("failed", "fail", "failure"):
-                reports.append(self._report(t, "failed", now, f"failed on purpose ({OUTCOME_KEY})"))
+                reports.append(self._report(t, TIState.FAILED, now, "cancelled"))
+            elif _conf(t.launch).get(OUTCOME_KEY, TIState.SUCCESS).strip().lower() in _FAILING:
+                reports.append(self._report(t, TIState.FAILED, now, f"failed on purpose ({OUTCOME_KEY})"))
             else:
-                reports.append(self._report(t, "success", now))
+                reports.append(self._report(t, TIState.SUCCESS, now))
         return reports
 
     def _report(self, t: _Try, state: str, at: dt.datetime, message: str | None = None) -> TaskReport:

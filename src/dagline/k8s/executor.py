@@ -57,6 +57,7 @@ import re
 import time
 
 from dagline.clock import SystemClock
+from dagline.domain.states import TIState
 from dagline.errors import InvalidInput
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
 from dagline.executors.registry import ExecutorSettings, KindCode, ShownSetting
@@ -227,7 +228,7 @@ class SparkK8sExecutor:
                     service_account=self.settings.service_account, spark_version=self.settings.spark_version,
                     launched_at=now)
             except sparkapp.ManifestError as exc:
-                self._reports.append(self._report(launch, "failed", now, message=str(exc), started_at=now))
+                self._reports.append(self._report(launch, TIState.FAILED, now, message=str(exc), started_at=now))
                 continue
             t = _Try(launch, manifest["metadata"]["name"], manifest, launched_at=now)
             self._tries[launch.key] = t
@@ -253,11 +254,12 @@ class SparkK8sExecutor:
         """Delete the try's application (wherever it was launched from); a followed try reports 'failed'."""
         t = self._tries.pop(key, None)
         name = t.name if t is not None else sparkapp.application_name(key)
-        self._delete_now(name, "failed")
+        self._delete_now(name, TIState.FAILED)
         if t is not None:
             self._drop_env_secret(t.launch)
             now = self.clock.now()
-            self._reports.append(self._report(t.launch, "failed", now, message="cancelled: SparkApplication deleted",
+            self._reports.append(self._report(t.launch, TIState.FAILED, now,
+                                              message="cancelled: SparkApplication deleted",
                                               started_at=t.started_at or now))
 
     def adopt(self, launches: list[TaskLaunch]) -> list[TaskLaunch]:
@@ -353,7 +355,7 @@ class SparkK8sExecutor:
                 self._api_error(f"writing Secret {secret['metadata']['name']}", exc)
                 return
             except ApiRejected as exc:
-                self._finish(t, "failed", f"the Kubernetes API refused the Secret {secret['metadata']['name']} "
+                self._finish(t, TIState.FAILED, f"the Kubernetes API refused the Secret {secret['metadata']['name']} "
                                           f"holding the try's signal token: {exc}", cleanup=False)
                 return
         try:
@@ -362,7 +364,7 @@ class SparkK8sExecutor:
             self._adopt_existing(t)
             return
         except ApiRejected as exc:
-            self._finish(t, "failed", f"the Kubernetes API refused the SparkApplication {t.name}: {exc}",
+            self._finish(t, TIState.FAILED, f"the Kubernetes API refused the SparkApplication {t.name}: {exc}",
                          cleanup=False)
             return
         except ApiUnavailable as exc:
@@ -389,7 +391,7 @@ class SparkK8sExecutor:
         if obj is None:
             return  # deleted in between: the next sync creates it
         if not sparkapp.same_try(obj, t.launch.key):
-            self._finish(t, "failed", f"a SparkApplication named {t.name} already exists and belongs to "
+            self._finish(t, TIState.FAILED, f"a SparkApplication named {t.name} already exists and belongs to "
                                       f"another try (see its dagline.io/* annotations)", cleanup=False)
             return
         log.info("SparkApplication %s already existed: adopted", t.name)
@@ -424,7 +426,7 @@ class SparkK8sExecutor:
                     self._api_error(f"reading SparkApplication {t.name}", exc)
                     continue
                 if obj is None:
-                    self._finish(t, "failed", f"SparkApplication {self._external_id(t.name)} disappeared "
+                    self._finish(t, TIState.FAILED, f"SparkApplication {self._external_id(t.name)} disappeared "
                                               f"(deleted outside dagline) in state {t.state or 'no state'}",
                                  cleanup=False)
                     continue
@@ -436,11 +438,11 @@ class SparkK8sExecutor:
         now = self.clock.now()
         if seen.phase == Phase.RUNNING and t.started_at is None:
             t.started_at = now
-            self._reports.append(self._report(t.launch, "running", now, started_at=now))
+            self._reports.append(self._report(t.launch, TIState.RUNNING, now, started_at=now))
         elif seen.phase == Phase.SUCCESS:
-            self._finish(t, "success", None)
+            self._finish(t, TIState.SUCCESS, None)
         elif seen.phase == Phase.FAILED:
-            self._finish(t, "failed", seen.message)
+            self._finish(t, TIState.FAILED, seen.message)
 
     def _time_out_pending(self) -> None:
         now = self.clock.now()
@@ -458,9 +460,9 @@ class SparkK8sExecutor:
                            f"(DAGLINE_SPARK_PENDING_TIMEOUT): {t.create_error or 'the API did not answer'}")
             self._tries.pop(t.launch.key, None)
             # delete even when no create succeeded: one may have, with its answer lost
-            self._delete_now(t.name, "failed")
+            self._delete_now(t.name, TIState.FAILED)
             self._drop_env_secret(t.launch)
-            self._reports.append(self._report(t.launch, "failed", now, message=message, started_at=now))
+            self._reports.append(self._report(t.launch, TIState.FAILED, now, message=message, started_at=now))
 
     def _image(self, t: _Try) -> str:
         return (t.manifest.get("spec") or {}).get("image") or t.launch.job.image or self.settings.image
@@ -472,7 +474,7 @@ class SparkK8sExecutor:
         self._reports.append(self._report(t.launch, state, now, message=message, started_at=t.started_at or now))
         if cleanup:
             retention = self.settings.retention
-            delete = retention == "delete" or (retention == "delete-succeeded" and state == "success")
+            delete = retention == "delete" or (retention == "delete-succeeded" and state == TIState.SUCCESS)
             self._cleanups.append(_Cleanup(t.name, state, delete, after=self._syncs + 1))
 
     def _run_cleanups(self) -> None:

@@ -23,7 +23,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dagline.domain.callbacks import summary
+from dagline.domain.callbacks import CallbackEvent, summary
 from dagline.errors import DaglineError
 
 callback_log = logging.getLogger("dagline.domain.callbacks")
@@ -105,6 +105,6 @@ def webhook_channel(secrets: SecretReader, *, timeout_s: float) -> Callable[[Cal
 
 def log_channel(callback: Callback) -> None:
     """One line in the scheduler's log, with the whole body as structured fields (`--log-format json`)."""
-    level = logging.INFO if callback.event in ("success", "retry") else logging.WARNING
+    level = logging.INFO if callback.event in (CallbackEvent.SUCCESS, CallbackEvent.RETRY) else logging.WARNING
     callback_log.log(level, "callback %s: %s", callback.delivery_id, summary(callback.payload),
                      extra={"decision": "callback", "fields": dict(callback.payload)})

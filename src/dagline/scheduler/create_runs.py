@@ -9,6 +9,7 @@ import datetime as dt
 from sqlalchemy.engine import Connection
 
 from dagline.db.claims import lock_due_dags
+from dagline.domain.states import RunType
 from dagline.scheduler.isolation import DagFailed, isolated
 from dagline.store.dags import DagCache
 from dagline.store.timeline import (
@@ -50,6 +51,6 @@ def _create_runs_of(conn: Connection, row, *, now: dt.datetime, dags: DagCache, 
         if live_run_at(conn, row.dag_id, info.logical_date) is None:  # a manual run may hold the date
             new_runs.append(NewRun(info.logical_date, info.data_interval, info.run_after))
     if new_runs:
-        insert_runs(conn, dag=dag, version_id=version_id, run_type="scheduled", runs=new_runs, now=now, who=who)
+        insert_runs(conn, dag=dag, version_id=version_id, run_type=RunType.SCHEDULED, runs=new_runs, now=now, who=who)
     refresh_next_dagrun(conn, row.dag_id, dag, now=now)
     return len(new_runs)

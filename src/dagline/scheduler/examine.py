@@ -31,8 +31,9 @@ from dagline.db.claims import lock_running_runs, running_runs
 from dagline.db.models import dag_run_t, dag_t, signal_action_t, ti_t
 from dagline.db.transitions import change_runs, change_tis
 from dagline.domain.run_decision import RunDecision
-from dagline.domain.states import RunState, TIState
+from dagline.domain.states import RunState, RunType, SignalAction, SignalActionStatus, TIState
 from dagline.scheduler.isolation import DagFailed, describe, is_dags_fault, isolated, record_import_error
+from dagline.scheduler.signal_starts import STARTING
 from dagline.store.dags import DagCache
 from dagline.store.facts import REMEMBERED_MAX, RunFacts, gather_runs
 from dagline.store.timeline import refresh_next_dagrun
@@ -102,7 +103,7 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
             result.scheduled += [r.id for r in changed]
         started = [r for r in changed if r.id in by_signal]
         if started:
-            kinds = ("restart",) if expected == TIState.UP_FOR_RETRY else ("start", "restart")
+            kinds = (SignalAction.RESTART,) if expected == TIState.UP_FOR_RETRY else STARTING
             _start_by_signal(conn, started, by_signal, now, kinds)
     finished = []
     for outcome, ids in outcomes.items():
@@ -112,8 +113,8 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
     if finished:
         conn.execute(update(signal_action_t)
                      .where(signal_action_t.c.dag_run_id.in_([r.id for r in finished]),
-                            signal_action_t.c.status == "pending")
-                     .values(status="dropped", done_at=now, detail="the run ended first"))
+                            signal_action_t.c.status == SignalActionStatus.PENDING)
+                     .values(status=SignalActionStatus.DROPPED, done_at=now, detail="the run ended first"))
     conn.execute(_EXAMINED, {"run_ids": [run.id for run in runs], "now": now})
     _after_runs_finished(conn, finished, dags, now=now, who=who)
     return result
@@ -163,7 +164,7 @@ def _task_of(tis: dict, ti_id: int) -> str:
 
 
 def _start_by_signal(conn: Connection, rows: Sequence, by_signal: dict, now: dt.datetime,
-                     kinds: Sequence[str] = ("start", "restart")) -> None:
+                     kinds: Sequence[str] = STARTING) -> None:
     """The TIs just scheduled by a pending signal: per TI, the oldest pending start or restart action
     becomes `done` with the try it starts (one compare-and-set on `pending` that picks it and returns
     its signal); the TI records its signal and gets its retries afresh."""
@@ -183,12 +184,12 @@ def _start_by_signal(conn: Connection, rows: Sequence, by_signal: dict, now: dt.
 _A = signal_action_t.c
 _OLDEST_PENDING = (
     select(_A.id)
-    .where(_A.dag_run_id == bindparam("run"), _A.task_id == bindparam("task"), _A.status == "pending",
+    .where(_A.dag_run_id == bindparam("run"), _A.task_id == bindparam("task"), _A.status == SignalActionStatus.PENDING,
            _A.action.in_(bindparam("kinds", expanding=True)))
     .order_by(_A.signal_seq, _A.id).limit(1).scalar_subquery())
 _START_ACTION = (  # the oldest pending action of the TI becomes done, still only if pending
-    update(signal_action_t).where(_A.id == _OLDEST_PENDING, _A.status == "pending")
-    .values(status="done", try_number=bindparam("next_try", type_=_A.try_number.type),
+    update(signal_action_t).where(_A.id == _OLDEST_PENDING, _A.status == SignalActionStatus.PENDING)
+    .values(status=SignalActionStatus.DONE, try_number=bindparam("next_try", type_=_A.try_number.type),
             done_at=bindparam("now", type_=_A.done_at.type))
     .returning(_A.id, _A.signal_seq))
 _STARTED_BY_SIGNAL = (
@@ -215,7 +216,7 @@ def _after_runs_finished(conn: Connection, finished: Sequence, dags: DagCache, *
                          who: str) -> None:
     """A finished scheduled or manual run frees a `maxActiveRuns` place: let the DAG create runs again.
     A DAG without a schedule whose row names no next run has nothing to refresh (manual runs only)."""
-    dag_ids = sorted({r.dag_id for r in finished if r.run_type != "backfill"})
+    dag_ids = sorted({r.dag_id for r in finished if r.run_type != RunType.BACKFILL})
     if not dag_ids:
         return
     rows = conn.execute(select(dag_t.c.dag_id, dag_t.c.current_version_id, dag_t.c.next_dagrun,

@@ -47,22 +47,22 @@ def apply_reports(
             .where(ti_t.c.id.in_({r.ti_id for r in reports})))
     }
     current = [r for r in reports if r.ti_id in rows and rows[r.ti_id].try_number == r.try_number]
-    started = {r.ti_id: r for r in current if r.state == "running"}
-    finished = {r.ti_id: r for r in current if r.state in ("success", "failed")}
+    started = {r.ti_id: r for r in current if r.state == TIState.RUNNING}
+    finished = {r.ti_id: r for r in current if r.state in (TIState.SUCCESS, TIState.FAILED)}
     stopped: set[int] = set()  # batch tries asked to stop: failed, no retry
     for ti_id, report in list(finished.items()):
         row = rows[ti_id]
         if row.stop_requested_at is None:
             continue
         if dags.get(conn, row.dag_version_id).tasks[row.task_id].streaming:
-            finished[ti_id] = dataclasses.replace(report, state="success", message="stopped")
+            finished[ti_id] = dataclasses.replace(report, state=TIState.SUCCESS, message="stopped")
         else:
             stopped.add(ti_id)
-            finished[ti_id] = dataclasses.replace(report, state="failed", message="stopped on request")
+            finished[ti_id] = dataclasses.replace(report, state=TIState.FAILED, message="stopped on request")
     affected: set[int] = set()
 
     # queued -> success at once, for quick tries that succeeded (the events still show they ran)
-    quick = {i: r for i, r in finished.items() if r.state == "success" and rows[i].state == TIState.QUEUED}
+    quick = {i: r for i, r in finished.items() if r.state == TIState.SUCCESS and rows[i].state == TIState.QUEUED}
     if quick:
         done = change_tries_each(
             conn, {i: r.try_number for i, r in quick.items()},
@@ -91,7 +91,7 @@ def apply_reports(
                                       at=min(r.at for r in starting.values()), who=who))
         count_transitions(conn, TIState.RUNNING, len(moved))
         record_task_state_signals(conn, moved, to=TIState.RUNNING, at=min(r.at for r in starting.values()))
-    succeeded = {i: r for i, r in finished.items() if r.state == "success"}
+    succeeded = {i: r for i, r in finished.items() if r.state == TIState.SUCCESS}
     if succeeded:
         tries = {i: r.try_number for i, r in succeeded.items()}
         done = change_tries_each(
@@ -103,7 +103,7 @@ def apply_reports(
         record_task_state_signals(conn, done, to=TIState.SUCCESS, at=max(r.at for r in succeeded.values()))
         affected.update(row.dag_run_id for row in done)
     for ti_id, report in finished.items():
-        if report.state != "failed":
+        if report.state != TIState.FAILED:
             continue
         row = rows[ti_id]
         affected.update(_fail_try(conn, row, report, dags=dags, who=who, retry=ti_id not in stopped))

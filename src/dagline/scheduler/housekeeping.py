@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 
 from dagline.db.models import backfill_t, dag_run_t, ti_t
 from dagline.db.transitions import fail_running_tries, record_events
-from dagline.domain.states import RunState, TIState
+from dagline.domain.states import BackfillState, RunState, TIState
 from dagline.executors.base import TaskKey
 from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
 from dagline.store.dags import DagCache
@@ -54,10 +54,11 @@ def finish_backfills(conn: Connection, *, now: dt.datetime, who: str) -> int:
     unfinished = exists().where(and_(dag_run_t.c.backfill_id == backfill_t.c.id,
                                      dag_run_t.c.state.in_(RunState.ACTIVE)))
     done = conn.execute(
-        update(backfill_t).where(backfill_t.c.state == "running", ~unfinished)
-        .values(state="completed", completed_at=now).returning(backfill_t.c.id, backfill_t.c.dag_id)
+        update(backfill_t).where(backfill_t.c.state == BackfillState.RUNNING, ~unfinished)
+        .values(state=BackfillState.COMPLETED, completed_at=now).returning(backfill_t.c.id, backfill_t.c.dag_id)
     ).all()
     record_events(conn, [{"at": now, "who": who, "entity": "backfill", "dag_id": r.dag_id,
-                          "detail": f"backfill {r.id}", "from_state": "running", "to_state": "completed"}
+                          "detail": f"backfill {r.id}", "from_state": BackfillState.RUNNING,
+                          "to_state": BackfillState.COMPLETED}
                          for r in done])
     return len(done)

@@ -48,9 +48,9 @@ from dagline.db.claims import claim_unhandled_signals, lock_dag, lock_run_for_si
 from dagline.db.models import dag_run_t, dag_t, signal_action_t, signal_listener_t, ti_t
 from dagline.db.notify import hold_announcements
 from dagline.db.transitions import request_stop
-from dagline.domain.states import RunState, TIState
+from dagline.domain.states import RunState, RunType, SignalAction, SignalActionStatus, TIState
 from dagline.scheduler.examine import examine_runs
-from dagline.scheduler.signal_starts import StartActions, action_row, insert_actions, supersede_pending
+from dagline.scheduler.signal_starts import STARTING, StartActions, action_row, insert_actions, supersede_pending
 from dagline.store.dags import DagCache
 from dagline.store.timeline import NewRun, insert_runs, live_run_at, timetable_for
 
@@ -106,7 +106,7 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
             ti = tis.get((r.run_pk, r.task_id))
             if ti is None:
                 continue  # the task did not exist at the run's logical date (a later startDate)
-            if r.action == "start":
+            if r.action == SignalAction.START:
                 starts.add(s, r, busy=ti.state in BUSY)
                 continue
             result.actions += starts.flush((r.run_pk, r.task_id))  # its starts come first: they are earlier
@@ -143,11 +143,11 @@ def _listeners_statement():
     trigger_rows = (
         select(signal_listener_t, null().label("run_pk"), null().label("run_name"))
         .join(dag_t, and_(dag_t.c.current_version_id == lst.dag_version_id, dag_t.c.is_active.is_(True)))
-        .where(lst.key.in_(keys), lst.action == "trigger"))
+        .where(lst.key.in_(keys), lst.action == SignalAction.TRIGGER))
     rule_rows = (
         select(signal_listener_t, dag_run_t.c.id, dag_run_t.c.run_id)
         .join(dag_run_t, dag_run_t.c.dag_version_id == lst.dag_version_id)
-        .where(lst.key.in_(keys), lst.action != "trigger", dag_run_t.c.state == RunState.RUNNING,
+        .where(lst.key.in_(keys), lst.action != SignalAction.TRIGGER, dag_run_t.c.state == RunState.RUNNING,
                dag_run_t.c.is_test.is_(False)))
     both = union_all(trigger_rows, rule_rows).subquery()
     return select(both).order_by(both.c.run_pk.nulls_first(), both.c.dag_id, both.c.rule)
@@ -175,33 +175,36 @@ def _act(conn: Connection, s, r, ti, *, now: dt.datetime, who: str) -> bool:
     """Apply one `restart` or `stop` rule to one TI (`start` rules: `StartActions`); False if this
     signal already acted on it (nothing done)."""
     row = action_row(s, r, now=now)
-    if r.action == "restart":
+    if r.action == SignalAction.RESTART:
         if _already(conn, s, r):
             return False
-        supersede_pending(conn, ti.dag_run_id, ti.task_id, actions=("restart",), now=now, by=s.seq)
+        supersede_pending(conn, ti.dag_run_id, ti.task_id, actions=(SignalAction.RESTART,), now=now, by=s.seq)
         if ti.state in BUSY:
             _request_stop(conn, ti, now=now, who=who, why=f"restart by signal {s.seq} ({s.key})")
-            return _insert_action(conn, s.sent_at, **row, status="pending", detail=f"stopping try {ti.try_number}")
+            return _insert_action(conn, s.sent_at, **row, status=SignalActionStatus.PENDING,
+                                  detail=f"stopping try {ti.try_number}")
         if ti.state in (TIState.SCHEDULED, TIState.UP_FOR_RETRY):
             # not started yet: the try about to start takes this signal (and no longer an earlier one)
             a = signal_action_t.c
             conn.execute(update(signal_action_t)
-                         .where(a.dag_run_id == ti.dag_run_id, a.task_id == ti.task_id, a.status == "done",
-                                a.action.in_(("start", "restart")), a.try_number == ti.try_number + 1)
-                         .values(status="superseded", detail=f"superseded by signal {s.seq} before its try started"))
+                         .where(a.dag_run_id == ti.dag_run_id, a.task_id == ti.task_id,
+                                a.status == SignalActionStatus.DONE, a.action.in_(STARTING),
+                                a.try_number == ti.try_number + 1)
+                         .values(status=SignalActionStatus.SUPERSEDED,
+                                 detail=f"superseded by signal {s.seq} before its try started"))
             conn.execute(update(ti_t).where(ti_t.c.id == ti.id).values(signal_seq=s.seq))
-            return _insert_action(conn, s.sent_at, **row, status="done", try_number=ti.try_number + 1, done_at=now,
-                                  detail="the next try starts with this signal")
-        return _insert_action(conn, s.sent_at, **row, status="pending")
+            return _insert_action(conn, s.sent_at, **row, status=SignalActionStatus.DONE, try_number=ti.try_number + 1,
+                                  done_at=now, detail="the next try starts with this signal")
+        return _insert_action(conn, s.sent_at, **row, status=SignalActionStatus.PENDING)
     # stop
     if _already(conn, s, r):
         return False
-    supersede_pending(conn, ti.dag_run_id, ti.task_id, actions=("start", "restart"), now=now, by=s.seq)
+    supersede_pending(conn, ti.dag_run_id, ti.task_id, actions=STARTING, now=now, by=s.seq)
     if ti.state in BUSY:
         _request_stop(conn, ti, now=now, who=who, why=f"stop by signal {s.seq} ({s.key})")
-        return _insert_action(conn, s.sent_at, **row, status="done", try_number=ti.try_number, done_at=now,
-                              detail=f"stop requested for try {ti.try_number}")
-    return _insert_action(conn, s.sent_at, **row, status="done", done_at=now,
+        return _insert_action(conn, s.sent_at, **row, status=SignalActionStatus.DONE, try_number=ti.try_number,
+                              done_at=now, detail=f"stop requested for try {ti.try_number}")
+    return _insert_action(conn, s.sent_at, **row, status=SignalActionStatus.DONE, done_at=now,
                           detail=f"nothing to stop: the task is {ti.state}")
 
 
@@ -226,8 +229,8 @@ def _trigger(conn: Connection, s, listener, *, now: dt.datetime, dags: DagCache,
     while live_run_at(conn, dag.dag_id, when) is not None:  # one live run per logical date
         when += dt.timedelta(microseconds=1)
     interval = timetable_for(dag).manual_interval(when)
-    [run_pk] = insert_runs(conn, dag=dag, version_id=listener.dag_version_id, run_type="signal",
+    [run_pk] = insert_runs(conn, dag=dag, version_id=listener.dag_version_id, run_type=RunType.SIGNAL,
                            runs=[NewRun(when, interval, s.sent_at, conf=conf, run_id=run_name)], now=now, who=who)
     return _insert_action(conn, s.sent_at, signal_seq=s.seq, rule=listener.rule, dag_id=dag.dag_id, dag_run_id=run_pk,
-                          run_id=run_name, task_id="", action="trigger", status="done", decided_at=now, done_at=now,
-                          detail="run created (queued: it starts within maxActiveRuns)")
+                          run_id=run_name, task_id="", action=SignalAction.TRIGGER, status=SignalActionStatus.DONE,
+                          decided_at=now, done_at=now, detail="run created (queued: it starts within maxActiveRuns)")

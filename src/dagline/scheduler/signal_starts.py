@@ -32,11 +32,13 @@ from sqlalchemy.engine import Connection
 from dagline import metrics
 from dagline.db.models import signal_action_t
 from dagline.db.observe import at_commit
+from dagline.domain.states import SignalAction, SignalActionStatus
 
 _COLUMNS = ("signal_seq", "rule", "dag_id", "dag_run_id", "run_id", "task_id", "action", "status",
             "try_number", "decided_at", "done_at", "detail")
 _ACTION_DEFAULTS = {"try_number": None, "done_at": None, "detail": None}
 _A = signal_action_t.c
+STARTING = (SignalAction.START, SignalAction.RESTART)  # the actions that start a try
 
 
 def _insert_statement(dialect_insert):
@@ -47,9 +49,9 @@ def _insert_statement(dialect_insert):
 
 _INSERT = {"postgresql": _insert_statement(pg_insert), "sqlite": _insert_statement(sqlite_insert)}
 _SUPERSEDE = (update(signal_action_t)
-              .where(_A.dag_run_id == bindparam("run"), _A.task_id == bindparam("task"), _A.status == "pending",
-                     _A.action.in_(bindparam("actions", expanding=True)))
-              .values(status="superseded", done_at=bindparam("now", type_=_A.done_at.type),
+              .where(_A.dag_run_id == bindparam("run"), _A.task_id == bindparam("task"),
+                     _A.status == SignalActionStatus.PENDING, _A.action.in_(bindparam("actions", expanding=True)))
+              .values(status=SignalActionStatus.SUPERSEDED, done_at=bindparam("now", type_=_A.done_at.type),
                       detail=bindparam("detail")))
 
 
@@ -102,7 +104,7 @@ class StartActions:
 
     def add(self, s, r, *, busy: bool) -> None:
         """Gather rule `r`'s start for signal `s` (the task instance's try is running: `busy`)."""
-        row = action_row(s, r, now=self.now, status="pending", try_number=None, done_at=None,
+        row = action_row(s, r, now=self.now, status=SignalActionStatus.PENDING, try_number=None, done_at=None,
                          detail="waits for the task to be free" if busy else None)
         self._gathered.setdefault((r.run_pk, r.task_id), []).append(
             _Start(s.seq, s.sent_at, r.rule, r.handling == "latest", row))
@@ -123,11 +125,12 @@ class StartActions:
         rows = [dict(s.row) for s in starts]
         first_latest = next((s.signal_seq for s in starts if s.latest), None)
         if first_latest is not None:
-            supersede_pending(self.conn, run_pk, task_id, actions=("start",), now=self.now, by=first_latest)
+            supersede_pending(self.conn, run_pk, task_id, actions=(SignalAction.START,), now=self.now, by=first_latest)
         superseder = None  # walking back: the next `latest` signal after each start
         for start, row in zip(reversed(starts), reversed(rows), strict=True):
             if superseder is not None:
-                row.update(status="superseded", done_at=self.now, detail=f"superseded by signal {superseder}")
+                row.update(status=SignalActionStatus.SUPERSEDED, done_at=self.now,
+                           detail=f"superseded by signal {superseder}")
             if start.latest:
                 superseder = start.signal_seq
         return len(insert_actions(self.conn, rows, [s.sent_at for s in starts]))

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from dagline.domain.states import TIState
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
 
-FINAL_REPORTS = frozenset({"success", "failed"})
+FINAL_REPORTS = frozenset({TIState.SUCCESS, TIState.FAILED})
 
 
 class InFlight:

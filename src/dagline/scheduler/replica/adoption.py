@@ -34,7 +34,7 @@ from dagline.db.claims import claim_orphaned_tis, claim_stale_replicas
 from dagline.db.models import dag_run_t, replica_t, ti_t
 from dagline.db.replicas import HOSTNAME, database_now, mark_all_others_dead
 from dagline.db.transitions import fail_running_tries, record_events
-from dagline.domain.states import TIState
+from dagline.domain.states import ReplicaState, TIState
 from dagline.executors.base import Executor, TaskKey, TaskLaunch
 from dagline.scheduler.critical_section import QueuedTI
 from dagline.scheduler.executor_events import fail_unlaunchable
@@ -54,7 +54,7 @@ def declare_stale_replicas_dead(conn: Connection, *, replica_id: int, timeout_s:
     now = now or database_now(conn)
     dead = claim_stale_replicas(conn, replica_id=replica_id, now=now, timeout_s=timeout_s)
     record_events(conn, [{
-        "at": now, "who": who, "entity": "scheduler", "from_state": "running", "to_state": "dead",
+        "at": now, "who": who, "entity": "scheduler", "from_state": ReplicaState.RUNNING, "to_state": ReplicaState.DEAD,
         "detail": f"scheduler {r.id} (pid {r.pid} on {r.hostname}): no heartbeat since "
                   f"{r.latest_heartbeat.isoformat()}, {(now - r.latest_heartbeat).total_seconds():.0f}s "
                   f"(replica timeout {timeout_s:g}s)"} for r in dead])
@@ -68,7 +68,8 @@ def declare_others_dead(conn: Connection, *, replica_id: int, who: str) -> list:
     """SQLite: this replica holds the scheduler file lock, so every other `running` one is gone."""
     dead = mark_all_others_dead(conn, replica_id)
     record_events(conn, [{
-        "at": r.ended_at, "who": who, "entity": "scheduler", "from_state": "running", "to_state": "dead",
+        "at": r.ended_at, "who": who, "entity": "scheduler",
+        "from_state": ReplicaState.RUNNING, "to_state": ReplicaState.DEAD,
         "detail": f"scheduler {r.id} (pid {r.pid} on {r.hostname}): gone (a new scheduler holds the SQLite lock)"}
         for r in dead])
     return dead
@@ -233,7 +234,7 @@ def _orphans_waiting_elsewhere(
     executor runs, or theirs is host-bound (as this replica's is) and none runs on their host."""
     replica = replica_t
     live = {(r.hostname, r.executor) for r in conn.execute(
-        select(replica.c.hostname, replica.c.executor).where(replica.c.state == "running"))}
+        select(replica.c.hostname, replica.c.executor).where(replica.c.state == ReplicaState.RUNNING))}
     live_executors = {e for _, e in live}
 
     def adoptable(host: str, kind: str) -> bool:
@@ -244,7 +245,7 @@ def _orphans_waiting_elsewhere(
     rows = conn.execute(
         select(replica.c.hostname, replica.c.executor, func.count())
         .select_from(ti_t.join(replica, replica.c.id == ti_t.c.queued_by_replica_id))
-        .where(ti_t.c.state.in_(TIState.ACTIVE), replica.c.state.in_(("dead", "stopped")))
+        .where(ti_t.c.state.in_(TIState.ACTIVE), replica.c.state.in_((ReplicaState.DEAD, ReplicaState.STOPPED)))
         .group_by(replica.c.hostname, replica.c.executor).order_by(replica.c.hostname, replica.c.executor)
     ).all()
     return [(r[0], r[1], r[2]) for r in rows if not adoptable(r[0], r[1])]
