@@ -7,6 +7,8 @@ Neither is raised after anything was written: callers validate first, then write
 
 from __future__ import annotations
 
+import datetime as dt
+
 
 class DaglineError(Exception):
     """Base class of the errors meant for a person to read."""
@@ -40,3 +42,23 @@ class InvalidInput(DaglineError):
             parts.append(field)
         prefix = ": ".join(parts)
         super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+class ScheduleLoopError(DaglineError):
+    """A timetable's search for a fire took more steps than any real schedule needs (`timetable.MAX_STEPS`),
+    or its walk stopped advancing: a defect in dagline's schedule arithmetic for this schedule, zone and
+    instant. It is raised instead of spinning forever, so the scheduler records it as that DAG's import
+    error and goes on with the others. `doing` ends with the instant's role ("the last fire before")."""
+
+    exit_code = 1
+
+    def __init__(self, *, schedule: str | None, timezone: str, instant: dt.datetime, doing: str, problem: str,
+                 dag_id: str | None = None):
+        self.schedule = schedule
+        self.timezone = timezone
+        self.instant = instant
+        self.dag_id = dag_id
+        whose = f"DAG {dag_id}: " if dag_id else ""
+        super().__init__(
+            f"{whose}schedule {schedule!r} in {timezone}: {doing} {instant.isoformat()} {problem}; this is a "
+            f"defect in dagline's timetable (please report it with this message)")
