@@ -17,6 +17,8 @@ write in one transaction. Errors of `dagline.sdk` (users' jobs import it alone) 
 
 from __future__ import annotations
 
+import datetime as dt
+
 
 class DaglineError(Exception):
     """Base class of the errors meant for a person to read. A subclass sets `exit_code` and `http_status`
@@ -88,3 +90,21 @@ class InvalidInput(DaglineError):
     @property
     def reason(self) -> str:
         return self._reason
+
+
+class ScheduleLoopError(OperationFailed):
+    """A timetable's search for a fire took more steps than any real schedule needs (`timetable.MAX_STEPS`),
+    or its walk stopped advancing: a defect in dagline's schedule arithmetic for this schedule, zone and
+    instant. It is raised instead of spinning forever, so the scheduler records it as that DAG's import
+    error and goes on with the others. `doing` ends with the instant's role ("the last fire before")."""
+
+    def __init__(self, *, schedule: str | None, timezone: str, instant: dt.datetime, doing: str, problem: str,
+                 dag_id: str | None = None):
+        self.schedule = schedule
+        self.timezone = timezone
+        self.instant = instant
+        self.dag_id = dag_id
+        whose = f"DAG {dag_id}: " if dag_id else ""
+        super().__init__(
+            f"{whose}schedule {schedule!r} in {timezone}: {doing} {instant.isoformat()} {problem}; this is a "
+            f"defect in dagline's timetable (please report it with this message)")

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 from sqlalchemy import select, update
 
 from dagline.cli import main
 from dagline.db.models import dag_t, dag_version_t
+from dagline.domain.timetable import MAX_STEPS, CronTimetable
 from tests.helpers.harness import apply, events, runs, schedule, ti_states, write_dag
 
 DAG = """
@@ -88,3 +90,51 @@ def test_dags_apply_of_a_folder_with_a_bad_file_names_it_and_applies_nothing(db,
     assert result.exit_code == 2, result.output
     assert "bad.yaml" in result.output and "spec.tasks[1].upstream" in result.output and "'nope'" in result.output
     assert json.loads(cli(db, "dags", "list", "--json").output) == []
+
+
+SCHEDULED = """
+apiVersion: dagline.io/v1alpha1
+kind: DAG
+metadata: {name: %(name)s}
+spec:
+  schedule: "%(schedule)s"
+  timezone: %(zone)s
+  startDate: "2026-03-01"
+  tasks:
+    - {id: a, spark: {mainApplicationFile: a.py}}
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_timetable_search_that_never_ends_stops_that_dag_only(db, tmp_path, monkeypatch):
+    """Issue 30: a timetable step that never advances (as the catch-up skip did inside a spring-forward gap)
+    hits the timetable's step bound; the scheduler records that as the DAG's import error, naming the DAG,
+    its schedule and the instant, and creates the other DAGs' runs. Applying it again clears the error."""
+    now = "2026-03-08T12:00:00Z"
+    for name, schedule_, zone in (("healthy", "0 * * * *", "UTC"), ("broken", "30 2 * * *", "America/New_York")):
+        path = write_dag(tmp_path, SCHEDULED % {"name": name, "schedule": schedule_, "zone": zone}, f"{name}.yaml")
+        assert cli(db, "dags", "apply", path, "--now", now).exit_code == 0
+        assert cli(db, "dags", "unpause", name, "--now", now).exit_code == 0
+
+    original = CronTimetable._get_next
+
+    def stuck_for_broken(self, x):  # the walk to the last fire before an instant never moves
+        return x if self.dag_id == "broken" else original(self, x)
+
+    monkeypatch.setattr(CronTimetable, "_get_next", stuck_for_broken)
+    result = cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", now)
+    assert result.exit_code == 0, result.output
+
+    assert [r["logical_date"] for r in runs(db, "healthy")] == ["2026-03-08T11:00:00+00:00"]
+    assert runs(db, "broken") == []
+    listed = {r["dag_id"]: r for r in json.loads(cli(db, "dags", "list", "--json").output)}
+    assert listed["healthy"]["import_error"] is None
+    assert listed["broken"]["import_error"] == (
+        "creating runs: DAG broken: schedule '30 2 * * *' in America/New_York: finding the last fire before "
+        f"2026-03-08T12:00:00+00:00 took more than {MAX_STEPS:,} steps without an answer; this is a defect in "
+        "dagline's timetable (please report it with this message)")
+
+    monkeypatch.undo()  # the defect fixed: applying the DAG again clears the error and it is scheduled
+    assert cli(db, "dags", "apply", str(tmp_path / "broken.yaml"), "--now", now).exit_code == 0
+    assert cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", now).exit_code == 0
+    assert [r["logical_date"] for r in runs(db, "broken")] == ["2026-03-07T07:30:00+00:00"]  # 02:30 EST

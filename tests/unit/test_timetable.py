@@ -5,6 +5,8 @@
                     fall back      2026-10-25 01:00 (03:00 CEST -> 02:00 CET, +2 -> +1)
   America/New_York  spring forward 2026-03-08 07:00 (02:00 EST -> 03:00 EDT, -5 -> -4)
                     fall back      2026-11-01 06:00 (02:00 EDT -> 01:00 EST, -4 -> -5)
+
+Every test here has a few seconds (`pytestmark`): a search that loops fails fast instead of hanging.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pendulum
 import pytest
 
 from dagline.domain.timetable import (
+    MAX_STEPS,
     CronTimetable,
     DagRunInfo,
     DataInterval,
@@ -25,7 +28,10 @@ from dagline.domain.timetable import (
     make_timetable,
     validate_schedule,
 )
+from dagline.errors import DaglineError, ScheduleLoopError
 from dagline.times import UTC
+
+pytestmark = pytest.mark.timeout(20)
 
 AMS = "Europe/Amsterdam"
 NYC = "America/New_York"
@@ -228,6 +234,27 @@ CATCHUP_FALSE = [
     ("@hourly", AMS, START_2026, None, None, U(2026, 10, 25, 1, 30), (U(2026, 10, 25, 0), U(2026, 10, 25, 1))),
     ("0 2 * * *", AMS, START_2026, None, None, U(2026, 3, 30, 0, 30), (U(2026, 3, 29, 1), U(2026, 3, 30, 0))),
     ("PT6H", "UTC", START_2026, None, None, U(2026, 1, 10, 13), (U(2026, 1, 10, 6), U(2026, 1, 10, 12))),
+    # issue 30: a fire inside a spring-forward gap (not at its start) fires shifted past it; the skip
+    # used to loop forever from the gap's end until the next day's fire. 02:30 New York on 03-08 -> 07:30Z
+    ("30 2 * * *", NYC, START_2026, None, None, U(2026, 3, 8, 12), (U(2026, 3, 7, 7, 30), U(2026, 3, 8, 7, 30))),
+    ("30 2 * * *", NYC, START_2026, None, None, U(2026, 3, 8, 7), (U(2026, 3, 6, 7, 30), U(2026, 3, 7, 7, 30))),
+    ("30 2 * * *", NYC, START_2026, None, None, U(2026, 3, 8, 7, 15), (U(2026, 3, 6, 7, 30), U(2026, 3, 7, 7, 30))),
+    ("30 2 * * *", NYC, START_2026, None, None, U(2026, 3, 8, 7, 30), (U(2026, 3, 7, 7, 30), U(2026, 3, 8, 7, 30))),
+    ("30 2 * * *", NYC, START_2026, None, None, U(2026, 3, 9, 6, 29), (U(2026, 3, 7, 7, 30), U(2026, 3, 8, 7, 30))),
+    ("30 2 * * *", NYC, START_2026, None, U(2026, 3, 7, 7, 30), U(2026, 3, 8, 12),
+     (U(2026, 3, 7, 7, 30), U(2026, 3, 8, 7, 30))),
+    ("30 2 * * *", AMS, START_2026, None, None, U(2026, 3, 29, 12), (U(2026, 3, 28, 1, 30), U(2026, 3, 29, 1, 30))),
+    # midnight does not exist in Santiago on 09-06: 00:30 -> 01:30 -03 (04:30Z)
+    ("30 0 * * *", "America/Santiago", START_2026, None, None, U(2026, 9, 6, 12),
+     (U(2026, 9, 5, 4, 30), U(2026, 9, 6, 4, 30))),
+    # Lord Howe's 30-minute gap (02:00 -> 02:30 on 10-04): 02:15 -> 02:45 +11 (15:45Z on 10-03)
+    ("15 2 * * *", "Australia/Lord_Howe", START_2026, None, None, U(2026, 10, 3, 20),
+     (U(2026, 10, 2, 15, 45), U(2026, 10, 3, 15, 45))),
+    # Chatham, +12:45 -> +13:45 at 02:45 on 09-27: 03:30 -> 04:30 +13:45 (14:45Z on 09-26)
+    ("30 3 * * *", "Pacific/Chatham", START_2026, None, None, U(2026, 9, 26, 20),
+     (U(2026, 9, 25, 14, 45), U(2026, 9, 26, 14, 45))),
+    ("45 2 * * *", "Australia/Sydney", START_2026, None, None, U(2026, 10, 4),
+     (U(2026, 10, 2, 16, 45), U(2026, 10, 3, 16, 45))),
 ]
 # fmt: on
 
@@ -477,3 +504,47 @@ def test_make_timetable_errors():
         make_timetable("@once", "UTC", None)
     with pytest.raises(ValueError, match="time zone"):
         make_timetable("0 2 * * *", "Mars/Olympus", START_2026)
+
+
+# ------------------------------------------------------------------------------- bounded loops
+
+
+# (the step broken, how it is broken, the search that must stop)
+BROKEN_STEPS = [
+    ("_get_prev", lambda x: U(2100, 1, 1), lambda tt: tt.next_run(None, catchup=False, now=U(2026, 3, 8, 12))),  # probes
+    ("_get_next", lambda x: x, lambda tt: tt.next_run(None, catchup=False, now=U(2026, 3, 8, 12))),  # the skip
+    ("_get_next", lambda x: x, lambda tt: tt.next_run(U(2026, 3, 5, 12), now=U(2026, 3, 8, 12))),  # a changed schedule
+    ("_get_next", lambda x: x - DAY, lambda tt: tt.next_run(None, catchup=False, now=U(2026, 3, 8, 12))),
+]
+
+
+@pytest.mark.parametrize("step,broken,search", BROKEN_STEPS, ids=["prev_ahead", "next_stuck_skip",
+                                                                  "next_stuck_after", "next_backwards"])
+def test_a_step_that_never_moves_stops_with_an_error_naming_the_dag_and_the_instant(monkeypatch, step, broken, search):
+    tt = make_timetable("30 2 * * *", NYC, START_2026, dag_id="nightly")
+    monkeypatch.setattr(tt, step, broken)
+    with pytest.raises(ScheduleLoopError) as info:
+        search(tt)
+    error = info.value
+    assert isinstance(error, DaglineError) and error.exit_code == 1 and error.dag_id == "nightly"
+    message = str(error)
+    assert message.startswith("DAG nightly: schedule '30 2 * * *' in America/New_York: ")
+    assert f"{MAX_STEPS:,} steps" in message or "20 steps" in message
+    assert "2026-03-0" in message and "defect" in message
+
+
+def test_a_duration_whose_points_never_pass_the_instant_stops_with_an_error(monkeypatch):
+    tt = make_timetable("PT6H", "UTC", START_2026, dag_id="every_6h")
+    monkeypatch.setattr(tt, "_point", lambda k: START_2026)
+    with pytest.raises(ScheduleLoopError, match=r"DAG every_6h: schedule 'PT6H' in UTC: finding the first fire "
+                                                r"at or after 2026-01-02T00:00:00\+00:00 took more than"):
+        tt.next_run(None, earliest=U(2026, 1, 2))
+
+
+def test_a_walk_that_stops_advancing_is_an_error_not_an_endless_walk(monkeypatch):
+    tt = make_timetable("@daily", "UTC", START_2026)
+    stuck = tt.next_run(None)
+    monkeypatch.setattr(tt, "next_run", lambda *a, **k: stuck)
+    with pytest.raises(ScheduleLoopError, match="schedule '@daily' in UTC: the run after the interval ending at "
+                                                "2026-01-02T00:00:00\\+00:00 did not advance"):
+        tt.runs_between(START_2026, U(2026, 2, 1))

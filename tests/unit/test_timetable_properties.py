@@ -12,27 +12,42 @@ one after another (`Timetable.upcoming`, the path of run creation, `dags next-ru
   spring-forward gap fires shifted forward by the length of the gap (for a fire on the hour and a
   one-hour gap: the first valid time after it), as Airflow's timetable does.
 
+Fires inside spring-forward gaps (issue 30): in every zone, the daily crons at :15, :30, :45 and :59
+whose wall time lies inside a 2026 spring-forward gap (not at its start) make the same checked
+timeline across the gap, and with `catchup: false` the run at any instant from an hour before the
+gap to a day after it (every 15 minutes, the gap's end and each shifted fire to the microsecond) is
+the latest interval of that timeline complete at the instant, followed by the next ones. A
+hypothesis test draws further instants, zones and crons, near a transition or anywhere in 2026.
+
 Zones whose UTC offsets are the same at every instant of the window are the same timetable for any
 cron (tzdata's links and zones with identical rules), so each such group is tested once, through
-its first name; the test id lists how many zones it stands for.
+its first name; the test id lists how many zones it stands for. Every test has a few seconds
+(`pytestmark`): a search that loops fails fast instead of hanging.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import zoneinfo
 from functools import cache
 
 import pytest
 from croniter import croniter
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dagline.domain.timetable import make_timetable
+
+pytestmark = pytest.mark.timeout(20)
 
 UTC = dt.timezone.utc
 YEAR_START, YEAR_END = dt.datetime(2026, 1, 1, tzinfo=UTC), dt.datetime(2027, 1, 1, tzinfo=UTC)
 WHOLE_YEAR = ["0 0 * * *", "30 0 * * *", "30 1 * * *", "0 2 * * *", "30 2 * * *", "0 3 * * *", "30 23 * * *",
               "0 0,12 * * *", "0 0 * * 0", "0 0 29 * *"]
 AROUND_TRANSITIONS = ["0 * * * *", "*/15 * * * *"]
+GAP_MINUTES = (15, 30, 45, 59)
+MICROSECOND = dt.timedelta(microseconds=1)
 
 
 def _had_dst_since_2020(zone: zoneinfo.ZoneInfo) -> bool:
@@ -100,7 +115,8 @@ def _expected_fires(cron: str, zone: zoneinfo.ZoneInfo, begin: dt.datetime, end:
         fires.update(shown)
 
 
-def _check(cron: str, zone_name: str, begin: dt.datetime, end: dt.datetime) -> None:
+def _check(cron: str, zone_name: str, begin: dt.datetime, end: dt.datetime) -> list:
+    """The runs `upcoming` gives from `begin` up to `end`, after checking them against the cron's fields."""
     zone = zoneinfo.ZoneInfo(zone_name)
     table = make_timetable(cron, zone_name, begin)
     runs = []
@@ -119,6 +135,29 @@ def _check(cron: str, zone_name: str, begin: dt.datetime, end: dt.datetime) -> N
         f"{cron!r} in {zone_name}: missing {[str(_wall(m, zone)) for m in missing[:5]]}, "
         f"extra {[str(_wall(e, zone)) for e in extra[:5]]}")
     assert len(starts) == len(set(starts)), "a repeated interval"
+    return runs
+
+
+def _gaps(zone: zoneinfo.ZoneInfo) -> list[tuple[dt.datetime, dt.datetime, dt.datetime]]:
+    """(instant, first skipped wall time, first valid wall time after) of each spring-forward gap in 2026."""
+    return [(t, (t + before).replace(tzinfo=None), (t + after).replace(tzinfo=None))
+            for t, before, after in _transitions(zone) if YEAR_START <= t < YEAR_END and after > before]
+
+
+def _gap_crons(first: dt.datetime, end: dt.datetime) -> list[tuple[str, dt.datetime]]:
+    """(cron, wall time) of the daily crons at GAP_MINUTES whose wall time lies inside the gap, not at its start."""
+    hours = sorted({(first + dt.timedelta(minutes=m)).hour for m in range(int((end - first).total_seconds() // 60))})
+    walls = [first.replace(hour=h, minute=m) for h in hours for m in GAP_MINUTES]
+    return [(f"{w.minute} {w.hour} * * *", w) for w in walls if first < w < end]
+
+
+def _check_catchup_off(cron: str, zone_name: str, runs: list, now: dt.datetime) -> None:
+    """With catchup off, the runs from `now` are the latest of `runs` complete at `now`, then the next two."""
+    latest = max(i for i, run in enumerate(runs) if run.data_interval.end <= now)
+    table = make_timetable(cron, zone_name, runs[0].logical_date)
+    got = list(itertools.islice(table.upcoming(None, catchup=False, now=now), 3))
+    assert got == runs[latest:latest + 3], (
+        f"{cron!r} in {zone_name} at {now}: {[str(r.data_interval) for r in got]}")
 
 
 def _group_ids() -> list:
@@ -149,3 +188,66 @@ def test_sub_daily_crons_around_each_transition(zone_name):
     for instant in transitions:
         for cron in AROUND_TRANSITIONS:
             _check(cron, zone_name, instant - dt.timedelta(days=1), instant + dt.timedelta(days=1))
+
+
+def _gap_groups() -> list:
+    return [pytest.param(name, id=f"{name}(+{count - 1})") for name, count in zone_groups()
+            if _gaps(zoneinfo.ZoneInfo(name))]
+
+
+def test_gaps_of_the_issue_are_covered():
+    crons = {name: [c for t, first, end in _gaps(zoneinfo.ZoneInfo(name)) for c, _ in _gap_crons(first, end)]
+             for name in ["America/New_York", "Australia/Sydney", "America/Santiago", "Australia/Lord_Howe",
+                          "Pacific/Chatham"]}
+    assert crons["America/New_York"] == ["15 2 * * *", "30 2 * * *", "45 2 * * *", "59 2 * * *"]
+    assert crons["America/Santiago"] == ["15 0 * * *", "30 0 * * *", "45 0 * * *", "59 0 * * *"]  # at midnight
+    assert crons["Australia/Lord_Howe"] == ["15 2 * * *"]  # 02:00 -> 02:30
+    assert crons["Pacific/Chatham"] == ["59 2 * * *", "15 3 * * *", "30 3 * * *"]  # 02:45 -> 03:45
+    assert crons["Australia/Sydney"] == crons["America/New_York"]
+
+
+@pytest.mark.parametrize("zone_name", _gap_groups())
+def test_fires_inside_spring_forward_gaps_catchup_on_and_off(zone_name):
+    for transition, first, end in _gaps(zoneinfo.ZoneInfo(zone_name)):
+        shifted = [transition + (wall - end) + (end - first) for _, wall in _gap_crons(first, end)]
+        around = [transition + k * dt.timedelta(minutes=15) for k in range(-4, 4 * 26)]
+        edges = [i + d for i in [transition, *shifted] for d in (-MICROSECOND, dt.timedelta(0), MICROSECOND)]
+        for cron, _ in _gap_crons(first, end):
+            runs = _check(cron, zone_name, transition - dt.timedelta(days=3), transition + dt.timedelta(days=3))
+            for now in sorted(set(around + edges)):
+                _check_catchup_off(cron, zone_name, runs, now)
+
+
+# (cron, how far before `now` its timeline starts, how far after it the timeline goes)
+_KINDS = [("{m} {h} * * *", 3, 4), ("{m} {h} * * 0", 15, 25), ("{m} * * * *", 1, 1), ("*/15 * * * *", 1, 1),
+          ("{m} {h},{h2} * * *", 3, 4)]
+
+
+# A loop here must not be caught and replayed by hypothesis (the signal method's failure is, and the replay
+# would hang past the timeout): the thread method dumps every stack and ends the run instead.
+@pytest.mark.timeout(20, method="thread")
+@settings(max_examples=100, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_catchup_off_at_any_instant_takes_the_latest_complete_interval(data):
+    zone_name = data.draw(st.sampled_from([name for name, _ in zone_groups()]), label="zone")
+    zone = zoneinfo.ZoneInfo(zone_name)
+    pattern, back, ahead = data.draw(st.sampled_from(_KINDS), label="kind")
+    hour = data.draw(st.integers(0, 23), label="hour")
+    transitions = [t for t, _, _ in _transitions(zone) if YEAR_START <= t < YEAR_END]
+    gaps = _gaps(zone)
+    where = data.draw(st.sampled_from(["in a gap", "near a transition", "anywhere"]), label="where")
+    if where == "in a gap" and gaps:
+        transition, first, _ = data.draw(st.sampled_from(gaps), label="gap")
+        hour = first.hour  # the cron's wall time in the gap's first hour: inside it for most minutes
+        now = transition + data.draw(st.integers(-120, 26 * 60), label="minutes after it") * dt.timedelta(minutes=1)
+    elif where == "near a transition" and transitions:
+        now = data.draw(st.sampled_from(transitions)) + data.draw(
+            st.integers(-120, 26 * 60), label="minutes after it") * dt.timedelta(minutes=1)
+    else:
+        now = YEAR_START + data.draw(st.integers(0, 365 * 24 * 60), label="minute of 2026") * dt.timedelta(minutes=1)
+    now += data.draw(st.sampled_from((dt.timedelta(0), -MICROSECOND, MICROSECOND)), label="nudge")
+    cron = pattern.format(m=data.draw(st.sampled_from((0, 1, *GAP_MINUTES)), label="minute"), h=hour,
+                          h2=(hour + data.draw(st.integers(1, 23))) % 24)
+    runs = _check(cron, zone_name, now - dt.timedelta(days=back), now + dt.timedelta(days=ahead))
+    _check_catchup_off(cron, zone_name, runs, now)

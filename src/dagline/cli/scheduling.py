@@ -51,13 +51,15 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, m
 
     SIGTERM or Ctrl-C stops it gracefully: it finishes the step it is in, queues nothing more, records
     itself stopped and leaves its running jobs running, for another replica (or the next start) to
-    adopt. A second Ctrl-C stops it at once."""
+    adopt. A second Ctrl-C stops it at once. Still busy in a step DAGLINE_SCHEDULER_STOP_GRACE_S
+    (25 s) after the first, it exits at once (code 143), its jobs left for a peer to adopt."""
     logging.getLogger("dagline.scheduler").setLevel(logging.INFO)  # say what it does, even without -v
     logging.getLogger("dagline.domain.callbacks").setLevel(logging.INFO)  # `log` callbacks are this log's lines
     from dagline import logformat
     from dagline.scheduler.deliveries import CallbackSettings
     from dagline.scheduler.loop import Scheduler
     from dagline.scheduler.settings import SchedulerSettings
+    from dagline.scheduler.stop_deadline import StopDeadline
 
     logformat.configure(log_format)
     clock = make_clock(now)
@@ -79,10 +81,13 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, m
                                   f"{exc.strerror or exc}") from exc
         click.echo(f"metrics on http://0.0.0.0:{server.server_port}/metrics", err=True)
 
+    deadline = StopDeadline(settings.stop_grace_s, "the scheduler replica")
+
     def graceful(signum, _frame):
         if signum == signal.SIGINT and sched.stop_requested:
             raise KeyboardInterrupt  # a second Ctrl-C: stop now (jobs keep running all the same)
         sched.request_stop()
+        deadline.start()  # a step that keeps it busy past the grace period ends the process
 
     previous = {sig: signal.signal(sig, graceful) for sig in (signal.SIGTERM, signal.SIGINT)}
     gc.freeze()  # start-up objects (modules, SQLAlchemy) leave the collector's scans: full collections stay cheap
@@ -91,6 +96,7 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, m
     except KeyboardInterrupt:
         click.echo("interrupted: stopped", err=True)
     finally:
+        deadline.cancel()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if server is not None:

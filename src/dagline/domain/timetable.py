@@ -10,8 +10,12 @@ implementation of "what comes next".
 Apache Airflow's data-interval timetables (`CronDataIntervalTimetable`,
 `DeltaDataIntervalTimetable`) are the reference: the same steps (`_get_next`, `_get_prev`, the two
 alignments, the catch-up skip), so every interval is the one Airflow would make. The comparison
-data in tests/unit/data/airflow_timetables.json is generated from Airflow itself; the README's
-"Time" section lists the rule for each schedule kind and the few deliberate differences.
+data in tests/unit/airflow_reference/airflow_timetables.json is generated from Airflow itself; the
+README's "Time" section lists the rule for each schedule kind and the few deliberate differences.
+
+Every search loop here is bounded: past `MAX_STEPS` steps it raises `ScheduleLoopError`, naming the
+schedule, the zone, the instant and (when the timetable knows it) the DAG, so a defect in this
+arithmetic stops one DAG (the scheduler records it as the DAG's import error), never a replica.
 
 Pure code: no database and no wall clock (callers pass `now`). Every datetime returned is an
 aware UTC `datetime`.
@@ -29,6 +33,7 @@ import pendulum
 from croniter import croniter
 from dateutil.relativedelta import relativedelta
 
+from dagline.errors import ScheduleLoopError
 from dagline.times import UTC, parse_duration, to_utc, validate_timezone
 
 __all__ = [
@@ -41,7 +46,15 @@ __all__ = [
     "DeltaTimetable",
     "validate_schedule",
     "make_timetable",
+    "MAX_STEPS",
 ]
+
+MAX_STEPS = 5_000
+"""Steps one search may take (a step back or forward to a fire, or an index probe). Real schedules need
+a handful, a few dozen at most; past this many the search raises `ScheduleLoopError` instead of spinning."""
+_MAX_PROBES = 20
+"""Probes back from an instant for a fire before it, each twice as far (1 hour, 2, 4, ...: 2**20 hours is
+about 120 years); one is all a spring-forward gap needs."""
 
 PRESETS = {
     "@hourly": "0 * * * *",
@@ -144,21 +157,45 @@ def make_timetable(
     timezone: str = "UTC",
     start_date: dt.datetime | None = None,
     end_date: dt.datetime | None = None,
+    *,
+    dag_id: str | None = None,
 ) -> Timetable:
-    """The timetable for a DAG. `start_date` may be None only for schedule None."""
+    """The timetable for a DAG. `start_date` may be None only for schedule None. `dag_id` only names the
+    DAG in a `ScheduleLoopError`."""
     kind, value = _parse(schedule)
     validate_timezone(timezone)
     start = to_utc(start_date) if start_date is not None else None
     end = to_utc(end_date) if end_date is not None else None
     if kind == "null":
-        return NullTimetable(schedule, timezone, start, end)
-    if start is None:
+        table: Timetable = NullTimetable(schedule, timezone, start, end)
+    elif start is None:
         raise ValueError(f"schedule {schedule!r} needs a start_date")
-    if kind == "once":
-        return OnceTimetable(schedule, timezone, start, end)
-    if kind == "cron":
-        return CronTimetable(schedule, timezone, start, end, value)
-    return DeltaTimetable(schedule, timezone, start, end, value)
+    elif kind == "once":
+        table = OnceTimetable(schedule, timezone, start, end)
+    elif kind == "cron":
+        table = CronTimetable(schedule, timezone, start, end, value)
+    else:
+        table = DeltaTimetable(schedule, timezone, start, end, value)
+    table.dag_id = dag_id
+    return table
+
+
+class _Steps:
+    """The step count of one search: `take()` once per loop turn; past `MAX_STEPS` it raises
+    `ScheduleLoopError` naming the timetable's schedule, zone and DAG, what was searched and from where."""
+
+    __slots__ = ("table", "doing", "instant", "limit", "taken")
+
+    def __init__(self, table: Timetable, doing: str, instant: dt.datetime, limit: int = MAX_STEPS):
+        self.table, self.doing, self.instant, self.limit, self.taken = table, doing, instant, limit, 0
+
+    def take(self) -> None:
+        self.taken += 1
+        if self.taken > self.limit:
+            table = self.table
+            raise ScheduleLoopError(schedule=table.schedule, timezone=table.timezone, instant=self.instant,
+                                    doing=self.doing, problem=f"took more than {self.limit:,} steps without an answer",
+                                    dag_id=table.dag_id)
 
 
 # ----------------------------------------------------------------------------------- timetables
@@ -168,6 +205,7 @@ class Timetable:
     """Base class; on its own it behaves like schedule None (no scheduled runs)."""
 
     periodic: bool = False
+    dag_id: str | None = None  # named in a ScheduleLoopError
 
     def __init__(self, schedule: str | None, timezone: str, start_date: dt.datetime | None,
                  end_date: dt.datetime | None):
@@ -193,13 +231,20 @@ class Timetable:
 
     def upcoming(self, after: dt.datetime | None, *, catchup: bool = True, now: dt.datetime | None = None,
                  earliest: dt.datetime | None = None) -> Iterator[DagRunInfo]:
-        """`next_run`, then each run after it, as the scheduler would create them one by one."""
+        """`next_run`, then each run after it, as the scheduler would create them one by one. Each run
+        starts after the one before (else `ScheduleLoopError`), so a caller's bound ends the walk."""
         info = self.next_run(after, catchup=catchup, now=now, earliest=earliest)
         while info is not None:
             yield info
             if not self.periodic:
                 return
-            info = self.next_run(info.data_interval.end, catchup=catchup, now=now, earliest=earliest)
+            previous = info
+            info = self.next_run(previous.data_interval.end, catchup=catchup, now=now, earliest=earliest)
+            if info is not None and info.logical_date <= previous.logical_date:
+                raise ScheduleLoopError(
+                    schedule=self.schedule, timezone=self.timezone, instant=previous.data_interval.end,
+                    doing="the run after the interval ending at", dag_id=self.dag_id,
+                    problem=f"did not advance (it starts at {info.logical_date.isoformat()})")
 
     def runs_between(self, start: dt.datetime, end: dt.datetime) -> list[DagRunInfo]:
         """Every scheduled run whose logical date lies in [start, end] (a backfill's plan)."""
@@ -256,24 +301,45 @@ class _PeriodicTimetable(Timetable):
         return x if self._get_next(previous) == x else previous
 
     def _fire_before(self, x: dt.datetime) -> dt.datetime:
-        """The last fire strictly before x. `_get_prev` is Airflow's step, which can return x itself
-        when x is the shifted instant of a wall time in a spring-forward gap (02:00 -> 03:00)."""
+        """The last fire strictly before x: always earlier than x, so a walk back with it always moves.
+
+        `_get_prev` is Airflow's step, and it is not always earlier than x: for a wall time inside a
+        spring-forward gap (02:30 in New York on 2026-03-08, which fires shifted to 03:30 EDT) it returns
+        that shifted fire for every x from the gap's end (03:00 EDT) up to and including the fire itself;
+        in a fall-back fold it can return the second occurrence of a wall time x's clock shows first.
+        Then this probes further back (1 hour before x, then 2, 4, ...) until the step lands before x,
+        and walks forward with `_get_next` to the last fire before x.
+        """
+        probes = _Steps(self, "probing back for a fire before", x, limit=_MAX_PROBES)
         previous = self._get_prev(x)
-        return previous if previous < x else self._get_prev(x - dt.timedelta(microseconds=1))
+        back = dt.timedelta(hours=1)
+        while previous >= x:
+            probes.take()
+            previous = self._get_prev(x - back)
+            back *= 2
+        steps = _Steps(self, "finding the last fire before", x)
+        while (following := self._get_next(previous)) < x:
+            steps.take()
+            previous = following
+        return previous
 
     def _skip_to_latest(self, earliest: dt.datetime, now: dt.datetime) -> dt.datetime:
         """The start of the latest interval complete at `now`, but not before `earliest` (aligned).
 
         Airflow's version steps back from `now` with `_get_prev`, which on a spring-forward day can
-        land on the interval that has not ended yet and so skip the one that just did (a daily
-        "0 2 * * *" in New York at 03:00 EDT on 2026-03-08). dagline recomputes this on every
+        return a fire inside the gap (shifted past it) as its own predecessor, so it picks the
+        interval that has not ended yet and skips the one that just did (a daily "0 2 * * *" or
+        "30 2 * * *" in New York at 03:30 EDT on 2026-03-08). dagline recomputes this on every
         run-creation step, so that skip would lose the run: here the latest complete interval is
-        found by its end, never by `_get_prev` alone.
+        found by its end, with `_fire_before`, which always moves back.
         """
+        steps = _Steps(self, "finding the latest interval complete at", now)
         start = self._fire_before(now)
         while self._get_next(start) > now:
+            steps.take()
             start = self._fire_before(start)
         while (following := self._get_next(start)) < now and self._get_next(following) <= now:
+            steps.take()
             start = following
         return max(start, self._align_to_next(earliest))
 
@@ -288,7 +354,9 @@ class _PeriodicTimetable(Timetable):
         else:
             after = to_utc(after)
             start = self._align_to_prev(after)
+            steps = _Steps(self, "finding the first fire at or after", after)
             while start < after:  # the schedule changed: the new one starts at or after the last end
+                steps.take()
                 start = self._get_next(start)
             start = max(start, first)
         if self._past_end(start):
@@ -433,9 +501,12 @@ class DeltaTimetable(_PeriodicTimetable):
             p = self._point(i)
             return p > x if strict else p >= x
 
+        steps = _Steps(self, "finding the first fire after" if strict else "finding the first fire at or after", x)
         while not ok(k):
+            steps.take()
             k += 1
         while ok(k - 1):
+            steps.take()
             k -= 1
         return k
 

@@ -2,7 +2,8 @@
 import error, not the replica's crash.
 
 A DAG's stored version may be unreadable by this dagline (a spec stored before a bound existed), its
-timetable may raise, a value may not fit a column: each phase handles such a DAG inside
+timetable may raise (`ScheduleLoopError` when a search passes its step bound: a defect in the schedule
+arithmetic for that DAG alone), a value may not fit a column: each phase handles such a DAG inside
 `isolated(...)` (a savepoint: its half-done writes roll back, the phase's other work stays) or catches
 the error where it only reads. `record_import_error` then stores why on the DAG's row
 (`dag.import_error`, shown by `dagline dags list` / `dags show`) with an event, and takes the DAG off

@@ -32,6 +32,7 @@ class SchedulerSettings:
     backoff_max_s: float = 5.0         # longest wait after a database error (the wait doubles from 0.1 s)
     retry_wait_max_s: float = 60.0     # `--until-idle` waiting for a retry time looks again at least this often
     template_time_budget_s: float = TEMPLATE_TIME_BUDGET_S  # a template rendering longer fails its try
+    stop_grace_s: float = 25.0         # still busy this long after SIGTERM: exit at once (below Kubernetes' 30 s kill)
 
     def __post_init__(self):
         for field in dataclasses.fields(self):

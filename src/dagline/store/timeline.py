@@ -51,7 +51,7 @@ def timetable_for(dag: Dag) -> Timetable:
     key = f"{dag.dag_id}@{dag.version}"
     table = _timetables.get(key)
     if table is None:
-        table = make_timetable(dag.spec.schedule, dag.timezone, dag.start_date, dag.end_date)
+        table = make_timetable(dag.spec.schedule, dag.timezone, dag.start_date, dag.end_date, dag_id=dag.dag_id)
         _timetables[key] = table
     return table
 

@@ -44,6 +44,17 @@ EXTRA_TRANSITIONS = [
 ]
 NO_DST = ["Asia/Kathmandu", "Asia/Kolkata", "Australia/Eucla"]
 
+# Spring-forward gaps (issue 30): crons whose wall time lies inside the gap, not at its start, in both
+# hemispheres, at midnight (Santiago, Beirut, Havana), with 30-minute (Lord Howe) and 45-minute (Chatham)
+# offsets. `_gap_crons` picks the crons at :15, :30, :45 and :59 that fall inside each zone's gap.
+GAPS = [
+    ("America/New_York", "2026-03-08"), ("Europe/Amsterdam", "2026-03-29"), ("America/St_Johns", "2026-03-08"),
+    ("Asia/Beirut", "2026-03-29"), ("America/Havana", "2026-03-08"),
+    ("Australia/Sydney", "2026-10-04"), ("America/Santiago", "2026-09-06"), ("Australia/Lord_Howe", "2026-10-04"),
+    ("Pacific/Chatham", "2026-09-27"), ("Australia/Adelaide", "2026-10-04"),
+]
+GAP_MINUTES = (15, 30, 45, 59)
+
 DAILY = ["0 0 * * *", "30 0 * * *", "30 1 * * *", "0 2 * * *", "30 2 * * *", "0 3 * * *", "30 23 * * *"]
 ALL_CRONS = DAILY + ["0 0,12 * * *", "0 * * * *", "*/15 * * * *", "0 0 * * 0", "45 2 * * *"]
 EXTRA_CRONS = ["0 0 * * *", "30 0 * * *", "0 2 * * *", "30 2 * * *", "0 * * * *", "*/15 * * * *"]
@@ -62,6 +73,62 @@ def _transition_instant(zone: str, day: str) -> dt.datetime:
         if instant.astimezone(tz).utcoffset() != offset:
             return instant
     raise SystemExit(f"no offset change in {zone} around {day}: fix TRANSITIONS")
+
+
+def _gap(zone: str, day: str) -> tuple[dt.datetime, dt.datetime]:
+    """The local wall times [first skipped, first valid after) of the spring-forward gap on a local date."""
+    instant = _transition_instant(zone, day)
+    tz = zoneinfo.ZoneInfo(zone)
+    before = (instant - dt.timedelta(minutes=1)).astimezone(tz).utcoffset()
+    after = instant.astimezone(tz).utcoffset()
+    if after <= before:
+        raise SystemExit(f"{zone} on {day} is not a spring-forward day: fix GAPS")
+    start = (instant + before).replace(tzinfo=None)
+    return start, start + (after - before)
+
+
+def _gap_crons(zone: str, day: str) -> list[tuple[str, dt.datetime]]:
+    """(cron, its wall time) of the daily crons at GAP_MINUTES whose wall time lies inside the gap, not at its start."""
+    first, end = _gap(zone, day)
+    found = []
+    wall = first.replace(minute=0)
+    while wall < end:
+        for minute in GAP_MINUTES:
+            at = wall.replace(minute=minute)
+            if first < at < end:
+                found.append((f"{minute} {at.hour} * * *", at))
+        wall += dt.timedelta(hours=1)
+    if not found:
+        raise SystemExit(f"no cron at {GAP_MINUTES} inside the gap of {zone} on {day}")
+    return found
+
+
+def _gap_instants(zone: str, day: str, wall: dt.datetime) -> list[dt.datetime]:
+    """Local wall times (all valid) to evaluate `catchup: false` at, for a fire at `wall` inside the gap:
+    the gap's end, between it and the shifted fire, the shifted fire, just after it, midday, and just
+    before and after the next day's fire."""
+    first, end = _gap(zone, day)
+    shifted = wall + (end - first)
+    between = end + dt.timedelta(minutes=(shifted - end).seconds // 120)  # half way, on a whole minute
+    nxt = wall + dt.timedelta(days=1)
+    instants = [end, between, shifted, wall.replace(hour=12, minute=0), nxt - dt.timedelta(minutes=1),
+                nxt + dt.timedelta(minutes=1)]
+    return sorted(set(instants))
+
+
+def _gap_schedules(zone: str, day: str) -> list[tuple[str, dt.datetime]]:
+    """The daily crons inside the gap, each with its wall time, and, where the gap is a whole clock hour,
+    every quarter of that hour (four fires inside the gap; the last one's wall time).
+
+    Not for gaps that are not a whole clock hour (Lord Howe's 30 minutes, Chatham's 02:45-03:45): there
+    several fires of one cron inside the gap shift past real fires of the same cron, and the timeline
+    Airflow's steps make has a hole (Lord Howe) or an overlap (Chatham, where dagline has a hole);
+    that is a defect of its own, not the catch-up skip's."""
+    first, end = _gap(zone, day)
+    crons = _gap_crons(zone, day)
+    if first.minute == 0 and end - first == dt.timedelta(hours=1):
+        crons.append((f"*/15 {first.hour} * * *", first.replace(minute=45)))
+    return crons
 
 
 def _window(cron: str, zone: str, day: str) -> tuple[str, int]:
@@ -130,6 +197,21 @@ def cases() -> list[dict]:
     add("catchup_off_after_old_run:New_York:daily_0200", "America/New_York", "0 2 * * *",
         "2026-01-01T00:00:00", 3, catchup=False, now="2026-03-08T12:00:00",
         last=["2026-01-10T02:00:00", "2026-01-11T02:00:00"])
+
+    # Fires inside spring-forward gaps (issue 30): across the gap with catchup on; with catchup off at
+    # instants from the gap's end to just after the next day's fire, and after an old run.
+    for zone, day in GAPS:
+        date = dt.date.fromisoformat(day)
+        before = (date - dt.timedelta(days=3)).isoformat() + "T00:00:00"
+        for cron, wall in _gap_schedules(zone, day):
+            prefix = f"gap:{zone}:{slug(cron)}"
+            add(f"{prefix}:catchup_on", zone, cron, before, 32 if cron.startswith("*/15") else 8)  # 8 days
+            for now in _gap_instants(zone, day, wall):
+                add(f"{prefix}:catchup_off:{now.isoformat()}", zone, cron, before, 3, catchup=False,
+                    now=now.isoformat())
+            old = [(wall - dt.timedelta(days=d)).isoformat() for d in (3, 2)]  # a run that ended two days before
+            add(f"{prefix}:catchup_off_after_old_run", zone, cron, before, 3, catchup=False,
+                now=wall.replace(hour=12, minute=0).isoformat(), last=old)
 
     # Durations: real time on the UTC clock, months on the UTC calendar.
     add("delta:amsterdam:PT6H:spring", "Europe/Amsterdam", "PT6H", "2026-03-28T01:00:00", 8)
