@@ -43,7 +43,7 @@ spec:
 # (pure Python, as the old catch-up skip's loop was), after writing MARKER to say it has begun.
 HOOK = textwrap.dedent("""
     import pathlib, sys
-    from dagline import timetable
+    from dagline.domain import timetable
     marker = pathlib.Path(sys.argv.pop(1))
 
     def endless(self, *args, **kwargs):
