@@ -13,7 +13,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from dagline.api import ApiSettings, create_app
+from dagline.clock import FixedClock
 from dagline.db.models import dag_run_t, event_t, signal_t
+from dagline.executors.noop import NoopExecutor
+from dagline.scheduler.loop import Scheduler
 from dagline.store.pools import set_pool
 from dagline.times import parse_instant
 from dagline.web.live import LiveFeed
@@ -226,3 +229,33 @@ def test_the_live_feed_wakes_on_a_change_committed_elsewhere(db, world):
         assert asyncio.run(first_change()).startswith("event: change")
     finally:
         feed.close()
+
+
+def test_the_run_page_renders_a_try_with_the_signal_that_started_it(db, world):
+    scene.cli(db, "dags", "trigger", "stream", "--now", "2026-01-06T03:00:00")
+    clock = FixedClock(parse_instant("2026-01-06T03:00:00"))
+    sched = Scheduler(db, NoopExecutor(parallelism=4, clock=clock), clock=clock)
+    sched.start()  # in this process: `serve` streams as long as its scheduler lives (no --until-idle)
+
+    def settle():
+        for _ in range(20):
+            if sched.iterate().work == 0:
+                return
+        raise AssertionError("the scheduler did not settle")
+
+    try:
+        settle()  # the run is running
+        scene.cli(db, "signals", "send", "model.published", "--value", '{"path": "/m/42"}', "--id", "m42",
+                  "--now", "2026-01-06T03:00:00")
+        settle()  # the signal started `evaluate`
+    finally:
+        sched.stop()
+    [run] = runs_of(db, "stream")
+    client = make_client(db, world)
+    sign_in(client, world["reader"])
+    page = client.get(f"/runs/{run.id}?task=evaluate").text
+    args = re.search(r'<dt>arguments</dt><dd><pre class="args">(.*?)</pre>', page, re.S).group(1)
+    assert args.split() == ["--model", "/m/42"]
+    assert re.search(r"<dt>signal</dt><dd>seq \d+ <code>model.published</code>", page)
+    report = client.get(f"/runs/{run.id}?task=report").text  # not started by a signal: none in its templates
+    assert "<dt>signal</dt>" not in report

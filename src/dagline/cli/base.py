@@ -14,12 +14,10 @@ import json
 import logging
 
 import click
-from sqlalchemy import select
 
 from dagline.clock import FixedClock, SystemClock
 from dagline.db import engine as dbengine
 from dagline.db.faults import first_line, is_read_only, is_transient, run_again_on_conflict
-from dagline.db.models import dag_t
 from dagline.domain.json_values import read_json_object
 from dagline.errors import DaglineError, InvalidInput, OperationFailed
 from dagline.executors import registry
@@ -58,8 +56,10 @@ def read_instant(value: str | None, field: str, timezone: str = "UTC") -> dt.dat
 
 
 def dag_timezone(db, dag_id: str) -> str:
+    from dagline.store.dags import timezone_of
+
     with db.begin() as conn:
-        tz = conn.execute(select(dag_t.c.timezone).where(dag_t.c.dag_id == dag_id)).scalar()
+        tz = timezone_of(conn, dag_id)
     return tz or "UTC"
 
 
@@ -235,10 +235,12 @@ def confirm(question: str, *, yes: bool, refusal: str) -> None:
 
 def dag_timezones(conn, dag_ids) -> dict[str, str]:
     """dag_id -> the DAG's time zone, for showing times to people."""
+    from dagline.store.dags import timezones_of
+
     dag_ids = sorted({d for d in dag_ids if d})
     if not dag_ids:
         return {}
-    return dict(conn.execute(select(dag_t.c.dag_id, dag_t.c.timezone).where(dag_t.c.dag_id.in_(dag_ids))).all())
+    return timezones_of(conn, dag_ids)
 
 
 def dag_timezone_of(conn, dag_id: str) -> str:

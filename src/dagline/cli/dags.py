@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import click
-from sqlalchemy import select
 
 from dagline.cli.base import (
     Context,
@@ -23,7 +22,6 @@ from dagline.cli.base import (
     show_rows,
 )
 from dagline.db import engine as dbengine
-from dagline.db.models import dag_version_t
 from dagline.errors import InvalidInput
 from dagline.limits import MAX_NEXT_RUNS_COUNT
 from dagline.times import isoformat
@@ -111,12 +109,11 @@ def _first_line(text: str | None, limit: int = 100) -> str | None:
 @click.pass_obj
 def dags_show(obj: Context, dag_id, as_json):
     """The stored spec and versions of a DAG."""
-    from dagline.store.dags import require_dag
+    from dagline.store.dags import require_dag, versions_of
 
     with obj.db().begin() as conn:
         row = require_dag(conn, dag_id, active=False)
-        versions = conn.execute(
-            select(dag_version_t).where(dag_version_t.c.dag_id == dag_id).order_by(dag_version_t.c.id)).all()
+        versions = versions_of(conn, dag_id)
     current = next(v for v in versions if v.id == row.current_version_id)
     data = {
         "dag_id": dag_id, "active": row.is_active, "paused": row.is_paused, "version": current.version,

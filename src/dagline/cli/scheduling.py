@@ -9,7 +9,6 @@ import signal
 import sys
 
 import click
-from sqlalchemy import select
 
 from dagline.cli.base import (
     Context,
@@ -29,7 +28,6 @@ from dagline.cli.base import (
     read_conf,
     show_rows,
 )
-from dagline.db.models import backfill_t
 from dagline.errors import NotFound, OperationFailed
 from dagline.limits import MAX_ROW_ID
 from dagline.times import isoformat
@@ -107,12 +105,10 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, m
 
 def _report_failed_runs(database, who: str) -> None:
     """`--until-idle`: exit 1, saying why, when a run this replica finished ended failed."""
-    from dagline.db.models import event_t
-    from dagline.store.read_models import run_failures
+    from dagline.store.read_models import run_failures, runs_failed_by
 
     with database.begin() as conn:
-        failed = sorted(set(conn.execute(select(event_t.c.dag_run_id).where(
-            event_t.c.entity == "dag_run", event_t.c.to_state == "failed", event_t.c.who == who)).scalars()))
+        failed = runs_failed_by(conn, who)
         if failed:
             reasons = run_failures(conn, run_pks=failed)
     if failed:
@@ -204,6 +200,7 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
     """Create a backfill, then run a scheduler for its runs until they finish, with a progress bar."""
     from dagline.cli.progress import ProgressBar, retry_words
     from dagline.scheduler.loop import Scheduler
+    from dagline.store.backfills import backfill_row
     from dagline.store.read_models import backfill_dict, backfill_task_counts, pending_retries, run_failures
 
     clock = make_clock(now)
@@ -216,7 +213,7 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
 
     def status():
         with database.begin() as conn:
-            row = conn.execute(select(backfill_t).where(backfill_t.c.id == result.backfill_id)).one()
+            row = backfill_row(conn, result.backfill_id)
             retries = pending_retries(conn, row.id, limit=1)
             note = retry_words(retries[0], clock.now()) if retries else None
             return backfill_dict(conn, row), backfill_task_counts(conn, row.id), note
@@ -272,10 +269,11 @@ def backfill_list(obj: Context, dag_id, limit, as_json):
 @click.pass_obj
 def backfill_show(obj: Context, backfill_id, as_json):
     """One backfill and its runs."""
+    from dagline.store.backfills import backfill_row
     from dagline.store.read_models import backfill_dict, list_runs
 
     with obj.db().begin() as conn:
-        row = conn.execute(select(backfill_t).where(backfill_t.c.id == backfill_id)).first()
+        row = backfill_row(conn, backfill_id)
         if row is None:
             raise NotFound(f"unknown backfill {backfill_id} (see `dagline backfill list`)")
         data = backfill_dict(conn, row)

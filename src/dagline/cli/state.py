@@ -7,7 +7,6 @@ import sys
 import time
 
 import click
-from sqlalchemy import select
 
 from dagline.cli.base import (
     Context,
@@ -25,7 +24,6 @@ from dagline.cli.base import (
     show_rows,
 )
 from dagline.cli.display import for_people
-from dagline.db.models import ti_t
 from dagline.domain.states import TIState
 from dagline.errors import InvalidInput, NotFound, OperationFailed
 from dagline.executors import resolve_log_folder
@@ -123,16 +121,13 @@ def runs_grid(obj: Context, dag_id, limit, color):
     """A terminal grid: runs as columns, tasks as rows, coloured by state."""
     from dagline.cli.grid import render_grid
     from dagline.store.dags import DagCache, require_dag
-    from dagline.store.read_models import list_runs
+    from dagline.store.read_models import list_runs, task_states
 
     with obj.db().begin() as conn:
         require_dag(conn, dag_id, active=False)
         _, dag = DagCache().current(conn, dag_id)
         run_rows = [r for r in list_runs(conn, dag_id) if r["state"] != "overridden" and not r["is_test"]][-limit:]
-        tis: dict[int, dict[str, str]] = {}
-        for row in conn.execute(select(ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state)
-                                .where(ti_t.c.dag_run_id.in_([r["id"] for r in run_rows]))):
-            tis.setdefault(row.dag_run_id, {})[row.task_id] = row.state
+        tis = task_states(conn, [r["id"] for r in run_rows])
     use_color = sys.stdout.isatty() if color is None else color
     click.echo(render_grid(dag_id, dag.timezone, run_rows, tis, list(dag.tasks), color=use_color))
 

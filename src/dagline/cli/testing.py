@@ -21,7 +21,6 @@ import tempfile
 import time
 
 import click
-from sqlalchemy import select
 
 from dagline.cli.base import (
     Context,
@@ -144,14 +143,11 @@ def _state_line(ti) -> str:
 
 def _print_grid(database, dag_id: str, run_pk: int, color) -> None:
     from dagline.cli.grid import render_grid
-    from dagline.db.models import dag_run_t, dag_version_t
     from dagline.store.dags import DagCache
-    from dagline.store.read_models import run_dict, task_states
+    from dagline.store.read_models import run_dict, run_with_version, task_states
 
     with database.begin() as conn:
-        row = conn.execute(select(dag_run_t, dag_version_t.c.version)
-                           .join(dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
-                           .where(dag_run_t.c.id == run_pk)).one()
+        row = run_with_version(conn, run_pk)
         dag = DagCache().get(conn, row.dag_version_id)
         states = task_states(conn, [run_pk])
     use_color = sys.stdout.isatty() if color is None else color
@@ -164,9 +160,9 @@ def _print_grid(database, dag_id: str, run_pk: int, color) -> None:
 
 def _try_context(obj: Context, dag_id: str, task_id: str, logical_date: str, conf, conf_file):
     """What a real try of this task at this logical date would see: (dag, task, run facts, source dir)."""
-    from dagline.db.models import dag_version_t, ti_t
-    from dagline.store.dags import DagCache, require_dag
+    from dagline.store.dags import DagCache, require_dag, version_source_dir
     from dagline.store.timeline import live_run_at, make_run_id, timetable_for
+    from dagline.store.tries import try_number_of
 
     database = obj.db()
     conf_value = read_conf(conf, conf_file)
@@ -177,12 +173,10 @@ def _try_context(obj: Context, dag_id: str, task_id: str, logical_date: str, con
             raise InvalidInput(f"DAG {dag_id!r} has no task {task_id!r} (it has: {', '.join(dag.tasks)})",
                                field="TASK_ID")
         when = read_instant(logical_date, "LOGICAL_DATE", dag.timezone)
-        source_dir = conn.execute(select(dag_version_t.c.source_dir)
-                                  .where(dag_version_t.c.id == version_id)).scalar()
+        source_dir = version_source_dir(conn, version_id)
         run = live_run_at(conn, dag_id, when)
         if run is not None:
-            try_number = conn.execute(select(ti_t.c.try_number).where(
-                ti_t.c.dag_run_id == run.id, ti_t.c.task_id == task_id)).scalar() or 1
+            try_number = try_number_of(conn, run.id, task_id) or 1
             facts = {"run_id": run.run_id, "logical_date": run.logical_date,
                      "data_interval": (run.data_interval_start, run.data_interval_end), "try_number": try_number,
                      "conf": conf_value if conf_value is not None else (run.conf or {})}

@@ -2,7 +2,8 @@
 
 One module per thing stored (`dags`, `timeline`, `runs`, `backfills`, `pools`, `signals`, `tokens`,
 `deletion`, `signal_batches`), the facts the scheduler's decisions and their explanations use (`facts`:
-the one gatherer), those explanations (`waiting`), and the read models of lists and pages (`read_models`).
+the one gatherer), those explanations (`waiting`), and the read models of lists (`read_models`) and of the
+web pages (`pages`).
 The caller owns the transaction: a function here takes a `Connection` (or opens one short transaction
 where its docstring says so) and never commits halfway.
 """

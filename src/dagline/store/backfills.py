@@ -285,6 +285,11 @@ def cancel_backfill(db: Database, backfill_id: int, *, now: dt.datetime, who: st
     return len(cancelled)
 
 
+def backfill_row(conn: Connection, backfill_id: int):
+    """A backfill's row by its id, or None."""
+    return conn.execute(select(backfill_t).where(backfill_t.c.id == backfill_id)).first()
+
+
 def find_backfill(conn: Connection, request_id: str):
     """The backfill created for this request id (e.g. a Backfill object's uid), or None."""
     return conn.execute(select(backfill_t).where(backfill_t.c.request_id == request_id)).first()

@@ -280,6 +280,29 @@ def require_dag(conn: Connection, dag_id: str, *, active: bool = True):
     return row
 
 
+def versions_of(conn: Connection, dag_id: str) -> list:
+    """Every stored version of a DAG, oldest first: its `dag_version` rows (version, spec, source
+    folder, creation time), as `dags show` lists them."""
+    return conn.execute(
+        select(dag_version_t).where(dag_version_t.c.dag_id == dag_id).order_by(dag_version_t.c.id)).all()
+
+
+def version_source_dir(conn: Connection, version_id: int) -> str | None:
+    """The folder a DAG version's spec was applied from (a try's working folder: see `local_folder`),
+    None for a spec that came from a Kubernetes object."""
+    return conn.execute(select(dag_version_t.c.source_dir).where(dag_version_t.c.id == version_id)).scalar()
+
+
+def timezone_of(conn: Connection, dag_id: str) -> str | None:
+    """A DAG's time zone, None for a DAG never stored."""
+    return conn.execute(select(dag_t.c.timezone).where(dag_t.c.dag_id == dag_id)).scalar()
+
+
+def timezones_of(conn: Connection, dag_ids: list[str]) -> dict[str, str]:
+    """dag_id -> time zone of each of these DAGs that is stored."""
+    return dict(conn.execute(select(dag_t.c.dag_id, dag_t.c.timezone).where(dag_t.c.dag_id.in_(dag_ids))).all())
+
+
 def set_paused(db: Database, dag_id: str, paused: bool, *, now: dt.datetime, who: str = "cli") -> bool:
     """Pause or unpause; returns whether anything changed."""
     from dagline.store.timeline import refresh_next_dagrun

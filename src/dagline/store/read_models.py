@@ -54,6 +54,13 @@ def _seconds(start, end) -> float | None:
     return round((end - start).total_seconds(), 3)
 
 
+def run_with_version(conn: Connection, run_pk: int):
+    """A run's row with its DAG version's `version`, as `run_dict` takes it (the run must exist)."""
+    return conn.execute(select(dag_run_t, dag_version_t.c.version)
+                        .join(dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
+                        .where(dag_run_t.c.id == run_pk)).one()
+
+
 def list_runs(conn: Connection, dag_id: str | None = None, state: str | None = None,
               backfill_id: int | None = None, limit: int | None = None) -> list[dict]:
     stmt = select(dag_run_t, dag_version_t.c.version).join(
@@ -163,6 +170,13 @@ def run_failures(conn: Connection, *, backfill_id: int | None = None, run_pks: l
             event_t.c.ti_id == r.id, event_t.c.to_state == "failed").order_by(event_t.c.id.desc()).limit(1)).scalar()
         lines.append(f"{r.run_id} {r.task_id} (try {r.try_number}): {detail or 'failed'}")
     return lines
+
+
+def runs_failed_by(conn: Connection, who: str) -> list[int]:
+    """The ids of the runs whose change to `failed` the event log credits to `who` (a scheduler
+    replica), ascending: `scheduler --until-idle` reports them."""
+    return sorted(set(conn.execute(select(event_t.c.dag_run_id).where(
+        event_t.c.entity == "dag_run", event_t.c.to_state == "failed", event_t.c.who == who)).scalars()))
 
 
 def backfill_dict(conn: Connection, b, counts: dict[str, int] | None = None) -> dict:

@@ -28,3 +28,10 @@ def task_try(conn: Connection, run_pk: int, task_id: str) -> TaskTry | None:
         .select_from(ti_t.outerjoin(replica_t, replica_t.c.id == ti_t.c.queued_by_replica_id))
         .where(ti_t.c.dag_run_id == run_pk, ti_t.c.task_id == task_id)).first()
     return None if row is None else TaskTry(row.state, row.try_number, row.external_id, row.executor)
+
+
+def try_number_of(conn: Connection, run_pk: int, task_id: str) -> int | None:
+    """A run's task instance's try number (0: no try yet), None when the run has no such task: the try
+    `tasks render` and `tasks test` render for."""
+    return conn.execute(select(ti_t.c.try_number).where(
+        ti_t.c.dag_run_id == run_pk, ti_t.c.task_id == task_id)).scalar()

@@ -23,10 +23,8 @@ from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse
-from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
-from dagline.db.models import ti_t
 from dagline.domain.json_values import read_json_object
 from dagline.domain.signal_keys import parse_value, validate_key, validate_sender_id
 from dagline.domain.states import TIState
@@ -34,6 +32,7 @@ from dagline.errors import InvalidInput, OperationFailed
 from dagline.limits import MAX_JSON_BYTES
 from dagline.store.backfills import create_backfill, resolve_range
 from dagline.store.dags import require_dag, set_paused
+from dagline.store.pages import task_instance_states
 from dagline.store.runs import clear_tasks, find_run, stop_run, trigger_run
 from dagline.store.signals import listeners, send_signal
 from dagline.store.tokens import OPERATE, SEND, authenticate
@@ -209,8 +208,7 @@ def _stop(request: Request, viewer, fields, run_ref: str) -> Page:
     if fields.get("confirmed") != "yes":
         with database.begin() as conn:
             run = find_run(conn, run_ref)
-            active = conn.execute(select(ti_t.c.task_id, ti_t.c.state).where(ti_t.c.dag_run_id == run.id)
-                                  .order_by(ti_t.c.task_id)).all()
+            active = task_instance_states(conn, run.id)
         if run.state not in ("queued", "running"):
             raise OperationFailed(f"run {run.run_id!r} is {run.state}: nothing to stop")
         preview = {"Tries asked to stop": ", ".join(t.task_id for t in active if t.state in TIState.ACTIVE) or "none",

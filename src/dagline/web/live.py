@@ -23,10 +23,8 @@ import os
 import threading
 import time
 
-from sqlalchemy import func, select
-
-from dagline.db.models import event_t, signal_t
 from dagline.db.notify import Listener
+from dagline.store.pages import change_marker
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +71,7 @@ class LiveFeed:
 
     def _marker(self):
         with self.database.begin() as conn:
-            return (conn.execute(select(func.max(event_t.c.id))).scalar(),
-                    conn.execute(select(func.max(signal_t.c.seq))).scalar())
+            return change_marker(conn)
 
     def _poll(self) -> None:
         import select as selector

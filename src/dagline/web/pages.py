@@ -13,12 +13,12 @@ from starlette.concurrency import run_in_threadpool
 from dagline.domain.states import Reprocess, TIState
 from dagline.errors import DaglineError, OperationFailed
 from dagline.executors.base import TaskKey
+from dagline.store import pages as q
 from dagline.store import read_models as cli_queries
 from dagline.store.pools import list_pools
 from dagline.store.tries import task_try
 from dagline.store.waiting import task_reasons
 from dagline.web import access, charts, logs
-from dagline.web import queries as q
 from dagline.web.respond import NotFound, Page, html, in_transaction, serve_page, state
 
 router = APIRouter(include_in_schema=False)
@@ -165,7 +165,7 @@ async def run_page(request: Request, run_ref: str):
         task = chosen_task if chosen_task in task_ids else (task_ids[0] if task_ids else None)
         current = next((t for t in detail["tasks"] if t["task_id"] == task), None)
         try_number = chosen_try or (current["try_number"] if current else 0)
-        rendered = q.rendered_job(conn, dag, run, task, try_number) if task else None
+        rendered = _rendered_job(conn, dag, run, task, try_number) if task else None
         log = None
         stored = task_try(conn, run.id, task) if task and try_number else None
         if stored is not None:
@@ -187,6 +187,26 @@ async def run_page(request: Request, run_ref: str):
         return page
 
     return await serve_page(request, work, then=read_log)
+
+
+def _rendered_job(conn, dag, run, task_id: str, try_number: int) -> dict:
+    """The Spark job a try of this task gets (its arguments and conf rendered as the scheduler renders
+    them, with the signal that started the try); `error` when a template fails."""
+    from dagline.scheduler.launches import render_job, signal_for_templates
+
+    task = dag.tasks.get(task_id)
+    if task is None:
+        return {"error": f"task {task_id!r} is not in this run's DAG version"}
+    row = q.starting_signal(conn, run.id, task_id)
+    signal = signal_for_templates(row) if row is not None else None
+    try:
+        job = render_job(task, dag, run_id=run.run_id, logical_date=run.logical_date,
+                         data_interval=(run.data_interval_start, run.data_interval_end),
+                         try_number=max(1, try_number), conf=run.conf or {}, signal=signal)
+    except ValueError as exc:
+        return {"error": f"template error: {exc}"}
+    return {"main_application_file": job.main_application_file, "arguments": list(job.arguments),
+            "conf": dict(job.conf), "try_number": max(1, try_number), "signal": signal, "error": None}
 
 
 @router.get("/runs/{run_ref}/logs/{task_id}/{try_number}")

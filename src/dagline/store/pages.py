@@ -1,6 +1,7 @@
-"""The pages' read models: what each page shows, read in the request's one transaction. Listings the
+"""The web pages' read models: what each page shows, read in the request's one transaction. Listings the
 CLI already has come from `dagline.store.read_models` (the same fields as its JSON); what only the pages need
-(the grid, the timeline, a run's tries, a task's durations) is read here."""
+(the grid, the timeline, a run's tries, a task's durations, the newest change the live pages watch for, a
+stop's confirmation) is read here."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import statistics
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from dagline.db.models import dag_run_t, event_t, ti_t
+from dagline.db.models import dag_run_t, event_t, signal_t, ti_t
 from dagline.domain.states import RunState, TIState
 from dagline.errors import OperationFailed
-from dagline.store import read_models as queries
+from dagline.store import read_models
 from dagline.store.dags import DagCache, require_dag
 from dagline.times import isoformat
 
@@ -24,8 +25,8 @@ TRY_ENDS = TIState.FINISHED | {TIState.UP_FOR_RETRY, TIState.NONE}  # the states
 
 def dag_list(conn: Connection) -> list[dict]:
     """`dags list` with each DAG's latest run (id and state) and its import error."""
-    rows = queries.list_dags(conn)
-    latest = queries.latest_runs(conn, [r["dag_id"] for r in rows])
+    rows = read_models.list_dags(conn)
+    latest = read_models.latest_runs(conn, [r["dag_id"] for r in rows])
     for r in rows:
         run = latest.get(r["dag_id"])
         r["last_run"] = None if run is None else {"run_id": run.run_id, "state": run.state}
@@ -53,6 +54,7 @@ def version(conn: Connection, version_id: int):
 
 
 def current_dag(conn: Connection, dag_id: str):
+    """The DAG's current version as a `Dag`, None when it cannot be read (the page shows the import error)."""
     try:
         return DagCache().current(conn, dag_id)[1]
     except Exception:  # noqa: BLE001 - an unreadable version: the page shows the import error instead
@@ -61,6 +63,8 @@ def current_dag(conn: Connection, dag_id: str):
 
 @dataclasses.dataclass
 class Grid:
+    """What the grid page shows: the tasks as rows, the runs as columns, each cell a task instance's state."""
+
     tasks: list[str]
     runs: list[dict]          # live runs, oldest first
     overridden: list[dict]    # runs a backfill replaced, within the shown range
@@ -74,6 +78,8 @@ class Grid:
 
 def _brief_runs(conn: Connection, dag_id: str, *, overridden: bool, limit: int | None = None,
                 since: dt.datetime | None = None) -> list[dict]:
+    """A DAG's runs other than test runs, either the live ones or the overridden ones (from `since` on),
+    the latest `limit` by logical date, oldest first, with the few fields the pages show."""
     run = dag_run_t.c
     stmt = (select(run.id, run.run_id, run.logical_date, run.run_type, run.state, run.backfill_id,
                    run.previous_run_id, run.start_date, run.end_date)
@@ -207,9 +213,9 @@ def durations(conn: Connection, dag_id: str, task_id: str, limit: int = 200) -> 
 
 def backfills(conn: Connection) -> list[dict]:
     """Backfills, newest first, each with its task instances per state (the progress bar)."""
-    rows = list(reversed(queries.list_backfills(conn)))
+    rows = list(reversed(read_models.list_backfills(conn)))
     for b in rows:
-        b["tasks"] = queries.backfill_task_counts(conn, b["id"])
+        b["tasks"] = read_models.backfill_task_counts(conn, b["id"])
         done = b["succeeded"] + b["failed"]
         b["percent"] = round(100 * done / b["total"]) if b["total"] else 100
     return rows
@@ -221,48 +227,46 @@ def signal_log(conn: Connection, limit: int = 100) -> list[dict]:
 
     signals = list(reversed(list_signals(conn, limit=limit)))
     keys = {(a["dag_id"], a["run_id"]) for s in signals for a in s["actions"]}
-    pks = {k: r.id for k, r in queries.runs_by_run_id(conn, sorted(keys)).items()} if keys else {}
+    pks = {k: r.id for k, r in read_models.runs_by_run_id(conn, sorted(keys)).items()} if keys else {}
     for s in signals:
         for a in s["actions"]:
             a["run_pk"] = pks.get((a["dag_id"], a["run_id"]))
     return signals
 
 
-def rendered_job(conn: Connection, dag, run, task_id: str, try_number: int) -> dict:
-    """The Spark job a try of this task gets (its arguments and conf rendered as the scheduler renders
-    them, with the signal that started the try); `error` when a template fails."""
-
-    from dagline.db.models import signal_t
-    from dagline.scheduler.launches import render_job, signal_for_templates
-
-    task = dag.tasks.get(task_id)
-    if task is None:
-        return {"error": f"task {task_id!r} is not in this run's DAG version"}
-    signal = None
-    seq = conn.execute(select(ti_t.c.signal_seq).where(ti_t.c.dag_run_id == run.id, ti_t.c.task_id == task_id)).scalar()
-    if seq is not None:
-        row = conn.execute(select(signal_t).where(signal_t.c.seq == seq)).first()
-        if row is not None:
-            signal = signal_for_templates(row)
-    try:
-        job = render_job(task, dag, run_id=run.run_id, logical_date=run.logical_date,
-                         data_interval=(run.data_interval_start, run.data_interval_end),
-                         try_number=max(1, try_number), conf=run.conf or {}, signal=signal)
-    except ValueError as exc:
-        return {"error": f"template error: {exc}"}
-    return {"main_application_file": job.main_application_file, "arguments": list(job.arguments),
-            "conf": dict(job.conf), "try_number": max(1, try_number), "signal": signal, "error": None}
+def starting_signal(conn: Connection, run_pk: int, task_id: str):
+    """The `signal` row that started the latest try of a run's task instance (its `signal_seq`), or
+    None: the signal a rendered job's templates see."""
+    seq = conn.execute(select(ti_t.c.signal_seq).where(ti_t.c.dag_run_id == run_pk, ti_t.c.task_id == task_id)).scalar()
+    if seq is None:
+        return None
+    return conn.execute(select(signal_t).where(signal_t.c.seq == seq)).first()
 
 
 def run_row(conn: Connection, run_ref: str):
+    """A run by numeric id or run id string (raises OperationFailed for an unknown run)."""
     from dagline.store.runs import find_run
 
     return find_run(conn, run_ref)
 
 
 def run_for_page(conn: Connection, run_ref: str):
+    """A run by numeric id or run id string, None for an unknown run (the page answers 404)."""
     try:
         return run_row(conn, run_ref)
     except OperationFailed:
         return None
 
+
+
+def task_instance_states(conn: Connection, run_pk: int) -> list:
+    """A run's task instances as (task_id, state) rows, by task id (what stopping the run would touch)."""
+    return conn.execute(select(ti_t.c.task_id, ti_t.c.state).where(ti_t.c.dag_run_id == run_pk)
+                        .order_by(ti_t.c.task_id)).all()
+
+
+def change_marker(conn: Connection) -> tuple[int | None, int | None]:
+    """The newest event id and the newest signal seq: every change of stored state moves one of them
+    (the live pages poll this on SQLite, which has no NOTIFY)."""
+    return (conn.execute(select(func.max(event_t.c.id))).scalar(),
+            conn.execute(select(func.max(signal_t.c.seq))).scalar())
