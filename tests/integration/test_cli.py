@@ -160,9 +160,10 @@ def test_an_unreachable_database_is_a_clear_error():
 
 
 def test_a_database_without_the_schema_says_to_upgrade(tmp_path):
+    (tmp_path / "new.db").touch()  # an empty SQLite database (a missing file: tests/integration/test_database_file.py)
     result = CliRunner().invoke(main, ["--db", f"sqlite:///{tmp_path}/new.db", "dags", "list"])
     assert result.exit_code == 1
-    assert "run `dagline db upgrade`" in result.output
+    assert "has no dagline schema yet: run `dagline db upgrade`" in result.output
 
 
 def test_a_second_scheduler_on_sqlite_is_refused(sqlite_db, tmp_path):

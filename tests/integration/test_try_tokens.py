@@ -80,3 +80,56 @@ def test_each_try_sends_as_itself_until_it_ends(db, tmp_path):
                             ).scalar_one() == 2
         delete_ended_try_tokens(conn)  # what housekeeping does every few seconds
         assert conn.execute(select(func.count()).select_from(api_token_t)).scalar_one() == 0
+
+
+RETRIED = """
+apiVersion: dagline.io/v1alpha1
+kind: DAG
+metadata: {name: retried}
+spec:
+  schedule: null
+  paused: false
+  tasks:
+    - id: fit
+      retries: 1
+      retryDelay: PT0S
+      spark:
+        mainApplicationFile: fit.py
+        conf: {dagline.noop.outcome: "{{ 'failed' if try_number == 1 else 'success' }}"}
+"""
+
+
+class RetryingNoop(NoopExecutor):
+    """The noop executor; when it launches a task's second try, the first try's token (kept from its
+    launch) and the second's each try to send a signal."""
+
+    def __init__(self, api: TestClient, **kwargs):
+        super().__init__(**kwargs)
+        self.api, self.tokens, self.answers = api, {}, {}
+
+    def launch(self, launches):
+        for launch in launches:
+            self.tokens[launch.key.try_number] = dict(launch.env)["DAGLINE_SIGNAL_TOKEN"]
+            if launch.key.try_number == 2:
+                for try_number in (1, 2):
+                    answer = self.api.post("/api/v1/signals", json={"key": "job.said", "value": try_number},
+                                           headers={"Authorization": f"Bearer {self.tokens[try_number]}"})
+                    self.answers[try_number] = (answer.status_code, answer.json())
+        super().launch(launches)
+
+
+def test_a_tries_token_is_refused_while_the_same_task_instance_runs_its_next_try(db, tmp_path):
+    apply(db, write_dag(tmp_path, RETRIED))
+    run = trigger_run(db, "retried", now=NOW)
+    clock = FixedClock(NOW)
+    api = TestClient(create_app(db, clock=clock))
+    executor = RetryingNoop(api, parallelism=4, clock=clock)
+    Scheduler(db, executor, clock=clock, api_url="http://dagline-api:8793").run(until_idle=True)
+
+    assert sorted(executor.tokens) == [1, 2] and executor.tokens[1] != executor.tokens[2]
+    status, body = executor.answers[1]
+    assert status == 401 and "expired" in body["error"]  # try 1 has ended, though its task instance runs
+    assert executor.answers[2][0] == 201
+    with db.begin() as conn:
+        sent = conn.execute(select(signal_t.c.value, signal_t.c.source).where(signal_t.c.key == "job.said")).all()
+    assert [(s.value, s.source) for s in sent] == [("2", f"try:retried/{run.run_id}/fit/2")]

@@ -1,4 +1,17 @@
-"""The terminal grid of `dagline runs grid`: runs as columns, tasks as rows, coloured by state."""
+"""The terminal grid of `dagline runs grid`: runs as columns, tasks as rows, coloured by state.
+
+Each column is labelled, written vertically, by its run's logical date in the DAG's time zone, at the
+resolution the runs need (`column_labels`):
+
+* daily or slower (every run on a day of its own, and no run covering less than a day): `MM-DD`;
+* sub-daily (a scheduled or backfill run whose data interval is shorter than a day, e.g. an hourly
+  DAG, or two runs on the same day): the time `HH:MM` on the five lower rows, and the date `MM-DD` on
+  five rows above it, written over the first column and over each column whose date differs from
+  the column before it (blank elsewhere), so hourly runs are told apart and a new day is seen.
+
+Under the labels, the run type of each column: `s` scheduled, `m` manual, `b` backfill, `g` signal
+(as the web grid writes them), `t` a test run.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +25,7 @@ STYLE = {  # state (of a task instance, or of a run) -> (symbol, ANSI colour)
     TIState.SCHEDULED: ("○", "37"), TIState.SKIPPED: ("»", "35"), TIState.REMOVED: ("-", "90"),
     TIState.NONE: ("·", "90"), RunState.OVERRIDDEN: ("~", "90"),
 }
-RUN_TYPE_LETTERS = {RunType.SCHEDULED: "s", RunType.MANUAL: "m", RunType.BACKFILL: "b"}
+RUN_TYPE_LETTERS = {RunType.SCHEDULED: "s", RunType.MANUAL: "m", RunType.BACKFILL: "b", RunType.SIGNAL: "g"}
 LEGEND = (TIState.SUCCESS, TIState.FAILED, TIState.UPSTREAM_FAILED, TIState.UP_FOR_RETRY, TIState.RUNNING,
           TIState.QUEUED, TIState.SKIPPED)
 
@@ -22,25 +35,49 @@ def _paint(state: str | None, color: bool) -> str:
     return f"\x1b[{code}m{symbol}\x1b[0m" if color and state else symbol
 
 
+def column_labels(runs: list[dict], timezone: str) -> list[tuple[str, str]]:
+    """(date, time) written over each run's column, read in `timezone` (see the module docstring): time
+    empty for daily or slower runs; date empty where it is the date of the column before."""
+    starts = [pendulum.parse(r["logical_date"]).in_timezone(timezone) for r in runs]
+    days = [start.format("MM-DD") for start in starts]
+    if len(set(days)) == len(days) and not any(_shorter_than_a_day(r, timezone) for r in runs):
+        return [(day, "") for day in days]
+    return [(day if i == 0 or day != days[i - 1] else "", start.format("HH:mm"))
+            for i, (day, start) in enumerate(zip(days, starts, strict=True))]
+
+
+def _shorter_than_a_day(run: dict, timezone: str) -> bool:
+    """Whether the run's data interval is not empty and ends before the same wall time a day later
+    (a calendar day in `timezone`, so a 23-hour daily interval on a spring-forward day is a day)."""
+    start, end = run.get("data_interval_start"), run.get("data_interval_end")
+    if not start or not end:
+        return False
+    start, end = pendulum.parse(start).in_timezone(timezone), pendulum.parse(end).in_timezone(timezone)
+    return start < end < start.add(days=1)
+
+
 def render_grid(dag_id: str, timezone: str, runs: list[dict], tasks_by_run: dict[int, dict[str, str]],
                 task_order: list[str], *, color: bool) -> str:
     if not runs:
         return f"{dag_id}: no runs yet"
     tasks = list(task_order) + sorted({t for m in tasks_by_run.values() for t in m} - set(task_order))
     width = max(len(t) for t in tasks + ["run state"])
-    labels = [pendulum.parse(r["logical_date"]).in_timezone(timezone).format("MM-DD") for r in runs]
+    labels = column_labels(runs, timezone)
     lines = [f"{dag_id}  ({len(runs)} runs, logical dates in {timezone})", ""]
-    # column headers: the month-day of each run, written vertically two characters per run
-    for row in range(5):
-        lines.append(" " * (width + 2) + " ".join(label[row] if row < len(label) else " " for label in labels))
-    lines.append(" " * (width + 2) + " ".join("t" if r.get("is_test") else RUN_TYPE_LETTERS[r["run_type"]]
+    rows = [(0, row) for row in range(5)] + ([(1, row) for row in range(5)] if any(t for _, t in labels) else [])
+    for part, row in rows:  # each label written vertically, one character per line
+        lines.append(" " * (width + 2) + " ".join(label[part][row] if row < len(label[part]) else " "
+                                                   for label in labels))
+    lines.append(" " * (width + 2) + " ".join("t" if r.get("is_test") else RUN_TYPE_LETTERS.get(r["run_type"], "?")
                                                for r in runs))
     lines.append(f"{'run state':<{width}}  " + " ".join(_paint(r["state"], color) for r in runs))
     for task in tasks:
         cells = [_paint(tasks_by_run.get(r["id"], {}).get(task), color) for r in runs]
         lines.append(f"{task:<{width}}  " + " ".join(cells))
     lines.append("")
-    lines.append("run type: s scheduled  m manual  b backfill" + ("  t test" if any(r.get("is_test") for r in runs)
-                                                                  else ""))
+    legend = "run type: s scheduled  m manual  b backfill"
+    if any(r["run_type"] == RunType.SIGNAL and not r.get("is_test") for r in runs):
+        legend += "  g signal"
+    lines.append(legend + ("  t test" if any(r.get("is_test") for r in runs) else ""))
     lines.append("   ".join(f"{_paint(state, color)} {state}" for state in LEGEND))
     return "\n".join(lines)

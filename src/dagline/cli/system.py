@@ -31,6 +31,7 @@ def db_check(obj: Context, as_json):
     result = {"url": where, "connection": {"ok": False, "error": None},
               "schema": {"ok": False, "current": None, "head": dbengine.head_revision(database), "error": None}}
     try:
+        dbengine.require_file(database)  # a check never creates the file it looks for
         database.check_reachable()
         result["connection"]["ok"] = True
     except Exception as exc:  # noqa: BLE001 - any failure to connect is the answer, not a crash

@@ -224,9 +224,31 @@ def require_current_schema(db: Database) -> None:
     raise OperationFailed(f"the database at {redact(db.url)} {what}: run `dagline db upgrade` first")
 
 
+def missing_file(db: Database) -> str | None:
+    """The absolute path of the SQLite file `db` names, if there is no such file (None: it exists, or
+    `db` is not a SQLite file). Opening a SQLite URL creates its file: ask this first to avoid that."""
+    if db.writer_lock is None:  # PostgreSQL, or SQLite in memory or by `file:` URI
+        return None
+    path = os.path.abspath(db.sqlite_path)
+    return None if os.path.exists(path) else path
+
+
+def require_file(db: Database) -> None:
+    """Refuse, touching nothing, a SQLite database whose file does not exist (see `missing_file`)."""
+    path = missing_file(db)
+    if path is not None:
+        db.dispose()
+        raise OperationFailed(f"no database file at {path}: nothing was created. Point --db (or DAGLINE_DB_URL) at "
+                              "your database, or run `dagline db upgrade` to create a new one there")
+
+
 def open_database(url: str | None = None, *, check_schema: bool = True) -> Database:
-    """Open and check a database for a command: reachable, and (by default) on the current schema."""
+    """Open and check a database for a command: reachable, and (by default) on the current schema.
+    Checking the schema, it never creates a SQLite file: a missing one is refused before anything is
+    opened (it could only hold no schema); without the check (`dagline db upgrade`) it is created."""
     db = Database(url or default_url())
+    if check_schema:
+        require_file(db)
     try:
         db.check_reachable()
     except SQLAlchemyError as exc:
