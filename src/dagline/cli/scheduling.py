@@ -28,6 +28,7 @@ from dagline.cli.base import (
     read_conf,
     show_rows,
 )
+from dagline.domain.states import BackfillState, Reprocess
 from dagline.errors import NotFound, OperationFailed
 from dagline.limits import MAX_ROW_ID
 from dagline.times import isoformat
@@ -126,7 +127,7 @@ def _backfill_options(f):
         click.argument("dag_id"),
         click.option("--start", required=True, metavar="ISO", help="First logical date (included)."),
         click.option("--end", required=True, metavar="ISO", help="Last logical date (included)."),
-        click.option("--reprocess", type=click.Choice(["none", "failed", "completed"]), default="none",
+        click.option("--reprocess", type=click.Choice([r.value for r in Reprocess]), default=Reprocess.NONE.value,
                      show_default=True, help="Which existing runs to replace."),
         click.option("--max-active-runs", type=int, default=None, help="Runs of this backfill at once."),
         click.option("--run-backwards", is_flag=True, help="Newest logical dates first."),
@@ -228,7 +229,8 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
         state["last"], tasks, note = status()
         bar.update(state["last"], tasks, note)
 
-    sched.run(until_idle=True, should_stop=lambda: state["last"] is not None and state["last"]["state"] != "running",
+    sched.run(until_idle=True,
+              should_stop=lambda: state["last"] is not None and state["last"]["state"] != BackfillState.RUNNING,
               on_loop=on_loop)
     final, tasks, note = status()
     bar.finish(final, tasks)
@@ -238,7 +240,7 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
         raise OperationFailed(f"backfill {final['id']}: {final['failed']} of {final['total']} runs failed:\n  "
                               + "\n  ".join(reasons) + f"\n(see `dagline runs list {dag_id} --state failed` and "
                               "`dagline tasks logs`)")
-    if final["state"] == "running":
+    if final["state"] == BackfillState.RUNNING:
         why = (f"{note} but the clock is frozen by --now" if note and clock.frozen else
                "stopped before they finished" if sched.stop_requested else
                "a limit, a pool or dependsOnPast holds them; `dagline tasks list RUN_ID` says why")

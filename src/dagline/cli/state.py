@@ -24,7 +24,7 @@ from dagline.cli.base import (
     show_rows,
 )
 from dagline.cli.display import for_people
-from dagline.domain.states import TIState
+from dagline.domain.states import RunState, TIState
 from dagline.errors import InvalidInput, NotFound, OperationFailed
 from dagline.executors import resolve_log_folder
 
@@ -37,7 +37,7 @@ def runs():
 @runs.command("list")
 @click.argument("dag_id", required=False)
 @click.option("--dag", "dag_option", default=None, metavar="DAG_ID", help="Only this DAG's runs (as DAG_ID).")
-@click.option("--state", default=None, type=click.Choice(["queued", "running", "success", "failed", "overridden"]))
+@click.option("--state", default=None, type=click.Choice([s.value for s in RunState]))
 @limit_option
 @json_option
 @click.pass_obj
@@ -126,7 +126,8 @@ def runs_grid(obj: Context, dag_id, limit, color):
     with obj.db().begin() as conn:
         require_dag(conn, dag_id, active=False)
         _, dag = DagCache().current(conn, dag_id)
-        run_rows = [r for r in list_runs(conn, dag_id) if r["state"] != "overridden" and not r["is_test"]][-limit:]
+        run_rows = [r for r in list_runs(conn, dag_id)
+                    if r["state"] != RunState.OVERRIDDEN and not r["is_test"]][-limit:]
         tis = task_states(conn, [r["id"] for r in run_rows])
     use_color = sys.stdout.isatty() if color is None else color
     click.echo(render_grid(dag_id, dag.timezone, run_rows, tis, list(dag.tasks), color=use_color))

@@ -39,6 +39,7 @@ from dagline.cli.dags import dags
 from dagline.cli.display import duration, local_time
 from dagline.cli.state import tasks
 from dagline.clock import FixedClock
+from dagline.domain.states import RunState, TIState
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.executors import registry
 
@@ -89,7 +90,7 @@ def dags_test(obj: Context, dag_id, logical_date, conf, conf_file, executor, par
         changed = [ti for ti in tis if seen.get(ti.task_id) != (ti.state, ti.try_number)]
         for ti in changed:
             seen[ti.task_id] = (ti.state, ti.try_number)
-            if ti.state in ("queued", "running"):  # a try starts: say so before its log
+            if ti.state in TIState.ACTIVE:  # a try starts: say so before its log
                 click.echo(f"[{ti.task_id}] {_state_line(ti)}")
         current = {ti.task_id: ti for ti in tis}
         for ti in tis:
@@ -99,11 +100,11 @@ def dags_test(obj: Context, dag_id, logical_date, conf, conf_file, executor, par
                 tails[(ti.task_id, ti.try_number)] = LogLines(kind.open_log(stored).follow())
         for (task_id, try_number), tail in tails.items():
             ti = current[task_id]
-            over = ti.try_number != try_number or ti.state not in ("queued", "running")
+            over = ti.try_number != try_number or ti.state not in TIState.ACTIVE
             for line in tail.lines(final=over):
                 click.echo(f"[{task_id}] {line}")
         for ti in changed:
-            if ti.state not in ("none", "scheduled", "queued", "running"):  # a try ended: after its log
+            if ti.state not in (TIState.NONE, TIState.SCHEDULED, *TIState.ACTIVE):  # a try ended: after its log
                 click.echo(f"[{ti.task_id}] {_state_line(ti)}")
 
     try:
@@ -112,13 +113,13 @@ def dags_test(obj: Context, dag_id, logical_date, conf, conf_file, executor, par
     except KeyboardInterrupt:
         end_test_run(database, run.id, now=clock.now(), reason="dags test interrupted")
         raise OperationFailed(f"interrupted: test run {run.run_id} failed, its jobs were stopped") from None
-    if outcome.state == "running":
+    if outcome.state == RunState.RUNNING:
         end_test_run(database, run.id, now=clock.now(), reason="dags test: nothing can move the run any more")
         _print_grid(database, dag_id, run.id, color)
         raise OperationFailed(f"test run {run.run_id} cannot go on: {'; '.join(outcome.blocked)}; "
                               "it was marked failed")
     _print_grid(database, dag_id, run.id, color)
-    if outcome.state != "success":
+    if outcome.state != RunState.SUCCESS:
         raise OperationFailed(f"test run {run.run_id} failed: {_failures(database, run.id)}")
     click.echo(f"test run {run.run_id}: success")
 
@@ -127,16 +128,16 @@ def _failures(database, run_pk: int) -> str:
     from dagline.store.read_models import list_tasks
 
     with database.begin() as conn:
-        failed = [t for t in list_tasks(conn, run_pk) if t["state"] == "failed"]
-    return "; ".join(f"{t['task_id']} ({t['message'] or 'failed'})" for t in failed) or "see above"
+        failed = [t for t in list_tasks(conn, run_pk) if t["state"] == TIState.FAILED]
+    return "; ".join(f"{t['task_id']} ({t['message'] or TIState.FAILED})" for t in failed) or "see above"
 
 
 def _state_line(ti) -> str:
-    if ti.state == "queued":
+    if ti.state == TIState.QUEUED:
         return f"queued (try {ti.try_number} of {ti.max_tries})"
-    if ti.state in ("success", "failed") and ti.start_date and ti.end_date:
+    if ti.state in (TIState.SUCCESS, TIState.FAILED) and ti.start_date and ti.end_date:
         return f"{ti.state} after {duration((ti.end_date - ti.start_date).total_seconds())}"
-    if ti.state == "up_for_retry" and ti.next_retry_at is not None:
+    if ti.state == TIState.UP_FOR_RETRY and ti.next_retry_at is not None:
         return f"up_for_retry (try {ti.try_number} failed; next try at {ti.next_retry_at.isoformat()})"
     return ti.state
 
@@ -264,7 +265,7 @@ def tasks_test(obj: Context, dag_id, task_id, logical_date, conf, conf_file, exe
             runner.launch([launch])
             while final is None:
                 for report in runner.sync():
-                    if report.state in ("success", "failed"):
+                    if report.state in (TIState.SUCCESS, TIState.FAILED):
                         final = report
                 if tail is not None:
                     for line in tail.lines(final=final is not None):
@@ -276,9 +277,9 @@ def tasks_test(obj: Context, dag_id, task_id, logical_date, conf, conf_file, exe
             raise OperationFailed(f"interrupted: task {task_id!r} was stopped") from None
         if not kind.code().runs_jobs:  # no log, no exit status: say what it reported
             click.echo(f"{kind.name} executor: {final.state}" + (f" ({final.message})" if final.message else ""))
-            sys.exit(0 if final.state == "success" else 1)
+            sys.exit(0 if final.state == TIState.SUCCESS else 1)
         code = kind.code().exit_status(stored)
-    if final.state == "success":
+    if final.state == TIState.SUCCESS:
         sys.exit(0)
     click.echo(f"error: task {task_id!r} failed: {final.message}", err=True)
     sys.exit(code if isinstance(code, int) and 0 < code < 256 else 1)

@@ -8,7 +8,7 @@ from sqlalchemy.engine import Connection
 
 from dagline.db.engine import Database
 from dagline.db.models import RUN_STATES, TI_STATES, backfill_t, dag_run_t, dag_t, dag_version_t, event_t, pool_t, ti_t
-from dagline.domain.states import RunState, TIState
+from dagline.domain.states import BackfillState, RunState, RunType, TIState
 from dagline.metrics import DatabaseCollector, DatabaseFigures
 from dagline.store.timeline import on_timeline
 from dagline.times import isoformat
@@ -142,7 +142,8 @@ def pending_retries(conn: Connection, backfill_id: int | None = None, limit: int
         select(ti_t.c.dag_id, dag_run_t.c.run_id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.next_retry_at)
         .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
         .join(dag_t, dag_t.c.dag_id == ti_t.c.dag_id)
-        .where(ti_t.c.state == "up_for_retry", dag_run_t.c.state == RunState.RUNNING, dag_t.c.is_paused.is_(False))
+        .where(ti_t.c.state == TIState.UP_FOR_RETRY, dag_run_t.c.state == RunState.RUNNING,
+               dag_t.c.is_paused.is_(False))
         .order_by(ti_t.c.next_retry_at.asc().nulls_first(), ti_t.c.id)
         .limit(limit)
     )
@@ -157,7 +158,7 @@ def run_failures(conn: Connection, *, backfill_id: int | None = None, run_pks: l
     failed runs of a backfill or the given runs."""
     stmt = (select(dag_run_t.c.run_id, ti_t.c.id, ti_t.c.task_id, ti_t.c.try_number)
             .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
-            .where(dag_run_t.c.state == RunState.FAILED, ti_t.c.state == "failed")
+            .where(dag_run_t.c.state == RunState.FAILED, ti_t.c.state == TIState.FAILED)
             .order_by(dag_run_t.c.logical_date, ti_t.c.id).limit(limit))
     if backfill_id is not None:
         stmt = stmt.where(dag_run_t.c.backfill_id == backfill_id)
@@ -167,8 +168,9 @@ def run_failures(conn: Connection, *, backfill_id: int | None = None, run_pks: l
     lines = []
     for r in rows:
         detail = conn.execute(select(event_t.c.detail).where(
-            event_t.c.ti_id == r.id, event_t.c.to_state == "failed").order_by(event_t.c.id.desc()).limit(1)).scalar()
-        lines.append(f"{r.run_id} {r.task_id} (try {r.try_number}): {detail or 'failed'}")
+            event_t.c.ti_id == r.id, event_t.c.to_state == TIState.FAILED)
+            .order_by(event_t.c.id.desc()).limit(1)).scalar()
+        lines.append(f"{r.run_id} {r.task_id} (try {r.try_number}): {detail or TIState.FAILED}")
     return lines
 
 
@@ -176,7 +178,7 @@ def runs_failed_by(conn: Connection, who: str) -> list[int]:
     """The ids of the runs whose change to `failed` the event log credits to `who` (a scheduler
     replica), ascending: `scheduler --until-idle` reports them."""
     return sorted(set(conn.execute(select(event_t.c.dag_run_id).where(
-        event_t.c.entity == "dag_run", event_t.c.to_state == "failed", event_t.c.who == who)).scalars()))
+        event_t.c.entity == "dag_run", event_t.c.to_state == RunState.FAILED, event_t.c.who == who)).scalars()))
 
 
 def backfill_dict(conn: Connection, b, counts: dict[str, int] | None = None) -> dict:
@@ -186,8 +188,9 @@ def backfill_dict(conn: Connection, b, counts: dict[str, int] | None = None) -> 
     return {
         "id": b.id, "dag_id": b.dag_id, "from_date": isoformat(b.from_date), "to_date": isoformat(b.to_date),
         "reprocess": b.reprocess, "max_active_runs": b.max_active_runs, "run_backwards": b.run_backwards,
-        "state": b.state, "total": b.total, "queued": counts.get("queued", 0), "running": counts.get("running", 0),
-        "succeeded": counts.get("success", 0), "failed": counts.get("failed", 0),
+        "state": b.state, "total": b.total,
+        "queued": counts.get(RunState.QUEUED, 0), "running": counts.get(RunState.RUNNING, 0),
+        "succeeded": counts.get(RunState.SUCCESS, 0), "failed": counts.get(RunState.FAILED, 0),
         "skipped_existing": b.skipped_existing, "overridden": b.overridden, "request_id": b.request_id,
         "created_at": isoformat(b.created_at), "completed_at": isoformat(b.completed_at),
     }
@@ -272,7 +275,7 @@ def runs_to_show(conn: Connection, limits: dict[str, int]) -> dict[str, list]:
     shown: dict[str, list] = {dag_id: [] for dag_id in dag_ids}
     active = conn.execute(select(dag_run_t).where(
         run.dag_id.in_(dag_ids), ~run.is_test,
-        (run.state == RunState.RUNNING) | ((run.state == RunState.QUEUED) & (run.run_type != "backfill")),
+        (run.state == RunState.RUNNING) | ((run.state == RunState.QUEUED) & (run.run_type != RunType.BACKFILL)),
     ).order_by(run.dag_id, run.logical_date, run.id))
     for row in active:
         shown[row.dag_id].append(row)
@@ -281,7 +284,8 @@ def runs_to_show(conn: Connection, limits: dict[str, int]) -> dict[str, list]:
         rank = func.row_number().over(partition_by=run.dag_id,
                                       order_by=(run.end_date.desc().nulls_last(), run.id.desc())).label("rank")
         finished = (select(dag_run_t, rank)
-                    .where(run.dag_id.in_(dag_ids), run.state.in_(("success", "failed", "overridden")), ~run.is_test)
+                    .where(run.dag_id.in_(dag_ids), ~run.is_test,
+                           run.state.in_((RunState.SUCCESS, RunState.FAILED, RunState.OVERRIDDEN)))
                     .subquery())
         for row in conn.execute(select(finished).where(finished.c.rank <= deepest).order_by(finished.c.rank)):
             if row.rank <= limits[row.dag_id]:
@@ -316,7 +320,7 @@ def metric_figures(conn: Connection) -> DatabaseFigures:
     backfill_runs = dict(conn.execute(
         select(dag_run_t.c.state, func.count())
         .join(backfill_t, backfill_t.c.id == dag_run_t.c.backfill_id)
-        .where(backfill_t.c.state == "running").group_by(dag_run_t.c.state)).all())
+        .where(backfill_t.c.state == BackfillState.RUNNING).group_by(dag_run_t.c.state)).all())
     pools = {name: (slots, used.get(name, 0)) for name, slots in conn.execute(select(pool_t.c.name, pool_t.c.slots))}
     return DatabaseFigures(runs=runs, task_instances=tis, pools=pools, backfills=backfills,
                            backfill_runs=backfill_runs)
@@ -330,4 +334,4 @@ def database_collector(db: Database) -> DatabaseCollector:
             return metric_figures(conn)
 
     return DatabaseCollector(read, run_states=RUN_STATES, ti_states=TI_STATES,
-                             backfill_states=("running", "completed", "cancelled"))
+                             backfill_states=tuple(BackfillState))

@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 
 from dagline.domain.json_values import read_json_object
 from dagline.domain.signal_keys import parse_value, validate_key, validate_sender_id
-from dagline.domain.states import TIState
+from dagline.domain.states import Reprocess, RunState, TIState
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.limits import MAX_JSON_BYTES
 from dagline.store.backfills import create_backfill, resolve_range
@@ -209,11 +209,11 @@ def _stop(request: Request, viewer, fields, run_ref: str) -> Page:
         with database.begin() as conn:
             run = find_run(conn, run_ref)
             active = task_instance_states(conn, run.id)
-        if run.state not in ("queued", "running"):
+        if run.state not in RunState.ACTIVE:
             raise OperationFailed(f"run {run.run_id!r} is {run.state}: nothing to stop")
+        not_started = (TIState.NONE, TIState.SCHEDULED, TIState.UP_FOR_RETRY)
         preview = {"Tries asked to stop": ", ".join(t.task_id for t in active if t.state in TIState.ACTIVE) or "none",
-                   "Skipped (not started)": ", ".join(t.task_id for t in active if t.state in
-                                                      ("none", "scheduled", "up_for_retry")) or "none"}
+                   "Skipped (not started)": ", ".join(t.task_id for t in active if t.state in not_started) or "none"}
         return _confirm(request, viewer, title=f"Stop {run.run_id}", question=f"Mark run {run.run_id} stopped?",
                         action=f"/runs/{run.id}/stop", fields=fields, preview=preview, danger=True,
                         cancel=f"/runs/{run.id}")
@@ -241,7 +241,7 @@ def _backfill(request: Request, viewer, fields, dag_id: str) -> Page:
     if not end:
         raise InvalidInput("give the last logical date", field="end")
     first, last = resolve_range(start, end, zone, start_field="start", end_field="end")
-    reprocess = _one(fields, "reprocess") or "none"
+    reprocess = _one(fields, "reprocess") or Reprocess.NONE
     raw_max = _one(fields, "max_active_runs")
     try:
         max_active = int(raw_max) if raw_max else None
