@@ -19,16 +19,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import select
 
 from dagline.db.engine import Database
-from dagline.db.models import dag_t
 from dagline.domain.states import BackfillState, RunState
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.k8s import conditions
 from dagline.k8s.conditions import Outcome
 from dagline.spec import BackfillSpec, format_path
 from dagline.store.backfills import cancel_backfill, create_backfill, find_backfill, resolve_range, set_backfill_paused
+from dagline.store.dags import dag_timezone_and_activity
 from dagline.store.read_models import backfill_run_counts
 
 WAITING_FOR_DAG = "DagNotReady"   # a reason the status sync tries again
@@ -53,8 +52,7 @@ def ensure_backfill(db: Database, body: Mapping[str, Any], *, now: dt.datetime, 
         error = exc.errors()[0]
         return _invalid("Invalid", f"{format_path(['spec', *error['loc']])}: {error['msg']}", now, previous)
     with db.begin() as conn:
-        dag = conn.execute(select(dag_t.c.timezone, dag_t.c.is_active, dag_t.c.is_paused)
-                           .where(dag_t.c.dag_id == spec.dag)).first()
+        dag = dag_timezone_and_activity(conn, spec.dag, with_paused=True)
     if dag is None or not dag.is_active or dag.is_paused:
         why = "is not applied" if dag is None else "was deleted" if not dag.is_active else "is paused"
         return _invalid(WAITING_FOR_DAG, f"spec.dag: DAG {spec.dag!r} {why}; the backfill starts once it is "

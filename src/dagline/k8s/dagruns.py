@@ -23,16 +23,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import select
 
 from dagline.db.engine import Database
-from dagline.db.models import dag_t
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.k8s import conditions
 from dagline.k8s.conditions import Outcome
 from dagline.k8s.resources import API_VERSION, DAG, DAG_RUN, LABEL_DAG, LABEL_MANAGED, LABEL_RUN
 from dagline.k8s.sparkapp import MANAGED_BY, label_value
 from dagline.spec import DagRunSpec, format_path
+from dagline.store.dags import dag_timezone_and_activity
 from dagline.store.read_models import runs_by_run_id, task_counts, version_numbers
 from dagline.store.runs import trigger_run
 from dagline.times import isoformat, parse_instant
@@ -74,7 +73,7 @@ def trigger_from_object(db: Database, body: Mapping[str, Any], *, now: dt.dateti
     run_id = object_run_id(meta["uid"])
     with db.begin() as conn:
         run = runs_by_run_id(conn, [(spec.dag, run_id)]).get((spec.dag, run_id))
-        dag = conn.execute(select(dag_t.c.timezone, dag_t.c.is_active).where(dag_t.c.dag_id == spec.dag)).first()
+        dag = dag_timezone_and_activity(conn, spec.dag)
     if run is None:  # not triggered yet (a run, once triggered, is shown even if its DAG was deleted since)
         if dag is None or not dag.is_active:
             why = "is applied" if dag is None else "is active (it was deleted)"

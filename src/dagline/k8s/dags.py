@@ -20,16 +20,14 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from dagline.db.engine import Database
-from dagline.db.models import dag_t, dag_version_t
 from dagline.errors import InvalidInput
 from dagline.k8s import conditions
 from dagline.k8s.conditions import Outcome
 from dagline.spec import Dag, LoadedDag, parse_dag_document
-from dagline.store.dags import apply_dags, deactivate
+from dagline.store.dags import apply_dags, dag_sources, dags_with_current_version, deactivate
 from dagline.store.read_models import latest_runs, version_numbers
 from dagline.times import isoformat
 
@@ -124,17 +122,13 @@ def delete_dag_object(db: Database, body: Mapping[str, Any], *, now: dt.datetime
 
 def sources(conn: Connection, dag_ids: Iterable[str]) -> dict[str, str | None]:
     """dag_id -> the object that defines the stored DAG (`k8s://<namespace>/<name>`), for stored DAGs."""
-    rows = conn.execute(select(dag_t.c.dag_id, dag_t.c.source_path).where(dag_t.c.dag_id.in_(list(dag_ids))))
-    return dict(rows.all())
+    return dag_sources(conn, dag_ids)
 
 
 def derived_statuses(conn: Connection, dag_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
     """The status fields the database decides, per stored DAG, plus `source` (the defining object)."""
     dag_ids = list(dag_ids)
-    rows = conn.execute(
-        select(dag_t, dag_version_t.c.version)
-        .join(dag_version_t, dag_version_t.c.id == dag_t.c.current_version_id, isouter=True)
-        .where(dag_t.c.dag_id.in_(dag_ids))).all()
+    rows = dags_with_current_version(conn, dag_ids)
     numbers = version_numbers(conn, dag_ids)
     last = latest_runs(conn, dag_ids)
     result = {}

@@ -24,11 +24,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import select
-
 from dagline.clock import Clock
 from dagline.db.engine import Database
-from dagline.db.models import backfill_t
 from dagline.domain.states import RunState
 from dagline.errors import Unavailable
 from dagline.k8s import backfills, dagruns, dags, pools
@@ -37,6 +34,7 @@ from dagline.k8s.client import ApiRejected
 from dagline.k8s.conditions import as_merge_patch, reason_of
 from dagline.k8s.objects import DaglineObjects
 from dagline.k8s.resources import ANNOTATION_HISTORY_LIMIT
+from dagline.store.backfills import backfills_by_request_id
 from dagline.store.read_models import backfill_run_counts, runs_by_run_id, runs_to_show, task_counts, version_numbers
 
 log = logging.getLogger(__name__)
@@ -225,7 +223,7 @@ class StatusSync:
         objects = [o for o in self.cache.objects("backfills") if not _deleting(o)]
         uids = [_meta(o)["uid"] for o in objects]
         with self.db.begin() as conn:
-            rows = {r.request_id: r for r in conn.execute(select(backfill_t).where(backfill_t.c.request_id.in_(uids)))}
+            rows = backfills_by_request_id(conn, uids)
             counts = backfill_run_counts(conn, [r.id for r in rows.values()])
         for body in objects:
             row = rows.get(_meta(body)["uid"])

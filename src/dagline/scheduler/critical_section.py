@@ -29,12 +29,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from dagline import metrics
 from dagline.db.claims import lock_pools_if_free, lock_pools_nowait, lock_schedulable_tis
-from dagline.db.models import ti_t
 from dagline.db.notify import announce
 from dagline.db.observe import at_commit
 from dagline.db.transitions import NEXT_TRY, change_tis
@@ -42,7 +40,7 @@ from dagline.domain.admission import admit
 from dagline.domain.states import TIState
 from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
 from dagline.store.dags import DagCache
-from dagline.store.facts import gather_queueing
+from dagline.store.facts import any_scheduled, gather_queueing
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +56,6 @@ class QueuedTI:
 
 
 _warned_pools: set[str] = set()
-_ANY_SCHEDULED = select(ti_t.c.id).where(ti_t.c.state == TIState.SCHEDULED).limit(1)  # built once
 
 
 def queue_task_instances(
@@ -73,7 +70,7 @@ def queue_task_instances(
         if pools is None:
             return None  # a peer is here; this transaction goes on
     else:
-        if conn.execute(_ANY_SCHEDULED).first() is None:
+        if not any_scheduled(conn):
             return []  # nothing anywhere to queue: a look, not the pool lock (which peers would then find busy)
         pools = lock_pools_nowait(conn)  # PoolsBusy: another replica is here; the caller rolls back
     candidates = lock_schedulable_tis(conn, limit, backfill_id, test_run_id)

@@ -15,12 +15,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 
-from dagline.db.models import RUN_DEADLINE_OPEN_STATES, TI_DEADLINE_OPEN_STATES, dag_run_t, ti_t
 from dagline.db.outbox import enqueue_deadline_misses
 from dagline.db.transitions import record_events
+from dagline.store.deadlines import mark_missed_run_deadlines, mark_missed_task_deadlines
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,11 +31,8 @@ class Misses:
 def record_missed_deadlines(conn: Connection, *, now: dt.datetime, who: str, limit: int = 500) -> Misses:
     """Record every deadline passed at `now` of a run or task instance that is not done (at most
     `limit` of each per call, earliest deadline first)."""
-    runs = _mark(conn, dag_run_t, RUN_DEADLINE_OPEN_STATES, now, limit,
-                 (dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.state, dag_run_t.c.deadline_at))
-    tis = _mark(conn, ti_t, TI_DEADLINE_OPEN_STATES, now, limit,
-                (ti_t.c.id, ti_t.c.dag_id, ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.state,
-                 ti_t.c.deadline_at))
+    runs = mark_missed_run_deadlines(conn, now=now, limit=limit)
+    tis = mark_missed_task_deadlines(conn, now=now, limit=limit)
     record_events(conn, [  # the same keys in every row: one executemany
         {"at": now, "who": who, "entity": "deadline", "dag_id": r.dag_id, "dag_run_id": r.id,
          "ti_id": None, "task_id": None, "try_number": None, "from_state": r.state, "to_state": r.state,
@@ -52,15 +48,3 @@ def record_missed_deadlines(conn: Connection, *, now: dt.datetime, who: str, lim
     enqueue_deadline_misses(conn, "task", tis, at=now)
     return Misses(runs=len(runs), tasks=len(tis))
 
-
-def _mark(conn: Connection, table, open_states, now: dt.datetime, limit: int, returning) -> list:
-    still_open = (table.c.deadline_at.is_not(None), table.c.deadline_missed_at.is_(None),
-                  table.c.state.in_(open_states))  # the partial index's predicate, so the index is used
-    due = (select(table.c.id).where(*still_open, table.c.deadline_at <= now)
-           .order_by(table.c.deadline_at, table.c.id).limit(limit))
-    ids = list(conn.execute(due).scalars())
-    if not ids:
-        return []
-    rows = conn.execute(update(table).where(table.c.id.in_(ids), *still_open, table.c.deadline_at <= now)
-                        .values(deadline_missed_at=now).returning(*returning)).all()
-    return sorted(rows, key=lambda row: row.id)

@@ -24,18 +24,22 @@ import datetime as dt
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
-from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
 
 from dagline.db.claims import lock_running_runs, running_runs
-from dagline.db.models import dag_run_t, dag_t, signal_action_t, ti_t
 from dagline.db.transitions import change_runs, change_tis
 from dagline.domain.run_decision import RunDecision
-from dagline.domain.states import RunState, RunType, SignalAction, SignalActionStatus, TIState
+from dagline.domain.states import RunState, RunType, SignalAction, TIState
 from dagline.scheduler.isolation import DagFailed, describe, is_dags_fault, isolated, record_import_error
 from dagline.scheduler.signal_starts import STARTING
-from dagline.store.dags import DagCache
+from dagline.store.dags import DagCache, next_runs_of_dags
 from dagline.store.facts import REMEMBERED_MAX, RunFacts, gather_runs
+from dagline.store.runs import mark_examined
+from dagline.store.signal_actions import (
+    drop_pending_actions_of_runs,
+    record_started_by_signal,
+    take_oldest_pending_start,
+)
 from dagline.store.timeline import refresh_next_dagrun
 
 
@@ -111,11 +115,8 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
                                 values={"end_date": now})
     result.runs_finished = len(finished)
     if finished:
-        conn.execute(update(signal_action_t)
-                     .where(signal_action_t.c.dag_run_id.in_([r.id for r in finished]),
-                            signal_action_t.c.status == SignalActionStatus.PENDING)
-                     .values(status=SignalActionStatus.DROPPED, done_at=now, detail="the run ended first"))
-    conn.execute(_EXAMINED, {"run_ids": [run.id for run in runs], "now": now})
+        drop_pending_actions_of_runs(conn, [r.id for r in finished], now=now)
+    mark_examined(conn, [run.id for run in runs], now=now)
     _after_runs_finished(conn, finished, dags, now=now, who=who)
     return result
 
@@ -171,34 +172,10 @@ def _start_by_signal(conn: Connection, rows: Sequence, by_signal: dict, now: dt.
     for row in rows:
         run_id, task = by_signal[row.id]
         next_try = row.try_number + 1
-        action = conn.execute(_START_ACTION, {"run": run_id, "task": row.task_id, "kinds": list(kinds),
-                                              "next_try": next_try, "now": now}).first()
+        action = take_oldest_pending_start(conn, run_id, row.task_id, kinds=kinds, next_try=next_try, now=now)
         if action is None:
             continue
-        conn.execute(_STARTED_BY_SIGNAL, {"ti": row.id, "seq": action.signal_seq,
-                                          "tries": row.try_number + task.retries + 1})
-
-
-# Statements of every examination, built once with bind parameters: SQLAlchemy then neither rebuilds
-# them nor computes their cache key at each call (see `db.claims`).
-_A = signal_action_t.c
-_OLDEST_PENDING = (
-    select(_A.id)
-    .where(_A.dag_run_id == bindparam("run"), _A.task_id == bindparam("task"), _A.status == SignalActionStatus.PENDING,
-           _A.action.in_(bindparam("kinds", expanding=True)))
-    .order_by(_A.signal_seq, _A.id).limit(1).scalar_subquery())
-_START_ACTION = (  # the oldest pending action of the TI becomes done, still only if pending
-    update(signal_action_t).where(_A.id == _OLDEST_PENDING, _A.status == SignalActionStatus.PENDING)
-    .values(status=SignalActionStatus.DONE, try_number=bindparam("next_try", type_=_A.try_number.type),
-            done_at=bindparam("now", type_=_A.done_at.type))
-    .returning(_A.id, _A.signal_seq))
-_STARTED_BY_SIGNAL = (
-    update(ti_t).where(ti_t.c.id == bindparam("ti"))
-    .values(signal_seq=bindparam("seq", type_=ti_t.c.signal_seq.type),
-            max_tries=bindparam("tries", type_=ti_t.c.max_tries.type),
-            stop_requested_at=None, start_date=None, end_date=None))
-_EXAMINED = (update(dag_run_t).where(dag_run_t.c.id.in_(bindparam("run_ids", expanding=True)))
-             .values(last_scheduling_decision=bindparam("now", type_=dag_run_t.c.last_scheduling_decision.type)))
+        record_started_by_signal(conn, row.id, seq=action.signal_seq, max_tries=row.try_number + task.retries + 1)
 
 
 def _guarded(conn: Connection, dag_id: str, doing: str, fn, *, now: dt.datetime, who: str):
@@ -219,10 +196,7 @@ def _after_runs_finished(conn: Connection, finished: Sequence, dags: DagCache, *
     dag_ids = sorted({r.dag_id for r in finished if r.run_type != RunType.BACKFILL})
     if not dag_ids:
         return
-    rows = conn.execute(select(dag_t.c.dag_id, dag_t.c.current_version_id, dag_t.c.next_dagrun,
-                               dag_t.c.next_dagrun_data_interval_start, dag_t.c.next_dagrun_data_interval_end,
-                               dag_t.c.next_dagrun_create_after)
-                        .where(dag_t.c.dag_id.in_(dag_ids)).order_by(dag_t.c.dag_id)).all()
+    rows = next_runs_of_dags(conn, dag_ids)
     dags.prefetch(conn, [row.current_version_id for row in rows])
     for row in rows:
         if row.current_version_id is None:

@@ -16,10 +16,8 @@ import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 
-from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from dagline.db.models import dag_run_t, ti_t
 from dagline.db.replicas import HOSTNAME
 from dagline.db.signal_log import record_task_state_passages, record_task_state_signals
 from dagline.db.transitions import change_tis, change_tries_each, count_transitions, record_events, ti_events
@@ -28,6 +26,7 @@ from dagline.domain.states import TIState
 from dagline.executors.base import TaskReport
 from dagline.scheduler.isolation import is_dags_fault
 from dagline.store.dags import DagCache
+from dagline.store.tries import reported_tries
 
 
 def apply_reports(
@@ -40,11 +39,7 @@ def apply_reports(
     if not reports:
         return set()
     rows = {
-        row.id: row for row in conn.execute(
-            select(ti_t.c.id, ti_t.c.state, ti_t.c.try_number, ti_t.c.max_tries, ti_t.c.dag_run_id, ti_t.c.task_id,
-                   ti_t.c.stop_requested_at, dag_run_t.c.dag_version_id)
-            .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
-            .where(ti_t.c.id.in_({r.ti_id for r in reports})))
+        row.id: row for row in reported_tries(conn, {r.ti_id for r in reports})
     }
     current = [r for r in reports if r.ti_id in rows and rows[r.ti_id].try_number == r.try_number]
     started = {r.ti_id: r for r in current if r.state == TIState.RUNNING}

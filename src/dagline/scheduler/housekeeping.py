@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import and_, exists, select, update
 from sqlalchemy.engine import Connection
 
-from dagline.db.models import backfill_t, dag_run_t, ti_t
 from dagline.db.transitions import fail_running_tries, record_events
-from dagline.domain.states import BackfillState, RunState, TIState
+from dagline.domain.states import BackfillState
 from dagline.executors.base import TaskKey
 from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
+from dagline.store.backfills import complete_finished_backfills
 from dagline.store.dags import DagCache
+from dagline.store.tries import running_tries
 
 
 def time_out_tasks(conn: Connection, *, now: dt.datetime, dags: DagCache, who: str,
@@ -26,13 +26,7 @@ def time_out_tasks(conn: Connection, *, now: dt.datetime, dags: DagCache, who: s
     """Fail (or retry) running tries past their task's `executionTimeout`, whichever executor runs them;
     returns their keys so the loop can ask the executor to stop the jobs. Tries of test runs are their
     `dags test` process's to time out: with `test_run_id`, only that run's; without, none."""
-    scope = dag_run_t.c.id == test_run_id if test_run_id is not None else ~dag_run_t.c.is_test
-    rows = conn.execute(
-        select(ti_t.c.id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.max_tries, ti_t.c.start_date,
-               dag_run_t.c.dag_version_id, dag_run_t.c.run_id, dag_run_t.c.dag_id)
-        .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
-        .where(ti_t.c.state == TIState.RUNNING, ti_t.c.start_date.is_not(None), scope)
-    ).all()
+    rows = running_tries(conn, test_run_id=test_run_id)
     overdue = {}
     for row in rows:
         try:
@@ -51,12 +45,7 @@ def time_out_tasks(conn: Connection, *, now: dt.datetime, dags: DagCache, who: s
 
 def finish_backfills(conn: Connection, *, now: dt.datetime, who: str) -> int:
     """Mark running backfills whose runs have all finished as completed."""
-    unfinished = exists().where(and_(dag_run_t.c.backfill_id == backfill_t.c.id,
-                                     dag_run_t.c.state.in_(RunState.ACTIVE)))
-    done = conn.execute(
-        update(backfill_t).where(backfill_t.c.state == BackfillState.RUNNING, ~unfinished)
-        .values(state=BackfillState.COMPLETED, completed_at=now).returning(backfill_t.c.id, backfill_t.c.dag_id)
-    ).all()
+    done = complete_finished_backfills(conn, now=now)
     record_events(conn, [{"at": now, "who": who, "entity": "backfill", "dag_id": r.dag_id,
                           "detail": f"backfill {r.id}", "from_state": BackfillState.RUNNING,
                           "to_state": BackfillState.COMPLETED}

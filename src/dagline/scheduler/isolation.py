@@ -22,13 +22,12 @@ import datetime as dt
 import logging
 from collections.abc import Iterator
 
-from sqlalchemy import update
 from sqlalchemy.engine import Connection
 
 from dagline.db.faults import is_conflict, is_transient
-from dagline.db.models import dag_t
 from dagline.db.transitions import record_events
 from dagline.errors import DaglineError
+from dagline.store.dags import store_import_error
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +54,7 @@ def describe(exc: BaseException, doing: str) -> str:
 def record_import_error(conn: Connection, dag_id: str, message: str, *, at: dt.datetime, who: str) -> bool:
     """Store why a DAG cannot be scheduled; returns whether anything changed. Only its first error is kept
     until an apply clears it: a DAG failing in several phases would otherwise rewrite it every loop."""
-    changed = conn.execute(
-        update(dag_t)
-        .where(dag_t.c.dag_id == dag_id, dag_t.c.import_error.is_(None))
-        .values(import_error=message, import_error_at=at, next_dagrun_create_after=None)
-    ).rowcount
+    changed = store_import_error(conn, dag_id, message, at=at)
     if changed:
         log.error("DAG %s cannot be scheduled: %s (the other DAGs go on; fix it and apply it again)", dag_id, message)
         record_events(conn, [{"at": at, "who": who, "entity": "dag", "dag_id": dag_id, "to_state": "import_error",

@@ -24,10 +24,8 @@ import datetime as dt
 import json
 from collections.abc import Sequence
 
-from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 
-from dagline.db.models import dag_run_t, dag_version_t, signal_t, ti_t
 from dagline.domain.templating import build_context, spark_templates
 from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
 from dagline.scheduler.critical_section import QueuedTI
@@ -35,6 +33,7 @@ from dagline.scheduler.isolation import describe, is_dags_fault
 from dagline.scheduler.renderer import Renderer, RenderFailed, RenderInterrupted, RenderRequest
 from dagline.spec import Task
 from dagline.store.dags import DagCache
+from dagline.store.launches import runs_and_signals_of_tries
 from dagline.store.tokens import issue_try_tokens
 from dagline.times import duration_seconds
 
@@ -79,7 +78,7 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
     if not queued:
         return Gathered([], [])
     runs, signals = {}, {}  # each try's run, with the folder of its DAG version, and its signal: one read
-    for row in conn.execute(_RUNS_AND_SIGNALS, {"ti_ids": [q.ti_id for q in queued]}):
+    for row in runs_and_signals_of_tries(conn, [q.ti_id for q in queued]):
         runs[row.ti_id] = row
         if row.seq is not None:  # a signal started the try (a pruned signal is absent)
             signals[row.ti_id] = signal_for_templates(row)
@@ -116,18 +115,6 @@ def signal_for_templates(row) -> dict:
     """The signal that started a try, as its templates see it ({key, value, seq, source}), from a row
     with the signal's columns."""
     return {"key": row.key, "value": json.loads(row.value), "seq": row.seq, "source": row.source}
-
-
-# Built once with bind parameters: SQLAlchemy then neither rebuilds them nor computes their cache key
-# at each launch (see `db.claims`).
-_RUNS_AND_SIGNALS = (
-    select(ti_t.c.id.label("ti_id"), dag_run_t.c.run_id, dag_run_t.c.logical_date, dag_run_t.c.data_interval_start,
-           dag_run_t.c.data_interval_end, dag_run_t.c.conf, dag_version_t.c.source_dir, signal_t.c.seq,
-           signal_t.c.key, signal_t.c.value, signal_t.c.source)
-    .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
-    .outerjoin(dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
-    .outerjoin(signal_t, signal_t.c.seq == ti_t.c.signal_seq)
-    .where(ti_t.c.id.in_(bindparam("ti_ids", expanding=True))))
 
 
 def render_launches(gathered: Gathered, renderer: Renderer) -> Rendered:

@@ -16,15 +16,14 @@ import dataclasses
 import datetime as dt
 from collections.abc import Callable
 
-from sqlalchemy import select
-
 from dagline.clock import Clock
 from dagline.db.engine import Database
-from dagline.db.models import dag_run_t, pool_t, ti_t
 from dagline.domain.states import RunState, TIState
 from dagline.executors.base import Executor
 from dagline.scheduler.loop import Scheduler
 from dagline.scheduler.settings import SchedulerSettings
+from dagline.store.facts import pool_sizes
+from dagline.store.runs import run_state, run_task_instances
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,10 +54,10 @@ class Outcome:
 def look(db: Database, run_pk: int) -> tuple[str, list[TaskView]]:
     """The run's state and its task instances, in id order (the DAG's task order)."""
     with db.begin() as conn:
-        state = conn.execute(select(dag_run_t.c.state).where(dag_run_t.c.id == run_pk)).scalar_one()
+        state = run_state(conn, run_pk)
         tis = [TaskView(r.task_id, r.state, r.try_number, r.max_tries, r.pool, r.pool_slots, r.start_date,
                         r.end_date, r.next_retry_at)
-               for r in conn.execute(select(ti_t).where(ti_t.c.dag_run_id == run_pk).order_by(ti_t.c.id))]
+               for r in run_task_instances(conn, run_pk)]
     return state, tis
 
 
@@ -90,7 +89,7 @@ def blocked_for_good(tasks: list[TaskView], pools: dict[str, int], *, now: dt.da
 
 def _pools(db: Database) -> dict[str, int]:
     with db.begin() as conn:
-        return dict(conn.execute(select(pool_t.c.name, pool_t.c.slots)).all())
+        return pool_sizes(conn)
 
 
 def drive_test_run(

@@ -41,17 +41,24 @@ import datetime as dt
 import json
 import logging
 
-from sqlalchemy import and_, bindparam, func, null, select, union_all, update
 from sqlalchemy.engine import Connection
 
 from dagline.db.claims import claim_unhandled_signals, lock_dag, lock_run_for_signal
-from dagline.db.models import dag_run_t, dag_t, signal_action_t, signal_listener_t, ti_t
 from dagline.db.notify import hold_announcements
 from dagline.db.transitions import request_stop
 from dagline.domain.states import RunState, RunType, SignalAction, SignalActionStatus, TIState
 from dagline.scheduler.examine import examine_runs
 from dagline.scheduler.signal_starts import STARTING, StartActions, action_row, insert_actions, supersede_pending
 from dagline.store.dags import DagCache
+from dagline.store.runs import run_named
+from dagline.store.signal_actions import (
+    action_exists,
+    listeners,
+    set_try_signal,
+    supersede_done_starts,
+    task_instance,
+    task_instances_of_runs,
+)
 from dagline.store.timeline import NewRun, insert_runs, live_run_at, timetable_for
 
 log = logging.getLogger(__name__)
@@ -91,7 +98,7 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
 
     tis: dict[tuple[int, str], object] = {}
     if locked:
-        for ti in conn.execute(_TIS_OF_RUNS, {"run_ids": list(locked)}):
+        for ti in task_instances_of_runs(conn, list(locked)):
             tis[(ti.dag_run_id, ti.task_id)] = ti
 
     starts = StartActions(conn, now)  # written per task instance, a few statements for a whole claim
@@ -113,7 +120,7 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
             if _act(conn, s, r, ti, now=now, who=who):
                 result.actions += 1
                 # a restart or stop changed the row (stop request, signal): the decision below reads it
-                tis[(r.run_pk, r.task_id)] = conn.execute(_TI, {"ti_id": ti.id}).one()
+                tis[(r.run_pk, r.task_id)] = task_instance(conn, ti.id)
     result.actions += starts.flush()
     if locked:
         examined = examine_runs(conn, list(locked.values()), now=now, dags=dags, who=who,
@@ -129,37 +136,9 @@ def _listeners(conn: Connection, keys: list[str]) -> tuple[dict, dict]:
     active DAGs (by DAG id, rule), and key -> (task rule, run) for each running run (`dags test` runs
     left out: their own process drives them) of the versions that have the rule (by run id, rule)."""
     triggers, rules = collections.defaultdict(list), collections.defaultdict(list)
-    for row in conn.execute(_LISTENERS, {"keys": keys}):
+    for row in listeners(conn, keys):
         (triggers if row.run_pk is None else rules)[row.key].append(row)
     return triggers, rules
-
-
-# Statements of every reaction, built once with bind parameters: SQLAlchemy then neither rebuilds them
-# nor computes their cache key at each call (see `db.claims`).
-
-def _listeners_statement():
-    lst = signal_listener_t.c
-    keys = bindparam("keys", expanding=True)
-    trigger_rows = (
-        select(signal_listener_t, null().label("run_pk"), null().label("run_name"))
-        .join(dag_t, and_(dag_t.c.current_version_id == lst.dag_version_id, dag_t.c.is_active.is_(True)))
-        .where(lst.key.in_(keys), lst.action == SignalAction.TRIGGER))
-    rule_rows = (
-        select(signal_listener_t, dag_run_t.c.id, dag_run_t.c.run_id)
-        .join(dag_run_t, dag_run_t.c.dag_version_id == lst.dag_version_id)
-        .where(lst.key.in_(keys), lst.action != SignalAction.TRIGGER, dag_run_t.c.state == RunState.RUNNING,
-               dag_run_t.c.is_test.is_(False)))
-    both = union_all(trigger_rows, rule_rows).subquery()
-    return select(both).order_by(both.c.run_pk.nulls_first(), both.c.dag_id, both.c.rule)
-
-
-_LISTENERS = _listeners_statement()
-_TIS_OF_RUNS = select(ti_t).where(ti_t.c.dag_run_id.in_(bindparam("run_ids", expanding=True)))
-_TI = select(ti_t).where(ti_t.c.id == bindparam("ti_id"))
-_A = signal_action_t.c
-_ALREADY = select(func.count()).select_from(signal_action_t).where(
-    _A.signal_seq == bindparam("seq"), _A.rule == bindparam("rule"), _A.dag_run_id == bindparam("run"),
-    _A.task_id == bindparam("task"))
 
 
 def _in_scope(rule, signal) -> bool:
@@ -185,14 +164,9 @@ def _act(conn: Connection, s, r, ti, *, now: dt.datetime, who: str) -> bool:
                                   detail=f"stopping try {ti.try_number}")
         if ti.state in (TIState.SCHEDULED, TIState.UP_FOR_RETRY):
             # not started yet: the try about to start takes this signal (and no longer an earlier one)
-            a = signal_action_t.c
-            conn.execute(update(signal_action_t)
-                         .where(a.dag_run_id == ti.dag_run_id, a.task_id == ti.task_id,
-                                a.status == SignalActionStatus.DONE, a.action.in_(STARTING),
-                                a.try_number == ti.try_number + 1)
-                         .values(status=SignalActionStatus.SUPERSEDED,
-                                 detail=f"superseded by signal {s.seq} before its try started"))
-            conn.execute(update(ti_t).where(ti_t.c.id == ti.id).values(signal_seq=s.seq))
+            supersede_done_starts(conn, ti.dag_run_id, ti.task_id, starting=STARTING, next_try=ti.try_number + 1,
+                                  detail=f"superseded by signal {s.seq} before its try started")
+            set_try_signal(conn, ti.id, s.seq)
             return _insert_action(conn, s.sent_at, **row, status=SignalActionStatus.DONE, try_number=ti.try_number + 1,
                                   done_at=now, detail="the next try starts with this signal")
         return _insert_action(conn, s.sent_at, **row, status=SignalActionStatus.PENDING)
@@ -209,7 +183,7 @@ def _act(conn: Connection, s, r, ti, *, now: dt.datetime, who: str) -> bool:
 
 
 def _already(conn: Connection, s, r) -> bool:
-    return conn.execute(_ALREADY, {"seq": s.seq, "rule": r.rule, "run": r.run_pk, "task": r.task_id}).scalar_one() > 0
+    return action_exists(conn, s.seq, r.rule, r.run_pk, r.task_id)
 
 
 def _request_stop(conn: Connection, ti, *, now: dt.datetime, who: str, why: str) -> None:
@@ -220,8 +194,7 @@ def _trigger(conn: Connection, s, listener, *, now: dt.datetime, dags: DagCache,
     """Create the run a trigger asks for; False if this signal already created it."""
     dag = dags.get(conn, listener.dag_version_id)
     run_name = f"signal__{s.seq}"
-    if conn.execute(select(dag_run_t.c.id).where(dag_run_t.c.dag_id == dag.dag_id,
-                                                 dag_run_t.c.run_id == run_name)).first() is not None:
+    if run_named(conn, dag.dag_id, run_name) is not None:
         return False
     value = json.loads(s.value)
     conf = value if isinstance(value, dict) else {"value": value}

@@ -24,35 +24,15 @@ import datetime as dt
 import functools
 from collections.abc import Sequence
 
-from sqlalchemy import bindparam, select, tuple_, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 from dagline import metrics
-from dagline.db.models import signal_action_t
 from dagline.db.observe import at_commit
 from dagline.domain.states import SignalAction, SignalActionStatus
+from dagline.store.signal_actions import actions_taken, insert_action_rows, supersede_pending_actions
 
-_COLUMNS = ("signal_seq", "rule", "dag_id", "dag_run_id", "run_id", "task_id", "action", "status",
-            "try_number", "decided_at", "done_at", "detail")
 _ACTION_DEFAULTS = {"try_number": None, "done_at": None, "detail": None}
-_A = signal_action_t.c
 STARTING = (SignalAction.START, SignalAction.RESTART)  # the actions that start a try
-
-
-def _insert_statement(dialect_insert):
-    return (dialect_insert(signal_action_t).values({c: bindparam(c, type_=_A[c].type) for c in _COLUMNS})
-            .on_conflict_do_nothing(index_elements=["signal_seq", "rule", "dag_run_id", "task_id"])
-            .returning(_A.signal_seq, _A.rule))
-
-
-_INSERT = {"postgresql": _insert_statement(pg_insert), "sqlite": _insert_statement(sqlite_insert)}
-_SUPERSEDE = (update(signal_action_t)
-              .where(_A.dag_run_id == bindparam("run"), _A.task_id == bindparam("task"),
-                     _A.status == SignalActionStatus.PENDING, _A.action.in_(bindparam("actions", expanding=True)))
-              .values(status=SignalActionStatus.SUPERSEDED, done_at=bindparam("now", type_=_A.done_at.type),
-                      detail=bindparam("detail")))
 
 
 def insert_actions(conn: Connection, rows: Sequence[dict], sent_at: Sequence[dt.datetime]) -> set[tuple[int, str]]:
@@ -63,8 +43,7 @@ def insert_actions(conn: Connection, rows: Sequence[dict], sent_at: Sequence[dt.
     (`metrics.SIGNAL_ACTION_LATENCY`, by action)."""
     if not rows:
         return set()
-    stmt = _INSERT["postgresql" if conn.dialect.name == "postgresql" else "sqlite"]
-    written = {(r.signal_seq, r.rule) for r in conn.execute(stmt, [{**_ACTION_DEFAULTS, **row} for row in rows])}
+    written = insert_action_rows(conn, [{**_ACTION_DEFAULTS, **row} for row in rows])
     observed = [(row["action"], max((row["decided_at"] - sent).total_seconds(), 0.0))  # a clock may be behind
                 for row, sent in zip(rows, sent_at, strict=True) if (row["signal_seq"], row["rule"]) in written]
     if observed:
@@ -75,8 +54,7 @@ def insert_actions(conn: Connection, rows: Sequence[dict], sent_at: Sequence[dt.
 def supersede_pending(conn: Connection, run_pk: int, task_id: str, *, actions: Sequence[str], now: dt.datetime,
                       by: int) -> None:
     """The task instance's pending actions of these kinds are superseded by signal `by`."""
-    conn.execute(_SUPERSEDE, {"run": run_pk, "task": task_id, "actions": list(actions), "now": now,
-                              "detail": f"superseded by signal {by}"})
+    supersede_pending_actions(conn, run_pk, task_id, actions=actions, now=now, detail=f"superseded by signal {by}")
 
 
 def action_row(s, r, *, now: dt.datetime, **fields) -> dict:
@@ -118,9 +96,7 @@ class StartActions:
         run_pk, task_id = key
         latest = [(s.signal_seq, s.rule) for s in starts if s.latest]
         if latest:  # `latest` alone checks first: `each` relies on the unique row (a conflict writes nothing)
-            acted = {(row.signal_seq, row.rule) for row in self.conn.execute(
-                select(_A.signal_seq, _A.rule).where(_A.dag_run_id == run_pk, _A.task_id == task_id,
-                                                     tuple_(_A.signal_seq, _A.rule).in_(latest)))}
+            acted = actions_taken(self.conn, run_pk, task_id, latest)
             starts = [s for s in starts if not (s.latest and (s.signal_seq, s.rule) in acted)]
         rows = [dict(s.row) for s in starts]
         first_latest = next((s.signal_seq for s in starts if s.latest), None)

@@ -13,17 +13,16 @@ from __future__ import annotations
 import collections
 import datetime as dt
 
-from sqlalchemy import func, or_, select
 from sqlalchemy.engine import Connection
 
-from dagline.db.claims import lock_dags_with_startable_runs, startable_runs
-from dagline.db.models import dag_run_t, dag_t
+from dagline.db.claims import lock_dags_with_startable_runs
 from dagline.db.transitions import change_runs
 from dagline.domain.admission import max_active_runs_reason
 from dagline.domain.states import RunState
 from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
 from dagline.store.dags import DagCache
-from dagline.store.facts import running_backfills, running_run_counts
+from dagline.store.facts import current_version_ids, first_queued_runs, running_backfills, running_run_counts
+from dagline.store.runs import newest_run_id
 
 
 def start_queued_runs(
@@ -72,8 +71,7 @@ def _max_active_runs(conn: Connection, dag_ids: list[str], dags: DagCache, *, no
                      who: str) -> dict[str, int]:
     """dag_id -> `maxActiveRuns` of its current version; a DAG whose version cannot be read is left out
     (its runs wait) after recording its import error."""
-    current = dict(conn.execute(
-        select(dag_t.c.dag_id, dag_t.c.current_version_id).where(dag_t.c.dag_id.in_(dag_ids))).all())
+    current = current_version_ids(conn, dag_ids)
     dags.prefetch(conn, current.values())
     found = {}
     for dag_id in dag_ids:
@@ -100,19 +98,7 @@ def _first_queued(conn: Connection, dag_ids: list[str], now: dt.datetime, cap: i
                   only: int | None, waited_since: dt.datetime | None) -> dict[tuple[str, int | None], _Queued]:
     """Up to `cap` due queued runs per (DAG, backfill) in each direction of logical date (ties by id), in
     one query (window functions, on both databases). Test runs are never queued, so never met here."""
-    partition = (dag_run_t.c.dag_id, dag_run_t.c.backfill_id)
-    oldest = func.row_number().over(partition_by=partition, order_by=(dag_run_t.c.logical_date, dag_run_t.c.id))
-    newest = func.row_number().over(partition_by=partition,
-                                    order_by=(dag_run_t.c.logical_date.desc(), dag_run_t.c.id))
-    due = (
-        select(dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.backfill_id, oldest.label("oldest"),
-               newest.label("newest"))
-        .where(dag_run_t.c.dag_id.in_(dag_ids), *startable_runs(now, waited_since))
-    )
-    if only is not None:
-        due = due.where(dag_run_t.c.backfill_id == only)
-    due = due.subquery()
-    rows = conn.execute(select(due).where(or_(due.c.oldest <= cap, due.c.newest <= cap))).all()
+    rows = first_queued_runs(conn, dag_ids, now, cap, only, waited_since)
     found: dict[tuple[str, int | None], _Queued] = collections.defaultdict(_Queued)
     for row in sorted(rows, key=lambda r: r.oldest):
         if row.oldest <= cap:
@@ -127,4 +113,4 @@ def newest_run(conn: Connection) -> int:
     """The newest run id (a primary-key lookup): compared with what a start step saw, whether runs came
     since, from another writer, where nothing announces them (SQLite; see `phases.take_in`).
     Only new ones count: a run that was already waiting for a `maxActiveRuns` place does not."""
-    return conn.execute(select(func.max(dag_run_t.c.id))).scalar() or 0
+    return newest_run_id(conn)

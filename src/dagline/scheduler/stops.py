@@ -8,11 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sqlalchemy import select, tuple_
 from sqlalchemy.engine import Connection
 
-from dagline.db.models import ti_t
-from dagline.domain.states import TIState
+from dagline.store.tries import tries_asked_to_stop
 
 
 def tries_to_stop(conn: Connection, mine: Mapping[tuple[int, int], object]) -> list[tuple[int, int]]:
@@ -22,8 +20,5 @@ def tries_to_stop(conn: Connection, mine: Mapping[tuple[int, int], object]) -> l
     pairs = list(mine)
     for start in range(0, len(pairs), 500):
         chunk = pairs[start:start + 500]
-        found += [(r.id, r.try_number) for r in conn.execute(
-            select(ti_t.c.id, ti_t.c.try_number)
-            .where(tuple_(ti_t.c.id, ti_t.c.try_number).in_(chunk), ti_t.c.stop_requested_at.is_not(None),
-                   ti_t.c.state.in_(list(TIState.ACTIVE))))]
+        found += [(r.id, r.try_number) for r in tries_asked_to_stop(conn, chunk)]
     return found

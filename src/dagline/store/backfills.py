@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import and_, exists, insert, select, update
 from sqlalchemy.engine import Connection
 
 from dagline.db.claims import lock_dag
@@ -309,3 +310,19 @@ def set_backfill_paused(db: Database, backfill_id: int, paused: bool, *, now: dt
         record_events(conn, [{"at": now, "who": who, "entity": "backfill", "dag_id": row.dag_id,
                               "detail": f"backfill {backfill_id}", "from_state": before, "to_state": after}])
     return True
+
+
+def complete_finished_backfills(conn: Connection, *, now: dt.datetime) -> list:
+    """Mark the running backfills none of whose runs is active any more as completed at `now`; returns
+    their (id, dag_id). The WHERE keeps the invariant: a backfill with an active run stays running."""
+    unfinished = exists().where(and_(dag_run_t.c.backfill_id == backfill_t.c.id,
+                                     dag_run_t.c.state.in_(RunState.ACTIVE)))
+    return conn.execute(
+        update(backfill_t).where(backfill_t.c.state == BackfillState.RUNNING, ~unfinished)
+        .values(state=BackfillState.COMPLETED, completed_at=now).returning(backfill_t.c.id, backfill_t.c.dag_id)
+    ).all()
+
+
+def backfills_by_request_id(conn: Connection, request_ids: list[str]) -> dict[str, Any]:
+    """request id -> every column of the backfill created for it, for those of `request_ids` created."""
+    return {r.request_id: r for r in conn.execute(select(backfill_t).where(backfill_t.c.request_id.in_(request_ids)))}

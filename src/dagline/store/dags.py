@@ -12,7 +12,7 @@ import dataclasses
 import datetime as dt
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy import func, insert, select, update
@@ -348,3 +348,47 @@ def deactivate(db: Database, dag_id: str, *, now: dt.datetime, who: str = "cli")
                           "to_state": BackfillState.CANCELLED}
                          for b in sorted(backfills)])
     return len(cancelled)
+
+
+def store_import_error(conn: Connection, dag_id: str, message: str, *, at: dt.datetime) -> int:
+    """Store why a DAG cannot be scheduled on its row and take it off the create-runs schedule
+    (`next_dagrun_create_after` = NULL); returns the rows changed (0 or 1). Only its first error is kept
+    until an apply clears it (`import_error IS NULL` in the WHERE)."""
+    return conn.execute(
+        update(dag_t)
+        .where(dag_t.c.dag_id == dag_id, dag_t.c.import_error.is_(None))
+        .values(import_error=message, import_error_at=at, next_dagrun_create_after=None)
+    ).rowcount
+
+
+def dag_timezone_and_activity(conn: Connection, dag_id: str, *, with_paused: bool = False):
+    """The stored DAG's (timezone, is_active[, is_paused with `with_paused`]), or None if it was never
+    applied."""
+    columns = (dag_t.c.timezone, dag_t.c.is_active, dag_t.c.is_paused) if with_paused else (
+        dag_t.c.timezone, dag_t.c.is_active)
+    return conn.execute(select(*columns).where(dag_t.c.dag_id == dag_id)).first()
+
+
+def dag_sources(conn: Connection, dag_ids: Iterable[str]) -> dict[str, str | None]:
+    """dag_id -> the `source_path` of the stored DAG (a file, or the `k8s://<namespace>/<name>` object
+    defining it), for those of `dag_ids` stored."""
+    rows = conn.execute(select(dag_t.c.dag_id, dag_t.c.source_path).where(dag_t.c.dag_id.in_(list(dag_ids))))
+    return dict(rows.all())
+
+
+def dags_with_current_version(conn: Connection, dag_ids: list[str]) -> list:
+    """Every column of the stored DAGs among `dag_ids`, with `version` (the hash of their current version;
+    None for a DAG without one)."""
+    return conn.execute(
+        select(dag_t, dag_version_t.c.version)
+        .join(dag_version_t, dag_version_t.c.id == dag_t.c.current_version_id, isouter=True)
+        .where(dag_t.c.dag_id.in_(dag_ids))).all()
+
+
+def next_runs_of_dags(conn: Connection, dag_ids: list[str]) -> list:
+    """(dag_id, current_version_id, next_dagrun, its data interval, next_dagrun_create_after) of these
+    DAGs, in dag_id order."""
+    return conn.execute(select(dag_t.c.dag_id, dag_t.c.current_version_id, dag_t.c.next_dagrun,
+                               dag_t.c.next_dagrun_data_interval_start, dag_t.c.next_dagrun_data_interval_end,
+                               dag_t.c.next_dagrun_create_after)
+                        .where(dag_t.c.dag_id.in_(dag_ids)).order_by(dag_t.c.dag_id)).all()

@@ -34,10 +34,11 @@ import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import bindparam, func, or_, select
 from sqlalchemy.engine import Connection
 
-from dagline.db.models import backfill_t, dag_run_t, pool_t, signal_action_t, ti_t
+from dagline.db.claims import startable_runs
+from dagline.db.models import backfill_t, dag_run_t, dag_t, pool_t, signal_action_t, ti_t
 from dagline.domain.admission import Candidate, Limits, Load
 from dagline.domain.run_decision import RunDecision, TaskFacts, TIFacts, decide_run
 from dagline.domain.states import BackfillState, RunState, SignalAction, SignalActionStatus, TIState
@@ -217,6 +218,15 @@ def admission_load(conn: Connection, dag_ids: Iterable[str]) -> Load:
     return Load(pool_used=pool_used, dag_active=dag_active, task_active=task_active)
 
 
+_ANY_SCHEDULED = select(ti_t.c.id).where(ti_t.c.state == TIState.SCHEDULED).limit(1)  # built once
+
+
+def any_scheduled(conn: Connection) -> bool:
+    """Whether any task instance at all is `scheduled` (one row of an index, no lock): when none is, the
+    critical section has nothing to queue and leaves the pool rows alone."""
+    return conn.execute(_ANY_SCHEDULED).first() is not None
+
+
 def pool_sizes(conn: Connection) -> dict[str, int]:
     """pool -> slots, as read (the critical section has them from its lock: `claims.lock_pools_nowait`)."""
     return dict(conn.execute(select(pool_t.c.name, pool_t.c.slots)).all())
@@ -268,3 +278,30 @@ _STATES_OF_RUNS = (select(ti_t.c.dag_run_id, ti_t.c.task_id, ti_t.c.state)
 _ACTIVE_LOAD = (  # the critical section reads it at every queueing
     select(ti_t.c.pool, ti_t.c.dag_id, ti_t.c.task_id, func.count(), func.sum(ti_t.c.pool_slots))
     .where(ti_t.c.state.in_(TIState.ACTIVE)).group_by(ti_t.c.pool, ti_t.c.dag_id, ti_t.c.task_id))
+
+
+def current_version_ids(conn: Connection, dag_ids: Sequence[str]) -> dict[str, int | None]:
+    """dag_id -> its current version id, for those of `dag_ids` that exist."""
+    return dict(conn.execute(
+        select(dag_t.c.dag_id, dag_t.c.current_version_id).where(dag_t.c.dag_id.in_(dag_ids))).all())
+
+
+def first_queued_runs(conn: Connection, dag_ids: Sequence[str], now: dt.datetime, cap: int,
+                      only: int | None, waited_since: dt.datetime | None) -> list:
+    """(id, dag_id, backfill_id, oldest, newest) of the due queued runs (`claims.startable_runs`) of
+    `dag_ids` (of backfill `only` alone, if given) among the first `cap` of their (DAG, backfill) in either
+    direction of logical date (ties by id): `oldest`/`newest` are their ranks. One query (window
+    functions, on both databases)."""
+    partition = (dag_run_t.c.dag_id, dag_run_t.c.backfill_id)
+    oldest = func.row_number().over(partition_by=partition, order_by=(dag_run_t.c.logical_date, dag_run_t.c.id))
+    newest = func.row_number().over(partition_by=partition,
+                                    order_by=(dag_run_t.c.logical_date.desc(), dag_run_t.c.id))
+    due = (
+        select(dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.backfill_id, oldest.label("oldest"),
+               newest.label("newest"))
+        .where(dag_run_t.c.dag_id.in_(dag_ids), *startable_runs(now, waited_since))
+    )
+    if only is not None:
+        due = due.where(dag_run_t.c.backfill_id == only)
+    due = due.subquery()
+    return conn.execute(select(due).where(or_(due.c.oldest <= cap, due.c.newest <= cap))).all()

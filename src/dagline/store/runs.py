@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import weakref
 
-from sqlalchemy import and_, bindparam, or_, select, update
+from sqlalchemy import and_, bindparam, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from dagline.db.claims import lock_dag, lock_run_for_signal
@@ -246,3 +246,35 @@ def _drop_pending(conn: Connection, run_pk: int, task_ids: list[str], *, now: dt
     conn.execute(update(signal_action_t)
                  .where(a.dag_run_id == run_pk, a.task_id.in_(task_ids), a.status == SignalActionStatus.PENDING)
                  .values(status=SignalActionStatus.DROPPED, done_at=now, detail=why))
+
+
+def run_state(conn: Connection, run_pk: int) -> str:
+    """The state of run `run_pk` (which must exist)."""
+    return conn.execute(select(dag_run_t.c.state).where(dag_run_t.c.id == run_pk)).scalar_one()
+
+
+def run_task_instances(conn: Connection, run_pk: int) -> list:
+    """Every column of run `run_pk`'s task instances, in id order (the DAG's task order)."""
+    return conn.execute(select(ti_t).where(ti_t.c.dag_run_id == run_pk).order_by(ti_t.c.id)).all()
+
+
+def newest_run_id(conn: Connection) -> int:
+    """The newest run id, 0 when there is none (a primary-key lookup)."""
+    return conn.execute(select(func.max(dag_run_t.c.id))).scalar() or 0
+
+
+def run_named(conn: Connection, dag_id: str, run_id: str) -> int | None:
+    """The id of the DAG's run named `run_id`, or None."""
+    row = conn.execute(select(dag_run_t.c.id).where(dag_run_t.c.dag_id == dag_id,
+                                                    dag_run_t.c.run_id == run_id)).first()
+    return None if row is None else row.id
+
+
+_EXAMINED = (update(dag_run_t).where(dag_run_t.c.id.in_(bindparam("run_ids", expanding=True)))
+             .values(last_scheduling_decision=bindparam("now", type_=dag_run_t.c.last_scheduling_decision.type)))
+
+
+def mark_examined(conn: Connection, run_ids: list[int], *, now: dt.datetime) -> None:
+    """These runs were examined at `now` (`last_scheduling_decision`). Built once with bind parameters:
+    it runs at every examination."""
+    conn.execute(_EXAMINED, {"run_ids": run_ids, "now": now})

@@ -27,11 +27,9 @@ import datetime as dt
 import logging
 from collections.abc import Sequence
 
-from sqlalchemy import func, or_, select
 from sqlalchemy.engine import Connection
 
 from dagline.db.claims import claim_orphaned_tis, claim_stale_replicas
-from dagline.db.models import dag_run_t, replica_t, ti_t
 from dagline.db.replicas import HOSTNAME, database_now, mark_all_others_dead
 from dagline.db.transitions import fail_running_tries, record_events
 from dagline.domain.states import ReplicaState, TIState
@@ -43,6 +41,7 @@ from dagline.scheduler.renderer import Renderer
 from dagline.scheduler.replica.resilience import Transactions
 from dagline.scheduler.tries import InFlight
 from dagline.store.dags import DagCache
+from dagline.store.replicas import live_replicas, orphans_by_replica_kind, own_and_tracked_tries
 
 log = logging.getLogger(__name__)
 
@@ -217,14 +216,7 @@ def _settle_zombies(conn: Connection, zombies: Sequence, *, now: dt.datetime, wh
 
 def _own_and_tracked(conn: Connection, replica_id: int, tracked: set[int]) -> list:
     """This replica's active task instances, and the current rows of the ones its executor runs."""
-    condition = (ti_t.c.queued_by_replica_id == replica_id) & ti_t.c.state.in_(TIState.ACTIVE)
-    if tracked:
-        condition = or_(condition, ti_t.c.id.in_(sorted(tracked)))
-    return conn.execute(
-        select(ti_t.c.id, ti_t.c.dag_run_id, ti_t.c.dag_id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.state,
-               ti_t.c.max_tries, ti_t.c.queued_by_replica_id, dag_run_t.c.dag_version_id)
-        .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id).where(condition).order_by(ti_t.c.id)
-    ).all()
+    return own_and_tracked_tries(conn, replica_id, tracked)
 
 
 def _orphans_waiting_elsewhere(
@@ -232,9 +224,7 @@ def _orphans_waiting_elsewhere(
 ) -> list[tuple[str, str, int]]:
     """(host, executor, count) of orphaned task instances that no live replica can adopt: none with their
     executor runs, or theirs is host-bound (as this replica's is) and none runs on their host."""
-    replica = replica_t
-    live = {(r.hostname, r.executor) for r in conn.execute(
-        select(replica.c.hostname, replica.c.executor).where(replica.c.state == ReplicaState.RUNNING))}
+    live = live_replicas(conn)
     live_executors = {e for _, e in live}
 
     def adoptable(host: str, kind: str) -> bool:
@@ -242,10 +232,5 @@ def _orphans_waiting_elsewhere(
             return (host, kind) in live
         return kind in live_executors
 
-    rows = conn.execute(
-        select(replica.c.hostname, replica.c.executor, func.count())
-        .select_from(ti_t.join(replica, replica.c.id == ti_t.c.queued_by_replica_id))
-        .where(ti_t.c.state.in_(TIState.ACTIVE), replica.c.state.in_((ReplicaState.DEAD, ReplicaState.STOPPED)))
-        .group_by(replica.c.hostname, replica.c.executor).order_by(replica.c.hostname, replica.c.executor)
-    ).all()
+    rows = orphans_by_replica_kind(conn)
     return [(r[0], r[1], r[2]) for r in rows if not adoptable(r[0], r[1])]
