@@ -102,6 +102,8 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, m
             server.shutdown()
     if until_idle and sched.replica_id is not None:
         _report_failed_runs(obj.db(), sched.who)
+        if clock.frozen and not sched.stop_requested:
+            _report_frozen_retries(obj.db(), clock.now())
 
 
 def _report_failed_runs(database, who: str) -> None:
@@ -115,6 +117,21 @@ def _report_failed_runs(database, who: str) -> None:
     if failed:
         raise OperationFailed(f"{len(failed)} run(s) failed:\n  " + "\n  ".join(reasons)
                               + "\n(see `dagline tasks list RUN_ID` and `dagline tasks logs`)")
+
+
+def _report_frozen_retries(database, now) -> None:
+    """`--until-idle --now`: exit 1, saying what waits and until when, when a try waits for a retry time
+    the frozen clock never reaches (the runs are left running: nothing more happens by waiting)."""
+    from dagline.store.read_models import pending_retries
+
+    with database.begin() as conn:
+        waiting = [r for r in pending_retries(conn, limit=50)
+                   if r.next_retry_at is not None and r.next_retry_at > now][:5]
+    if waiting:
+        raise OperationFailed("work is left that the frozen clock never reaches:\n  " + "\n  ".join(
+            f"run {r.run_id}: task {r.task_id} waits for its retry at {r.next_retry_at.isoformat()}; "
+            f"the clock is frozen at --now {now.isoformat()}" for r in waiting)
+            + "\n(run again with a later --now, or without --now)")
 
 
 @main.group()
