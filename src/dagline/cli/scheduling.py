@@ -22,6 +22,7 @@ from dagline.cli.base import (
     main,
     make_cli_executor,
     make_clock,
+    make_spanning_clock,
     now_option,
     parallelism_option,
     print_table,
@@ -60,8 +61,8 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, m
     from dagline.scheduler.settings import SchedulerSettings
     from dagline.scheduler.stop_deadline import StopDeadline
 
+    clock = make_spanning_clock(now)  # before anything is set up: a refused --now leaves nothing changed
     logformat.configure(log_format)
-    clock = make_clock(now)
     settings = SchedulerSettings.from_env()
     database = obj.db()
     sched = Scheduler(database, make_cli_executor(executor, parallelism, log_folder, clock), clock=clock,
@@ -203,7 +204,7 @@ def backfill_create(obj: Context, dag_id, start, end, reprocess, max_active_runs
                     request_id, conf, conf_file, as_json, now):
     """Plan and insert backfill runs for every interval whose logical date lies in [start, end]."""
     result = _create_backfill(obj, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
-                              request_id, conf, conf_file, make_clock(now).now())
+                              request_id, conf, conf_file, make_clock(now, dag_timezone(obj.db(), dag_id)).now())
     _print_plan(result, as_json, dag_timezone(obj.db(), dag_id))
 
 
@@ -221,7 +222,7 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
     from dagline.store.backfills import backfill_row
     from dagline.store.read_models import backfill_dict, backfill_task_counts, pending_retries, run_failures
 
-    clock = make_clock(now)
+    clock = make_clock(now, dag_timezone(obj.db(), dag_id))
     result = _create_backfill(obj, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
                               request_id, conf, conf_file, clock.now())
     _print_plan(result, as_json, dag_timezone(obj.db(), dag_id))
