@@ -219,10 +219,13 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
     """Create a backfill, then run a scheduler for its runs until they finish, with a progress bar."""
     from dagline.cli.progress import ProgressBar, retry_words
     from dagline.scheduler.loop import Scheduler
+    from dagline.scheduler.replica.guard import SchedulerLock
     from dagline.store.backfills import backfill_row
     from dagline.store.read_models import backfill_dict, backfill_task_counts, pending_retries, run_failures
 
     clock = make_clock(now, dag_timezone(obj.db(), dag_id))
+    if not dry_run:  # another scheduler on the SQLite file would stop this one: say so before writing anything
+        SchedulerLock(obj.db()).check()
     result = _create_backfill(obj, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
                               request_id, conf, conf_file, clock.now())
     _print_plan(result, as_json, dag_timezone(obj.db(), dag_id))
