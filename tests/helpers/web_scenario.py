@@ -46,10 +46,10 @@ def build(db, folder: pathlib.Path) -> dict:
     """Apply the DAGs and make the runs; returns names the tests use."""
     for path in write_dags(folder):
         cli(db, "dags", "apply", path)
-    cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", "2026-01-06T01:00:00", expect=1)
+    cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", "2026-01-06T01:00:00Z", expect=1)
     cli(db, "backfill", "create", "sales", "--start", "2026-01-03", "--end", "2026-01-03", "--reprocess", "failed",
         "--conf", '{"fixed": true}', "--now", "2026-01-06T02:00:00")
-    cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", "2026-01-06T02:00:00")
+    cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", "2026-01-06T02:00:00Z")
     token = cli(db, "tokens", "create", "ops", "--scope", "read", "--scope", "operate", "--scope",
                 "signals:send").strip()
     reader = cli(db, "tokens", "create", "viewer", "--scope", "read").strip()

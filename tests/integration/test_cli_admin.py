@@ -34,7 +34,7 @@ def two_dags(db, tmp_path):
     (tmp_path / "pooled.yaml").write_text(POOLED)
     cli(db, "pools", "set", "spark", "2")
     cli(db, "dags", "apply", str(tmp_path / "sales.yaml"), str(tmp_path / "pooled.yaml"))
-    cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", "2026-03-02")
+    cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", "2026-03-02T00:00:00Z")
     cli(db, "backfill", "create", "sales", "--start", "2026-03-02", "--end", "2026-03-03", "--now", "2026-03-05")
     return tmp_path
 

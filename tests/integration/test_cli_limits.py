@@ -65,7 +65,7 @@ def test_pool_names_that_end_in_a_newline_or_are_too_long_are_refused(db, name):
     (["backfill", "create", "sales", "--start", "2026-03-01", "--end", "9999-12-31"], "--end"),
     (["backfill", "create", "sales", "--start", "2026-03-01", "--end", f"{limits.MAX_YEAR}-12-31"], "--end"),
     (["dags", "next-runs", "sales", "--after", "9999-12-31"], "--after"),
-    (["scheduler", "--until-idle", "--executor", "noop", "--now", "0001-01-01"], "--now"),
+    (["scheduler", "--until-idle", "--executor", "noop", "--now", "0001-01-01T00:00:00Z"], "--now"),
 ])
 def test_dates_at_the_ends_of_the_calendar_are_exit_2_not_a_traceback(db, applied, args, option):
     refused(db, *args, words=[option, f"{limits.MIN_YEAR} to {limits.MAX_YEAR}"])
@@ -179,7 +179,7 @@ def test_a_run_id_reused_with_another_logical_date_or_conf_is_a_conflict(db, app
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "1e300"])
 def test_a_poll_interval_that_is_not_a_positive_finite_number_is_refused(db, applied, value):
-    refused(db, "scheduler", "--until-idle", "--executor", "noop", "--now", "2026-03-02",
+    refused(db, "scheduler", "--until-idle", "--executor", "noop", "--now", "2026-03-02T00:00:00Z",
             env={"DAGLINE_SCHEDULER_POLL_INTERVAL_S": value},
             words=["DAGLINE_SCHEDULER_POLL_INTERVAL_S", "must be a positive number no larger than 86,400"])
 
@@ -192,7 +192,7 @@ def test_a_poll_interval_that_is_not_a_positive_finite_number_is_refused(db, app
 ], ids=["at-work-zero", "at-work-nan", "left-negative", "left-not-a-number"])
 def test_a_work_gathering_window_that_is_not_a_positive_finite_number_is_refused(db, applied, variable, value,
                                                                                  says):
-    refused(db, "scheduler", "--until-idle", "--executor", "noop", "--now", "2026-03-02",
+    refused(db, "scheduler", "--until-idle", "--executor", "noop", "--now", "2026-03-02T00:00:00Z",
             env={variable: value}, words=[variable, says])
 
 

@@ -79,3 +79,15 @@ def test_with_a_frozen_clock_backfill_run_says_the_retry_never_comes(db, tmp_pat
     result = _backfill_run(db, "--now", "2026-03-01T00:00:00Z")
     assert result.exit_code == 1, result.output
     assert "retrying extract in 1s but the clock is frozen by --now" in result.output
+
+
+def test_with_a_frozen_clock_scheduler_until_idle_exits_1_naming_the_retry_it_cannot_reach(db, tmp_path):
+    manual_only = (RETRIED % {"outcome": FAILS_ONCE}).replace('schedule: "@daily"', "schedule: null")
+    apply(db, write_dag(tmp_path, manual_only))
+    run = trigger_run(db, "flaky", now=t("2026-03-01T00:00:00Z"), logical_date=t("2026-01-05T00:00:00Z"))
+    result = CliRunner().invoke(main, ["--db", db.url, "scheduler", "--executor", "noop", "--until-idle",
+                                       "--now", "2026-03-01T00:00:00Z"])
+    assert result.exit_code == 1, result.output
+    assert (f"run {run.run_id}: task extract waits for its retry at 2026-03-01T00:00:01+00:00; "
+            "the clock is frozen at --now 2026-03-01T00:00:00+00:00") in result.output
+    assert ti_states(db, run.id)["extract"] == "up_for_retry"

@@ -36,13 +36,33 @@ class Context:
         return self._db
 
 
-def make_clock(now: str | None):
+def make_clock(now: str | None, timezone: str = "UTC"):
+    """The clock `--now` asks for: without an offset, `--now` is read in `timezone` (the DAG's)."""
     if now is None:
         return SystemClock()
     try:
-        return FixedClock(parse_instant(now, "UTC"))
+        return FixedClock(parse_instant(now, timezone))
     except ValueError as exc:
         raise InvalidInput(str(exc), field="--now") from None
+
+
+def make_spanning_clock(now: str | None):
+    """The clock of a command that spans DAGs (`scheduler`, `operator`): no DAG's zone can read a `--now`
+    without an offset, so one is refused rather than read as UTC."""
+    if now is not None and not _has_offset(now):
+        raise InvalidInput(f"{now!r} has no offset, and this command spans DAGs with their own time zones: "
+                           "add one (e.g. 'Z' or '+02:00')", field="--now")
+    return make_clock(now)
+
+
+def _has_offset(text: str) -> bool:
+    raw = text.strip()
+    if raw.endswith("Z"):
+        return True
+    try:
+        return dt.datetime.fromisoformat(raw).tzinfo is not None
+    except ValueError:
+        return True  # not a time at all: make_clock says so
 
 
 def read_instant(value: str | None, field: str, timezone: str = "UTC") -> dt.datetime | None:

@@ -11,7 +11,7 @@ import os
 
 import click
 
-from dagline.cli.base import Context, log_folder_option, main, make_clock, now_option
+from dagline.cli.base import Context, log_folder_option, main, make_spanning_clock, now_option
 from dagline.errors import InvalidInput
 from dagline.executors import registry
 from dagline.k8s.settings import OperatorSettings
@@ -52,7 +52,7 @@ def operator_cmd(obj: Context, executor, parallelism, namespace, all_namespaces,
             click.echo("warning: SQLite: run exactly one operator replica (use PostgreSQL for more)", err=True)
         return db
 
-    runtime = Runtime.from_env(open_db=open_db, clock=make_clock(now), log_folder=log_folder,
+    runtime = Runtime.from_env(open_db=open_db, clock=make_spanning_clock(now), log_folder=log_folder,
                                all_namespaces=all_namespaces, executor=executor, parallelism=parallelism,
                                health_port=health_port, metrics_port=metrics_port, api_port=api_port,
                                namespace=namespace or None)

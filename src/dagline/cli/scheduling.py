@@ -22,6 +22,7 @@ from dagline.cli.base import (
     main,
     make_cli_executor,
     make_clock,
+    make_spanning_clock,
     now_option,
     parallelism_option,
     print_table,
@@ -60,8 +61,8 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, m
     from dagline.scheduler.settings import SchedulerSettings
     from dagline.scheduler.stop_deadline import StopDeadline
 
+    clock = make_spanning_clock(now)  # before anything is set up: a refused --now leaves nothing changed
     logformat.configure(log_format)
-    clock = make_clock(now)
     settings = SchedulerSettings.from_env()
     database = obj.db()
     sched = Scheduler(database, make_cli_executor(executor, parallelism, log_folder, clock), clock=clock,
@@ -102,6 +103,8 @@ def scheduler_cmd(obj: Context, executor, parallelism, until_idle, log_format, m
             server.shutdown()
     if until_idle and sched.replica_id is not None:
         _report_failed_runs(obj.db(), sched.who)
+        if clock.frozen and not sched.stop_requested:
+            _report_frozen_retries(obj.db(), clock.now())
 
 
 def _report_failed_runs(database, who: str) -> None:
@@ -115,6 +118,21 @@ def _report_failed_runs(database, who: str) -> None:
     if failed:
         raise OperationFailed(f"{len(failed)} run(s) failed:\n  " + "\n  ".join(reasons)
                               + "\n(see `dagline tasks list RUN_ID` and `dagline tasks logs`)")
+
+
+def _report_frozen_retries(database, now) -> None:
+    """`--until-idle --now`: exit 1, saying what waits and until when, when a try waits for a retry time
+    the frozen clock never reaches (the runs are left running: nothing more happens by waiting)."""
+    from dagline.store.read_models import pending_retries
+
+    with database.begin() as conn:
+        waiting = [r for r in pending_retries(conn, limit=50)
+                   if r.next_retry_at is not None and r.next_retry_at > now][:5]
+    if waiting:
+        raise OperationFailed("work is left that the frozen clock never reaches:\n  " + "\n  ".join(
+            f"run {r.run_id}: task {r.task_id} waits for its retry at {r.next_retry_at.isoformat()}; "
+            f"the clock is frozen at --now {now.isoformat()}" for r in waiting)
+            + "\n(run again with a later --now, or without --now)")
 
 
 @main.group()
@@ -186,7 +204,7 @@ def backfill_create(obj: Context, dag_id, start, end, reprocess, max_active_runs
                     request_id, conf, conf_file, as_json, now):
     """Plan and insert backfill runs for every interval whose logical date lies in [start, end]."""
     result = _create_backfill(obj, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
-                              request_id, conf, conf_file, make_clock(now).now())
+                              request_id, conf, conf_file, make_clock(now, dag_timezone(obj.db(), dag_id)).now())
     _print_plan(result, as_json, dag_timezone(obj.db(), dag_id))
 
 
@@ -201,10 +219,13 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
     """Create a backfill, then run a scheduler for its runs until they finish, with a progress bar."""
     from dagline.cli.progress import ProgressBar, retry_words
     from dagline.scheduler.loop import Scheduler
+    from dagline.scheduler.replica.guard import SchedulerLock
     from dagline.store.backfills import backfill_row
     from dagline.store.read_models import backfill_dict, backfill_task_counts, pending_retries, run_failures
 
-    clock = make_clock(now)
+    clock = make_clock(now, dag_timezone(obj.db(), dag_id))
+    if not dry_run:  # another scheduler on the SQLite file would stop this one: say so before writing anything
+        SchedulerLock(obj.db()).check()
     result = _create_backfill(obj, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
                               request_id, conf, conf_file, clock.now())
     _print_plan(result, as_json, dag_timezone(obj.db(), dag_id))

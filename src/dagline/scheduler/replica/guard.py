@@ -40,6 +40,12 @@ class SchedulerLock:
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
         self._fd = fd
 
+    def check(self) -> None:
+        """Raise as `acquire` would if another scheduler holds the lock now, and leave it free: for a
+        command that must fail before it writes anything (`backfill run` creates its backfill first)."""
+        self.acquire()
+        self.release()
+
     def release(self) -> None:
         if self._fd is not None:
             os.ftruncate(self._fd, 0)
