@@ -167,7 +167,9 @@ def _try_context(obj: Context, dag_id: str, task_id: str, logical_date: str, con
     date falls on that day (in the DAG's time zone), as `ds` names it. Without one, a test run at that
     date with the data interval the schedule gives it (for a bare date, its first scheduled run that
     day), said on stderr."""
+    from dagline.scheduler.launches import signal_for_templates
     from dagline.store.dags import DagCache, require_dag, version_source_dir
+    from dagline.store.pages import starting_signal
     from dagline.store.timeline import first_live_run_between, live_run_at, make_run_id, timetable_for
     from dagline.store.tries import try_number_of
     from dagline.times import parse_instant
@@ -189,7 +191,9 @@ def _try_context(obj: Context, dag_id: str, task_id: str, logical_date: str, con
             run = first_live_run_between(conn, dag_id, when, day_end)
         if run is not None:
             try_number = try_number_of(conn, run.id, task_id) or 1
+            signal = starting_signal(conn, run.id, task_id)
             facts = {"run_id": run.run_id, "logical_date": run.logical_date,
+                     "signal": signal_for_templates(signal) if signal is not None else None,
                      "data_interval": (run.data_interval_start, run.data_interval_end), "try_number": try_number,
                      "conf": conf_value if conf_value is not None else (run.conf or {})}
             return dag, dag.tasks[task_id], facts, source_dir
@@ -199,7 +203,7 @@ def _try_context(obj: Context, dag_id: str, task_id: str, logical_date: str, con
             when, interval = scheduled[0].logical_date, scheduled[0].data_interval
         else:
             interval = table.manual_interval(when)
-        facts = {"run_id": make_run_id("test", when), "logical_date": when,
+        facts = {"signal": None, "run_id": make_run_id("test", when), "logical_date": when,
                  "data_interval": (interval.start, interval.end), "try_number": 1, "conf": conf_value or {}}
     click.echo(f"note: {dag_id} has no run at {logical_date}; rendering a test run at logical date "
                f"{local_time(when, dag.timezone)} with the data interval the schedule gives it: "
@@ -241,7 +245,7 @@ def tasks_render(obj: Context, dag_id, task_id, logical_date, conf, conf_file, a
         dag_id=dag.dag_id, task_id=task.task_id, run_id=facts["run_id"], logical_date=facts["logical_date"],
         data_interval_start=facts["data_interval"][0], data_interval_end=facts["data_interval"][1],
         try_number=facts["try_number"], params={**dag.spec.params, **facts["conf"]}, conf=facts["conf"],
-        timezone=dag.timezone)
+        timezone=dag.timezone, signal=facts["signal"])
     context = {k: (v.isoformat() if isinstance(v, dt.datetime) else v) for k, v in context.items()}
     data = {"dag_id": dag.dag_id, "task_id": task.task_id, "run_id": facts["run_id"],
             "try_number": facts["try_number"], "main_application_file": job.main_application_file,

@@ -8,8 +8,9 @@ transaction open), and the caller records the failures in a transaction of its o
 (`executor_events.fail_unlaunchable`).
 
 A try started by a signal renders `{{ signal.key }}`, `{{ signal.value }}`, `{{ signal.seq }}` and
-`{{ signal.source }}` from that signal (`task_instance.signal_seq`); in any other try `signal` is
-null (None).
+`{{ signal.source }}` from that signal (`task_instance.signal_seq`); any other try of a run a signal
+created (a DAG's `triggers:`, its `trigger` signal action) renders the signal that created the run; in
+any other try `signal` is null (None).
 
 Each try also gets the environment it needs to send signals (`try_env`): `DAGLINE_API_URL` (where
 the HTTP API is, as the replica was told) and `DAGLINE_SIGNAL_TOKEN`, a token made for this try
@@ -24,10 +25,11 @@ import datetime as dt
 import json
 from collections.abc import Sequence
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import and_, bindparam, select
 from sqlalchemy.engine import Connection
 
-from dagline.db.models import dag_run_t, dag_version_t, signal_t, ti_t
+from dagline.db.models import dag_run_t, dag_version_t, signal_action_t, signal_t, ti_t
+from dagline.domain.states import SignalAction
 from dagline.domain.templating import build_context, spark_templates
 from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
 from dagline.scheduler.critical_section import QueuedTI
@@ -83,6 +85,9 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
         runs[row.ti_id] = row
         if row.seq is not None:  # a signal started the try (a pruned signal is absent)
             signals[row.ti_id] = signal_for_templates(row)
+        elif row.trigger_seq is not None:  # a signal created the run
+            signals[row.ti_id] = {"key": row.trigger_key, "value": json.loads(row.trigger_value),
+                                  "seq": row.trigger_seq, "source": row.trigger_source}
     dags.prefetch(conn, {q.dag_version_id for q in queued})
     tokens = issue_try_tokens(conn, [(q.ti_id, q.try_number) for q in queued], now=now)
     pending, broken = [], []
@@ -120,13 +125,20 @@ def signal_for_templates(row) -> dict:
 
 # Built once with bind parameters: SQLAlchemy then neither rebuilds them nor computes their cache key
 # at each launch (see `db.claims`).
+_trigger = signal_action_t.alias("trigger_action")  # the action of a signal that created the run
+_trigger_signal = signal_t.alias("trigger_signal")
 _RUNS_AND_SIGNALS = (
     select(ti_t.c.id.label("ti_id"), dag_run_t.c.run_id, dag_run_t.c.logical_date, dag_run_t.c.data_interval_start,
            dag_run_t.c.data_interval_end, dag_run_t.c.conf, dag_version_t.c.source_dir, signal_t.c.seq,
-           signal_t.c.key, signal_t.c.value, signal_t.c.source)
+           signal_t.c.key, signal_t.c.value, signal_t.c.source, _trigger_signal.c.seq.label("trigger_seq"),
+           _trigger_signal.c.key.label("trigger_key"), _trigger_signal.c.value.label("trigger_value"),
+           _trigger_signal.c.source.label("trigger_source"))
     .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
     .outerjoin(dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
     .outerjoin(signal_t, signal_t.c.seq == ti_t.c.signal_seq)
+    .outerjoin(_trigger, and_(_trigger.c.dag_run_id == dag_run_t.c.id, _trigger.c.task_id == "",
+                              _trigger.c.action == SignalAction.TRIGGER))
+    .outerjoin(_trigger_signal, _trigger_signal.c.seq == _trigger.c.signal_seq)
     .where(ti_t.c.id.in_(bindparam("ti_ids", expanding=True))))
 
 
