@@ -51,7 +51,7 @@ def test_dags_delete_asks_then_removes_the_dag_and_its_history(db, two_dags):
     before, pooled = snapshot(db), rows_of(db, "pooled")
     refused = CliRunner().invoke(main, ["--db", db.url, "dags", "delete", "sales"])  # no terminal, no answer
     assert refused.exit_code == 1 and "pass --yes" in refused.output
-    assert "with 3 runs, 6 task instances, 1 backfills and 1 versions?" in refused.output
+    assert "with 3 runs, 6 task instances, 1 backfill and 1 version?" in refused.output
     assert snapshot(db) == before
     with db.begin() as conn:
         events_before = conn.execute(select(func.count()).select_from(event_t)

@@ -11,6 +11,7 @@ import click
 from dagline.cli.base import Context, emit_json, json_option, main, make_clock, now_option, print_table
 from dagline.cli.state import runs, tasks
 from dagline.errors import InvalidInput
+from dagline.wording import counted
 
 
 def person() -> str:
@@ -151,5 +152,5 @@ def runs_stop(obj: Context, run_ref, now):
     from dagline.store.runs import stop_run
 
     stopping, skipped = stop_run(obj.db(), run_ref, now=make_clock(now).now())
-    click.echo(f"stopping {len(stopping)} try(ies): {', '.join(stopping) or '-'}; "
+    click.echo(f"stopping {counted(len(stopping), 'try', 'tries')}: {', '.join(stopping) or '-'}; "
                f"skipped {len(skipped)}: {', '.join(skipped) or '-'}")
