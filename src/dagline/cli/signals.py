@@ -70,8 +70,10 @@ def signals_list(obj: Context, key, since, limit, as_json):
     if as_json:
         emit_json(rows)
         return
-    print_table([{**r, "value": _short(r["value"]), "actions": _summary(r)} for r in rows],
-                ["seq", "key", "value", "id", "source", "sent_at", "actions"])
+    from dagline.cli.display import for_people
+
+    shown = for_people([{**r, "value": _short(r["value"]), "actions": _summary(r)} for r in rows], "UTC")
+    print_table(shown, ["seq", "key", "value", "id", "source", "sent_at", "actions"])
 
 
 @signals.command("show")
@@ -87,13 +89,16 @@ def signals_show(obj: Context, seq, as_json):
     if as_json:
         emit_json(row)
         return
+    from dagline.cli.display import for_people, local_time
+
     for name in ("seq", "key", "id", "source", "sent_at", "handled_at"):
-        click.echo(f"{name}: {'' if row[name] is None else row[name]}")
+        value = local_time(row[name], "UTC") if name.endswith("_at") else row[name]
+        click.echo(f"{name}: {'' if value is None else value}")
     click.echo(f"value: {json.dumps(row['value'])}")
     if row["actions"]:
         click.echo("actions:")
-        print_table(row["actions"], ["rule", "dag_id", "run_id", "task_id", "action", "status", "try_number",
-                                     "decided_at", "detail"])
+        print_table(for_people(row["actions"], "UTC"), ["rule", "dag_id", "run_id", "task_id", "action", "status",
+                                                        "try_number", "decided_at", "detail"])
     else:
         click.echo(f"actions: none ({row['why_nothing']})")
 
