@@ -29,6 +29,23 @@ def test_apply_list_show_and_json_fields(db, applied):
     assert "unchanged" in cli(db, "dags", "apply", str(applied)).output
 
 
+def test_show_spells_the_pause_state_as_the_spec_and_says_which_one_is_in_force(db, applied):
+    text = cli(db, "dags", "show", "sales").output
+    assert "\nactive: true\npaused: false\n" in text and "in force" not in text
+    cli(db, "dags", "pause", "sales")
+    text = cli(db, "dags", "show", "sales").output
+    assert "\npaused: true (in force, set by `dagline dags pause`; the spec's paused: false applies again" in text
+    assert "  paused: false\n" in text  # the spec as stored
+
+
+def test_counts_in_messages_take_the_singular_for_one(db, applied):
+    assert "(1 slot)" in cli(db, "pools", "set", "narrow", "1").output
+    assert "(2 slots)" in cli(db, "pools", "set", "narrow", "2").output
+    run_id = cli(db, "dags", "trigger", "sales", "--logical-date", "2026-03-05", "--now", "2026-03-06").output.strip()
+    assert "sales  (1 run, logical dates in UTC)" in cli(db, "runs", "grid", "sales", "--no-color").output
+    assert cli(db, "runs", "stop", run_id).output.startswith("stopping 0 tries: -; skipped 2: ")
+
+
 def test_next_runs_for_a_file_and_a_stored_dag(db, applied):
     rows = json.loads(cli(db, "dags", "next-runs", str(applied), "--count", "2", "--json").output)
     assert rows == [

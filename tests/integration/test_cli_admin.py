@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -50,7 +51,7 @@ def test_dags_delete_asks_then_removes_the_dag_and_its_history(db, two_dags):
     before, pooled = snapshot(db), rows_of(db, "pooled")
     refused = CliRunner().invoke(main, ["--db", db.url, "dags", "delete", "sales"])  # no terminal, no answer
     assert refused.exit_code == 1 and "pass --yes" in refused.output
-    assert "with 3 runs, 6 task instances, 1 backfills and 1 versions?" in refused.output
+    assert "with 3 runs, 6 task instances, 1 backfill and 1 version?" in refused.output
     assert snapshot(db) == before
     with db.begin() as conn:
         events_before = conn.execute(select(func.count()).select_from(event_t)
@@ -179,6 +180,28 @@ def test_config_lists_settings_and_where_they_came_from(tmp_path):
     assert "flag --db" in flagged.output
     bad = CliRunner(env={"DAGLINE_SCHEDULER_POLL_INTERVAL_S": "soon"}).invoke(main, ["config"])
     assert bad.exit_code == 2 and "DAGLINE_SCHEDULER_POLL_INTERVAL_S" in bad.output
+
+
+def test_config_lists_every_setting_of_the_settings_page(tmp_path):
+    """Each variable of docs/reference/settings.md that dagline reads (not those it sets in a try, nor the
+    tests' own) is a row of `dagline config --json`, with its value and where it came from."""
+    from pathlib import Path
+
+    page = (Path(__file__).parents[2] / "docs" / "reference" / "settings.md").read_text()
+    read = [part for part in page.split("\n## ")
+            if not part.startswith(("Set by dagline in every task try", "Tests, benchmarks and demos"))]
+    documented = set(re.findall(r"^\| `(DAGLINE_[A-Z0-9_]+)`", "\n## ".join(read), flags=re.MULTILINE))
+    assert {"DAGLINE_CALLBACK_WORKERS", "DAGLINE_API_MAX_BATCH", "DAGLINE_LOG_MAX_BYTES"} <= documented
+    env = {"DAGLINE_CALLBACK_WORKERS": "8", "DAGLINE_LOG_FILES": "3", "DAGLINE_API_MAX_BATCH": "10"}
+    result = CliRunner(env=env).invoke(main, ["config", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert documented - {row["variable"] for row in rows} == set()
+    by_name = {row["name"]: row for row in rows}
+    for name, value, variable in (("callback.workers", 8, "DAGLINE_CALLBACK_WORKERS"),
+                                  ("log.files", 3, "DAGLINE_LOG_FILES"), ("api.max_batch", 10, "DAGLINE_API_MAX_BATCH")):
+        assert (by_name[name]["value"], by_name[name]["source"]) == (value, f"environment variable {variable}")
+    assert by_name["log.max_bytes"]["source"] == "default"
 
 
 FOLLOWED = """

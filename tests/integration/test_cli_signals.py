@@ -54,6 +54,14 @@ def test_send_prints_the_seq_and_warns_when_nobody_listens(db, tmp_path):
     assert count(db) == 2
 
 
+def test_list_and_show_print_times_as_other_tables_and_json_keeps_utc(db):
+    cli(db, "signals", "send", "a.b", "--value", "1", "--now", "2026-05-01T12:00:07.250000Z")
+    table = cli(db, "signals", "list").stdout
+    assert "2026-05-01 12:00:07+00:00" in table and ".25" not in table
+    assert "sent_at: 2026-05-01 12:00:07+00:00\n" in cli(db, "signals", "show", "1").stdout
+    assert json.loads(cli(db, "signals", "list", "--json").stdout)[0]["sent_at"] == "2026-05-01T12:00:07.250000+00:00"
+
+
 def test_bad_input_is_refused_with_the_field_and_nothing_stored(db):
     assert "key" in cli(db, "signals", "send", "Model.X", expect=2).stderr
     assert "sent by dagline itself" in cli(db, "signals", "send", "dagline.task.a.b.success", expect=2).stderr

@@ -138,18 +138,41 @@ def test_bad_input_names_the_field_and_changes_nothing(db, applied, args, code, 
 
 
 def test_tasks_render_shows_what_a_try_would_get(db, applied):
-    data = json.loads(cli(db, "tasks", "render", "sales", "extract", "2026-03-02T02:00", "--json").output)
+    data = json.loads(cli(db, "tasks", "render", "sales", "extract", "2026-03-02T02:00", "--json").stdout)
     assert data["arguments"] == ["--ds", "2026-03-02", "--out", "/tmp/out", "--run",
                                  "test__2026-03-02T01:00:00+00:00"]
     assert data["context"]["data_interval_end"] == "2026-03-03T02:00:00+01:00"
     conf = json.loads(cli(db, "tasks", "render", "sales", "load", "2026-03-02T02:00", "--conf", '{"fail": 1}',
-                          "--json").output)["conf"]
+                          "--json").stdout)["conf"]
     assert conf == {"dagline.noop.outcome": "failed"}
     # With a run at that date, its run id and conf are the context, as for its real tries.
     cli(db, "dags", "trigger", "sales", "--logical-date", "2026-03-02T02:00", "--conf", '{"out": "/elsewhere"}',
         "--now", "2026-03-10")
     text = cli(db, "tasks", "render", "sales", "extract", "2026-03-02T02:00").output
     assert "  /elsewhere\n" in text and "  manual__2026-03-02T01:00:00+00:00\n" in text
+
+
+def test_tasks_render_of_a_date_uses_the_run_of_that_day(db, applied):
+    """`2026-03-02` names the day whose `ds` is 2026-03-02: the run at 02:00 that day, not a made-up one."""
+    cli(db, "dags", "trigger", "sales", "--logical-date", "2026-03-02T02:00", "--conf", '{"out": "/elsewhere"}',
+        "--now", "2026-03-10")
+    result = cli(db, "tasks", "render", "sales", "extract", "2026-03-02", "--json")
+    data = json.loads(result.stdout)
+    assert data["run_id"] == "manual__2026-03-02T01:00:00+00:00"
+    assert data["arguments"][1] == "2026-03-02" and "/elsewhere" in data["arguments"]
+    assert result.stderr == ""
+
+
+def test_tasks_render_without_a_run_uses_the_schedules_interval_and_says_so(db, applied):
+    for command in (["render"], ["test"]):
+        extra = ["--executor", "noop"] if command == ["test"] else ["--json"]
+        result = cli(db, "tasks", *command, "sales", "extract", "2026-03-02", *extra)
+        assert "no run at 2026-03-02" in result.stderr
+        assert "2026-03-02 02:00+01:00 to 2026-03-03 02:00+01:00" in result.stderr
+    data = json.loads(cli(db, "tasks", "render", "sales", "extract", "2026-03-02", "--json").stdout)
+    assert data["context"]["ds"] == "2026-03-02"
+    assert data["context"]["data_interval_start"] == "2026-03-02T02:00:00+01:00"
+    assert data["context"]["data_interval_end"] == "2026-03-03T02:00:00+01:00"
 
 
 def test_tasks_test_with_noop_stores_nothing(db, applied):

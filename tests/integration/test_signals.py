@@ -5,11 +5,14 @@ exactly-once action rows and per-key order."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import select, text
 
 from dagline import metrics
+from dagline.cli import main
 from dagline.clock import FixedClock
 from dagline.db import claims
 from dagline.db.models import signal_action_t, signal_t, ti_t
@@ -94,7 +97,8 @@ spec:
   triggers: [{signal: features.ready}]
   tasks:
     - id: build
-      spark: {mainApplicationFile: build.py, arguments: ["{{ conf.day }}", "{{ signal is none }}"]}
+      spark: {mainApplicationFile: build.py,
+              arguments: ["{{ conf.day }}", "{{ signal.key }}", "{{ signal.value.day }}", "{{ signal.seq }}"]}
 """
 
 
@@ -112,8 +116,10 @@ def test_a_trigger_creates_one_run_per_signal_queued_within_max_active_runs(db, 
     replica.settle()
     rows = runs(db, "features")
     assert [r["state"] for r in rows] == ["success"] * 4
-    assert sorted(args for _, args in replica.executor.args("build")) == [
-        ("2026-05-01", "True"), ("2026-05-01", "True"), ("2026-05-02", "True"), ("2026-05-03", "True")]
+    # each run's tries see the signal that created it, as `signal`
+    assert sorted(args for _, args in replica.executor.args("build")) == sorted(
+        (day, "features.ready", day, str(seq)) for day, seq in zip(("2026-05-01", "2026-05-02", "2026-05-03",
+                                                                    "2026-05-01"), (*seqs, again)))
     for seq in seqs:
         [action] = actions(db, seq)
         assert action["action"] == "trigger" and action["run_id"] == f"signal__{seq}"
@@ -274,6 +280,21 @@ def test_a_task_ending_is_a_signal_another_dag_triggers_on(db, tmp_path, replica
         keys = [r.key for r in conn.execute(select(signal_t.c.key).order_by(signal_t.c.seq))]
     assert keys == ["dagline.task.upstream.load.running", "dagline.task.upstream.load.success",
                     "dagline.task.downstream.report.running", "dagline.task.downstream.report.success"]
+
+
+def test_tasks_render_of_a_triggered_run_shows_the_signal_that_created_it(db, tmp_path, replica):
+    apply(db, write_dag(tmp_path, TRIGGERED))
+    seq = replica.send("features.ready", {"day": "2026-05-07"})
+    replica.settle()
+    [run] = runs(db, "features")
+    result = CliRunner().invoke(main, ["--db", db.url, "tasks", "render", "features", "build", run["logical_date"],
+                                       "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["run_id"] == f"signal__{seq}"
+    assert data["arguments"] == ["2026-05-07", "features.ready", "2026-05-07", str(seq)]
+    assert data["context"]["signal"] == {"key": "features.ready", "value": {"day": "2026-05-07"}, "seq": seq,
+                                         "source": "user:test"}
 
 
 def test_an_action_row_is_written_once_per_signal_rule_run_and_task(db, tmp_path, replica):

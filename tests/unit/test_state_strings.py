@@ -50,6 +50,8 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("metrics.py", "signal"): (1, "RUN_TYPES, as above"),
     ("db/notify.py", "signal"): (1, "SIGNALS_ONLY, a NOTIFY payload"),
     ("domain/templating.py", "signal"): (1, "a template variable's name"),
+    ("cli/testing.py", "signal"): (1, "the `signal` template variable of a try, as the context's key"),
+    ("store/deletion.py", "backfill"): (1, "a message word: '1 backfill'"),
     ("k8s/resources.py", "backfill"): (1, "the Backfill CRD's singular name"),
     ("k8s/sparkapp.py", "pending"): (1, "OUTCOME_PENDING, a value of the dagline.io/outcome label"),
     ("spec/checks.py", "none"): (1, "a message word: '(params are: none)'"),

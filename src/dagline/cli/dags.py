@@ -129,7 +129,8 @@ def dags_show(obj: Context, dag_id, as_json):
         return
     import yaml
 
-    click.echo(f"dag_id: {dag_id}\nactive: {row.is_active}\npaused: {row.is_paused}\nsource: {row.source_path}")
+    click.echo(f"dag_id: {dag_id}\nactive: {_yaml_bool(row.is_active)}\n{_paused_line(row.is_paused, current.spec)}"
+               f"\nsource: {row.source_path}")
     from dagline.cli.display import local_time
 
     zone = row.timezone
@@ -143,6 +144,21 @@ def dags_show(obj: Context, dag_id, as_json):
         click.echo(f"  {v['version']}  {local_time(v['created_at'], zone)}{'  (current)' if v['current'] else ''}")
     click.echo("spec:")
     click.echo("  " + yaml.safe_dump(current.spec, sort_keys=False).replace("\n", "\n  ").rstrip())
+
+
+def _yaml_bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _paused_line(paused: bool, spec: dict) -> str:
+    """The DAG's pause state, spelled as in its spec; where `dags pause`/`unpause` made it differ from the
+    spec's field, which one is in force (the stored state, until an applied version changes the field)."""
+    line = f"paused: {_yaml_bool(paused)}"
+    in_spec = spec.get("paused", True)
+    if in_spec == paused:
+        return line
+    return (f"{line} (in force, set by `dagline dags {'pause' if paused else 'unpause'}`; the spec's "
+            f"paused: {_yaml_bool(in_spec)} applies again when an applied version changes that field)")
 
 
 @dags.command("next-runs")

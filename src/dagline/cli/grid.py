@@ -18,6 +18,7 @@ from __future__ import annotations
 import pendulum
 
 from dagline.domain.states import RunState, RunType, TIState
+from dagline.wording import counted
 
 STYLE = {  # state (of a task instance, or of a run) -> (symbol, ANSI colour)
     TIState.SUCCESS: ("■", "32"), TIState.FAILED: ("✗", "31"), TIState.UPSTREAM_FAILED: ("▲", "33"),
@@ -63,7 +64,7 @@ def render_grid(dag_id: str, timezone: str, runs: list[dict], tasks_by_run: dict
     tasks = list(task_order) + sorted({t for m in tasks_by_run.values() for t in m} - set(task_order))
     width = max(len(t) for t in tasks + ["run state"])
     labels = column_labels(runs, timezone)
-    lines = [f"{dag_id}  ({len(runs)} runs, logical dates in {timezone})", ""]
+    lines = [f"{dag_id}  ({counted(len(runs), 'run')}, logical dates in {timezone})", ""]
     rows = [(0, row) for row in range(5)] + ([(1, row) for row in range(5)] if any(t for _, t in labels) else [])
     for part, row in rows:  # each label written vertically, one character per line
         lines.append(" " * (width + 2) + " ".join(label[part][row] if row < len(label[part]) else " "

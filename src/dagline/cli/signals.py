@@ -11,6 +11,7 @@ import click
 from dagline.cli.base import Context, emit_json, json_option, main, make_clock, now_option, print_table
 from dagline.cli.state import runs, tasks
 from dagline.errors import InvalidInput
+from dagline.wording import counted
 
 
 def person() -> str:
@@ -69,8 +70,10 @@ def signals_list(obj: Context, key, since, limit, as_json):
     if as_json:
         emit_json(rows)
         return
-    print_table([{**r, "value": _short(r["value"]), "actions": _summary(r)} for r in rows],
-                ["seq", "key", "value", "id", "source", "sent_at", "actions"])
+    from dagline.cli.display import for_people
+
+    shown = for_people([{**r, "value": _short(r["value"]), "actions": _summary(r)} for r in rows], "UTC")
+    print_table(shown, ["seq", "key", "value", "id", "source", "sent_at", "actions"])
 
 
 @signals.command("show")
@@ -86,13 +89,16 @@ def signals_show(obj: Context, seq, as_json):
     if as_json:
         emit_json(row)
         return
+    from dagline.cli.display import for_people, local_time
+
     for name in ("seq", "key", "id", "source", "sent_at", "handled_at"):
-        click.echo(f"{name}: {'' if row[name] is None else row[name]}")
+        value = local_time(row[name], "UTC") if name.endswith("_at") else row[name]
+        click.echo(f"{name}: {'' if value is None else value}")
     click.echo(f"value: {json.dumps(row['value'])}")
     if row["actions"]:
         click.echo("actions:")
-        print_table(row["actions"], ["rule", "dag_id", "run_id", "task_id", "action", "status", "try_number",
-                                     "decided_at", "detail"])
+        print_table(for_people(row["actions"], "UTC"), ["rule", "dag_id", "run_id", "task_id", "action", "status",
+                                                        "try_number", "decided_at", "detail"])
     else:
         click.echo(f"actions: none ({row['why_nothing']})")
 
@@ -151,5 +157,5 @@ def runs_stop(obj: Context, run_ref, now):
     from dagline.store.runs import stop_run
 
     stopping, skipped = stop_run(obj.db(), run_ref, now=make_clock(now).now())
-    click.echo(f"stopping {len(stopping)} try(ies): {', '.join(stopping) or '-'}; "
+    click.echo(f"stopping {counted(len(stopping), 'try', 'tries')}: {', '.join(stopping) or '-'}; "
                f"skipped {len(skipped)}: {', '.join(skipped) or '-'}")

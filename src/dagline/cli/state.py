@@ -27,6 +27,7 @@ from dagline.cli.display import for_people
 from dagline.domain.states import RunState, TIState
 from dagline.errors import InvalidInput, NotFound, OperationFailed
 from dagline.executors import resolve_log_folder
+from dagline.wording import counted
 
 
 @main.group()
@@ -290,7 +291,7 @@ def pools_set(obj: Context, name, slots, description, now):
     from dagline.store.pools import set_pool
 
     action = set_pool(obj.db(), name, slots, now=make_clock(now).now(), description=description)
-    click.echo(f"pool {name}: {action} ({slots} slots)")
+    click.echo(f"pool {name}: {action} ({counted(slots, 'slot')})")
 
 
 @pools.command("list")

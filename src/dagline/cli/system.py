@@ -66,6 +66,7 @@ class Setting:
     value: object
     source: str
     used_by: str
+    variable: str | None = None  # the environment variable it is read from
 
 
 def _source(variable: str | None, *, flag: str | None = None, flag_given: bool = False) -> str:
@@ -77,16 +78,20 @@ def _source(variable: str | None, *, flag: str | None = None, flag_given: bool =
 
 
 def settings_in_force(obj: Context) -> list[Setting]:
+    from dagline.api.settings import ApiSettings
     from dagline.executors import registry, resolve_log_folder
+    from dagline.executors.try_files import log_limits
     from dagline.k8s.settings import OperatorSettings
+    from dagline.scheduler.deliveries import CallbackSettings
     from dagline.scheduler.settings import SchedulerSettings
 
     url = obj.db_url or dbengine.default_url()
     out = [
         Setting("db_url", dbengine.redact(dbengine.normalize_url(url)),
-                _source("DAGLINE_DB_URL", flag="--db", flag_given=obj.db_url is not None), "every command"),
+                _source("DAGLINE_DB_URL", flag="--db", flag_given=obj.db_url is not None), "every command",
+                "DAGLINE_DB_URL"),
         Setting("log_folder", resolve_log_folder(None), _source("DAGLINE_LOG_FOLDER", flag="--log-folder"),
-                "scheduler, backfill run, dags test, tasks logs (local executor)"),
+                "scheduler, backfill run, dags test, tasks logs (local executor)", "DAGLINE_LOG_FOLDER"),
         Setting("scheduler.executor", registry.DEFAULT, "default (flag --executor overrides it)",
                 "scheduler, backfill run, dags test"),
         Setting("scheduler.parallelism", 2, "default (flag --parallelism overrides it)",
@@ -96,20 +101,37 @@ def settings_in_force(obj: Context) -> list[Setting]:
     for field in dataclasses.fields(scheduler):
         variable = f"DAGLINE_SCHEDULER_{field.name.upper()}"
         out.append(Setting(f"scheduler.{field.name}", getattr(scheduler, field.name), _source(variable),
-                           "scheduler, backfill run, dags test, operator"))
+                           "scheduler, backfill run, dags test, operator", variable))
+    callbacks = CallbackSettings.from_env()
+    for field in dataclasses.fields(callbacks):
+        variable = f"DAGLINE_CALLBACK_{field.name.upper()}"
+        out.append(Setting(f"callback.{field.name}", getattr(callbacks, field.name), _source(variable),
+                           "scheduler, operator (callback delivery)", variable))
+    max_bytes, files = log_limits()
+    for name, value in (("max_bytes", max_bytes), ("files", files)):
+        variable = f"DAGLINE_LOG_{name.upper()}"
+        out.append(Setting(f"log.{name}", value, _source(variable), "local executor (log rotation)", variable))
+    api = ApiSettings.from_env()
+    for name, variable in (("anonymous_read", "DAGLINE_API_ANONYMOUS_READ"),
+                           ("max_body_bytes", "DAGLINE_API_MAX_BODY_BYTES"), ("max_batch", "DAGLINE_API_MAX_BATCH")):
+        flag = "--anonymous-read" if name == "anonymous_read" else None
+        out.append(Setting(f"api.{name}", getattr(api, name), _source(variable, flag=flag), "api, operator", variable))
     operator_vars = {"namespace": "DAGLINE_NAMESPACE", "health_port": "DAGLINE_HEALTH_PORT",
                      "metrics_port": "DAGLINE_METRICS_PORT", "dagrun_history_limit": "DAGLINE_DAGRUN_HISTORY_LIMIT",
                      "status_interval_s": "DAGLINE_STATUS_INTERVAL", "liveness_timeout_s": "DAGLINE_LIVENESS_TIMEOUT",
-                     "executor": "DAGLINE_EXECUTOR", "parallelism": "DAGLINE_PARALLELISM"}
+                     "executor": "DAGLINE_EXECUTOR", "parallelism": "DAGLINE_PARALLELISM",
+                     "log_format": "DAGLINE_LOG_FORMAT", "api_port": "DAGLINE_API_PORT", "api_url": "DAGLINE_API_URL"}
     operator = OperatorSettings.from_env()
     for name, variable in operator_vars.items():
         flag = {"executor": "--executor", "parallelism": "--parallelism", "namespace": "--namespace",
-                "health_port": "--health-port", "metrics_port": "--metrics-port"}.get(name)
-        out.append(Setting(f"operator.{name}", getattr(operator, name), _source(variable, flag=flag), "operator"))
+                "health_port": "--health-port", "metrics_port": "--metrics-port", "api_port": "--api-port"}.get(name)
+        out.append(Setting(f"operator.{name}", getattr(operator, name), _source(variable, flag=flag), "operator",
+                           variable))
     # each executor's own settings (spark-k8s's code imports the kubernetes client: only `config` pays for it)
     for kind in registry.KINDS:
         for shown in kind.code().settings_shown(os.environ):
-            out.append(Setting(shown.name, shown.value, _source(shown.variable), f"{kind.name} executor"))
+            out.append(Setting(shown.name, shown.value, _source(shown.variable), f"{kind.name} executor",
+                               shown.variable))
     return out
 
 

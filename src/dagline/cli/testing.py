@@ -9,8 +9,9 @@
 - `tasks render` prints a task's rendered Spark arguments and conf, with the template context.
 
 `tasks test` and `tasks render` use the context a real try would get: where the DAG has a run at
-that logical date, its run id, data interval and conf (and its task instance's try number); else
-those of a manual run at that date.
+that logical date (for a bare date, on that day), its run id, data interval and conf (and its task
+instance's try number); else a test run with the data interval the schedule gives that date, which
+they say on stderr.
 """
 
 from __future__ import annotations
@@ -160,10 +161,18 @@ def _print_grid(database, dag_id: str, run_pk: int, color) -> None:
 
 
 def _try_context(obj: Context, dag_id: str, task_id: str, logical_date: str, conf, conf_file):
-    """What a real try of this task at this logical date would see: (dag, task, run facts, source dir)."""
+    """What a real try of this task at this logical date would see: (dag, task, run facts, source dir).
+
+    The run is the DAG's run at LOGICAL_DATE; for a bare date (`2026-03-02`), its first run whose logical
+    date falls on that day (in the DAG's time zone), as `ds` names it. Without one, a test run at that
+    date with the data interval the schedule gives it (for a bare date, its first scheduled run that
+    day), said on stderr."""
+    from dagline.scheduler.launches import signal_for_templates
     from dagline.store.dags import DagCache, require_dag, version_source_dir
-    from dagline.store.timeline import live_run_at, make_run_id, timetable_for
+    from dagline.store.pages import starting_signal
+    from dagline.store.timeline import first_live_run_between, live_run_at, make_run_id, timetable_for
     from dagline.store.tries import try_number_of
+    from dagline.times import parse_instant
 
     database = obj.db()
     conf_value = read_conf(conf, conf_file)
@@ -174,18 +183,40 @@ def _try_context(obj: Context, dag_id: str, task_id: str, logical_date: str, con
             raise InvalidInput(f"DAG {dag_id!r} has no task {task_id!r} (it has: {', '.join(dag.tasks)})",
                                field="TASK_ID")
         when = read_instant(logical_date, "LOGICAL_DATE", dag.timezone)
+        day = _bare_date(logical_date)
+        day_end = parse_instant(day + dt.timedelta(days=1), dag.timezone) if day is not None else None
         source_dir = version_source_dir(conn, version_id)
         run = live_run_at(conn, dag_id, when)
+        if run is None and day is not None:
+            run = first_live_run_between(conn, dag_id, when, day_end)
         if run is not None:
             try_number = try_number_of(conn, run.id, task_id) or 1
+            signal = starting_signal(conn, run.id, task_id)
             facts = {"run_id": run.run_id, "logical_date": run.logical_date,
+                     "signal": signal_for_templates(signal) if signal is not None else None,
                      "data_interval": (run.data_interval_start, run.data_interval_end), "try_number": try_number,
                      "conf": conf_value if conf_value is not None else (run.conf or {})}
+            return dag, dag.tasks[task_id], facts, source_dir
+        table = timetable_for(dag)
+        scheduled = table.runs_between(when, day_end - dt.timedelta(microseconds=1)) if day is not None else []
+        if scheduled:
+            when, interval = scheduled[0].logical_date, scheduled[0].data_interval
         else:
-            interval = timetable_for(dag).manual_interval(when)
-            facts = {"run_id": make_run_id("test", when), "logical_date": when,
-                     "data_interval": (interval.start, interval.end), "try_number": 1, "conf": conf_value or {}}
+            interval = table.manual_interval(when)
+        facts = {"signal": None, "run_id": make_run_id("test", when), "logical_date": when,
+                 "data_interval": (interval.start, interval.end), "try_number": 1, "conf": conf_value or {}}
+    click.echo(f"note: {dag_id} has no run at {logical_date}; rendering a test run at logical date "
+               f"{local_time(when, dag.timezone)} with the data interval the schedule gives it: "
+               f"{local_time(interval.start, dag.timezone)} to {local_time(interval.end, dag.timezone)}", err=True)
     return dag, dag.tasks[task_id], facts, source_dir
+
+
+def _bare_date(text: str) -> dt.date | None:
+    """The date LOGICAL_DATE names when it is a date without a time (`2026-03-02`), else None."""
+    try:
+        return dt.date.fromisoformat(text.strip()) if len(text.strip()) == 10 else None
+    except ValueError:
+        return None
 
 
 def _render(dag, task, facts):
@@ -214,7 +245,7 @@ def tasks_render(obj: Context, dag_id, task_id, logical_date, conf, conf_file, a
         dag_id=dag.dag_id, task_id=task.task_id, run_id=facts["run_id"], logical_date=facts["logical_date"],
         data_interval_start=facts["data_interval"][0], data_interval_end=facts["data_interval"][1],
         try_number=facts["try_number"], params={**dag.spec.params, **facts["conf"]}, conf=facts["conf"],
-        timezone=dag.timezone)
+        timezone=dag.timezone, signal=facts["signal"])
     context = {k: (v.isoformat() if isinstance(v, dt.datetime) else v) for k, v in context.items()}
     data = {"dag_id": dag.dag_id, "task_id": task.task_id, "run_id": facts["run_id"],
             "try_number": facts["try_number"], "main_application_file": job.main_application_file,

@@ -8,8 +8,9 @@ transaction open), and the caller records the failures in a transaction of its o
 (`executor_events.fail_unlaunchable`).
 
 A try started by a signal renders `{{ signal.key }}`, `{{ signal.value }}`, `{{ signal.seq }}` and
-`{{ signal.source }}` from that signal (`task_instance.signal_seq`); in any other try `signal` is
-null (None).
+`{{ signal.source }}` from that signal (`task_instance.signal_seq`); any other try of a run a signal
+created (a DAG's `triggers:`, its `trigger` signal action) renders the signal that created the run; in
+any other try `signal` is null (None).
 
 Each try also gets the environment it needs to send signals (`try_env`): `DAGLINE_API_URL` (where
 the HTTP API is, as the replica was told) and `DAGLINE_SIGNAL_TOKEN`, a token made for this try
@@ -82,6 +83,9 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
         runs[row.ti_id] = row
         if row.seq is not None:  # a signal started the try (a pruned signal is absent)
             signals[row.ti_id] = signal_for_templates(row)
+        elif row.trigger_seq is not None:  # a signal created the run
+            signals[row.ti_id] = {"key": row.trigger_key, "value": json.loads(row.trigger_value),
+                                  "seq": row.trigger_seq, "source": row.trigger_source}
     dags.prefetch(conn, {q.dag_version_id for q in queued})
     tokens = issue_try_tokens(conn, [(q.ti_id, q.try_number) for q in queued], now=now)
     pending, broken = [], []

@@ -23,6 +23,7 @@ from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, signa
 from dagline.db.transitions import record_events
 from dagline.domain.states import TIState
 from dagline.store.dags import require_dag
+from dagline.wording import counted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,8 +38,8 @@ class DagFootprint:
     backfills: int
 
     def describe(self) -> str:
-        return (f"{self.runs} runs, {self.task_instances} task instances, {self.backfills} backfills and "
-                f"{self.versions} versions")
+        return (f"{counted(self.runs, 'run')}, {counted(self.task_instances, 'task instance')}, "
+                f"{counted(self.backfills, 'backfill')} and {counted(self.versions, 'version')}")
 
 
 def footprint(conn: Connection, dag_id: str) -> DagFootprint:

@@ -12,8 +12,8 @@ import statistics
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from dagline.db.models import dag_run_t, event_t, signal_t, ti_t
-from dagline.domain.states import RunState, TIState
+from dagline.db.models import dag_run_t, event_t, signal_action_t, signal_t, ti_t
+from dagline.domain.states import RunState, SignalAction, TIState
 from dagline.errors import OperationFailed
 from dagline.store import read_models
 from dagline.store.dags import DagCache, require_dag
@@ -235,9 +235,13 @@ def signal_log(conn: Connection, limit: int = 100) -> list[dict]:
 
 
 def starting_signal(conn: Connection, run_pk: int, task_id: str):
-    """The `signal` row that started the latest try of a run's task instance (its `signal_seq`), or
-    None: the signal a rendered job's templates see."""
+    """The `signal` row that started the latest try of a run's task instance (its `signal_seq`), else the
+    one that created the run (a `trigger` signal action), or None: the signal a rendered job's templates see."""
     seq = conn.execute(select(ti_t.c.signal_seq).where(ti_t.c.dag_run_id == run_pk, ti_t.c.task_id == task_id)).scalar()
+    if seq is None:
+        seq = conn.execute(select(signal_action_t.c.signal_seq).where(
+            signal_action_t.c.dag_run_id == run_pk, signal_action_t.c.task_id == "",
+            signal_action_t.c.action == SignalAction.TRIGGER).limit(1)).scalar()
     if seq is None:
         return None
     return conn.execute(select(signal_t).where(signal_t.c.seq == seq)).first()

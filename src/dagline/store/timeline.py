@@ -240,6 +240,15 @@ def live_run_at(conn: Connection, dag_id: str, logical_date: dt.datetime):
     ).first()
 
 
+def first_live_run_between(conn: Connection, dag_id: str, start: dt.datetime, end: dt.datetime):
+    """The earliest run on the timeline whose logical date lies in [start, end): the run of a day."""
+    return conn.execute(
+        select(dag_run_t).where(dag_run_t.c.dag_id == dag_id, dag_run_t.c.logical_date >= start,
+                                dag_run_t.c.logical_date < end, on_timeline())
+        .order_by(dag_run_t.c.logical_date, dag_run_t.c.id).limit(1)
+    ).first()
+
+
 def latest_schedule_end(conn: Connection, dag_id: str) -> dt.datetime | None:
     """End of the data interval of the latest scheduled or backfill run: the schedule continues after it."""
     return conn.execute(
