@@ -35,6 +35,13 @@ class Context:
             self._db = dbengine.open_database(self.db_url, check_schema=check_schema)
         return self._db
 
+    def close(self) -> None:
+        """Close the database the command opened (its pooled connections and the SQLite writer lock), so a
+        process that runs many commands (a test, a script calling `main`) keeps no file or socket open."""
+        if self._db is not None:
+            self._db.dispose()
+            self._db = None
+
 
 def make_clock(now: str | None, timezone: str = "UTC"):
     """The clock `--now` asks for: without an offset, `--now` is read in `timezone` (the DAG's)."""
@@ -192,6 +199,7 @@ def main(ctx, db_url, verbose):
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ctx.obj = Context(db_url)
+    ctx.call_on_close(ctx.obj.close)
 
 
 
