@@ -12,20 +12,13 @@ from sqlalchemy.engine import Connection
 
 from dagline.db.claims import lock_dag, lock_run_for_signal
 from dagline.db.engine import Database
-from dagline.db.models import dag_run_t, dag_t, signal_action_t, ti_t
+from dagline.db.models import dag_run_t, signal_action_t, ti_t
 from dagline.db.transitions import change_runs, change_tis, request_stop
 from dagline.domain.states import RunState, RunType, SignalActionStatus, TIState
 from dagline.errors import InvalidInput, NotFound, OperationFailed
 from dagline.limits import MAX_ROW_ID
 from dagline.store.dags import DagCache, require_dag
-from dagline.store.timeline import (
-    NewRun,
-    insert_runs,
-    make_run_id,
-    on_timeline,
-    refresh_next_dagrun,
-    timetable_for,
-)
+from dagline.store.timeline import NewRun, insert_runs, make_run_id, on_timeline, timetable_for
 
 # DAG versions never change: one cache per database for every trigger this process makes
 _versions: weakref.WeakKeyDictionary[Database, DagCache] = weakref.WeakKeyDictionary()
@@ -224,8 +217,8 @@ def stop_task(db: Database, run_ref: str, task_id: str, *, now: dt.datetime, who
 
 def stop_run(db: Database, run_ref: str, *, now: dt.datetime, who: str = "cli") -> tuple[list[str], list[str]]:
     """Stop a run: ask every queued or running try to stop, skip the task instances that have not
-    started (`none`, `scheduled`, `up_for_retry`), drop waiting signals, and end the run `failed` now
-    (the stopped tries end when their reports arrive). Returns (stopping, skipped) task ids."""
+    started (`none`, `scheduled`, `up_for_retry`), drop waiting signals. The run then ends as its
+    task instances say once the stopped tries have ended. Returns (stopping, skipped) task ids."""
     with db.begin() as conn:
         run = find_run(conn, run_ref)
         if run.state not in RunState.ACTIVE:
@@ -241,22 +234,11 @@ def stop_run(db: Database, run_ref: str, *, now: dt.datetime, who: str = "cli") 
             skipped += [r.task_id for r in change_tis(
                 conn, [t.id for t in tis if t.state == state], expected=state, to=TIState.SKIPPED, at=now, who=who,
                 values={"end_date": now}, detail=f"run stopped by {who}")]
-        # a stopped run ends `failed` at once, queued or running (as Airflow's "mark failed"): were it left
-        # to its task instances, skipped ones and a stopped streaming try (which ends success) would make
-        # it `success`, and `backfill --reprocess failed` would not take it again
-        detail = f"stopped by {who} before it started" if run.state == RunState.QUEUED else f"stopped by {who}"
-        change_runs(conn, [run.id], expected=run.state, to=RunState.FAILED, at=now, who=who,
-                    values={"end_date": now}, detail=detail)
+        if run.state == RunState.QUEUED:
+            change_runs(conn, [run.id], expected=RunState.QUEUED, to=RunState.FAILED, at=now, who=who,
+                        values={"end_date": now}, detail=f"stopped by {who} before it started")
         conn.execute(update(dag_run_t).where(dag_run_t.c.id == run.id).values(last_scheduling_decision=None))
-        if run.run_type != RunType.BACKFILL:
-            _refresh_next_run(conn, run.dag_id, now=now)  # a finished run frees a `maxActiveRuns` place
     return stopping, sorted(skipped)
-
-
-def _refresh_next_run(conn: Connection, dag_id: str, *, now: dt.datetime) -> None:
-    version_id = conn.execute(select(dag_t.c.current_version_id).where(dag_t.c.dag_id == dag_id)).scalar_one()
-    if version_id is not None:
-        refresh_next_dagrun(conn, dag_id, DagCache().get(conn, version_id), now=now)
 
 
 def _drop_pending(conn: Connection, run_pk: int, task_ids: list[str], *, now: dt.datetime, why: str) -> None:
