@@ -7,6 +7,7 @@ import datetime as dt
 
 from dagline.clock import FixedClock
 from dagline.executors.noop import NoopExecutor
+from dagline.store.dags import set_paused
 from tests.helpers.k8s.operator_harness import (
     NS,
     backfill_manifest,
@@ -31,6 +32,19 @@ def test_spec_paused_pauses_and_unpauses_the_dag(kube, run_kopf, pg_db):
         kube.patch("dags", NS, "daily", {"spec": {"paused": False}})
         kube.wait_for(lambda: dag_row(pg_db, "daily").is_paused, until=lambda paused: paused is False,
                       what="unpaused")
+
+
+def test_a_pause_from_the_cli_shows_in_kubectl_get_dags(kube, run_kopf, pg_db):
+    """The `Paused` printer column reads `status.paused`, which follows the database: a pause from the CLI,
+    API or UI leaves `spec.paused` as the author wrote it, and kubectl still tells the truth."""
+    with replica(run_kopf, pg_db, clock=FixedClock(MARCH_10)):
+        kube.create("dags", NS, dag_manifest("daily", paused=False))
+        ready = kube.wait_for(lambda: kube.get("dags", NS, "daily"), until=is_ready, what="DAG Ready")
+        assert ready["status"]["paused"] is False
+        set_paused(pg_db, "daily", True, now=MARCH_10, who="cli")
+        shown = kube.wait_for(lambda: kube.get("dags", NS, "daily"), what="status.paused true",
+                              until=lambda d: d["status"].get("paused") is True)
+        assert shown["spec"]["paused"] is False
 
 
 def test_a_backfill_and_a_dagrun_applied_before_their_dag_wait_for_it(kube, run_kopf, pg_db):

@@ -354,6 +354,11 @@ BROKEN = {
     "dag id not a DNS label": (_broken("DAG", lambda d: d["metadata"].update(name="Sales_Daily")),
                                "metadata.name: 'Sales_Daily' does not match", True),
     "no spec": (_broken("DagRun", lambda d: d.pop("spec")), "'spec' is a required property", None),
+    # `log` and `kubernetesEvent` callbacks take no fields: the CRD refuses one at apply, as the models do,
+    # instead of letting it in for the operator to refuse later (issue 28).
+    "a field in a callback that takes none": (
+        _broken("DAG", lambda d: d["spec"].update(callbacks=[{"on": ["failure"], "log": {"level": "debug"}}])),
+        "'level' was unexpected", True),
 }
 
 
@@ -418,3 +423,12 @@ def test_dag_name_rule_of_the_schema_is_the_models(name):
     document = {"apiVersion": API_VERSION, "kind": "DAG", "metadata": {"name": name},
                 "spec": {"tasks": [{"id": "t", "spark": {"mainApplicationFile": "job.py"}}]}}
     assert (schema_errors(document) == []) is model_accepts(document)
+
+
+def test_kubectl_get_dags_shows_paused_and_ready_from_the_status():
+    """A pause from the CLI, API or UI changes the database, not `spec.paused`: the column reads the
+    status the operator writes from the database; Ready shows without `-o wide`."""
+    columns = {c.name: c for c in BY_KIND["DAG"].columns}
+    assert columns["Paused"].json_path == ".status.paused"
+    assert columns["Ready"].priority == 0
+    assert [name for name in columns][:6] == ["Schedule", "Paused", "Version", "Next Run", "Last Run", "Ready"]

@@ -102,6 +102,11 @@ def _convert(node: Mapping[str, Any], defs: Mapping[str, Any], path: str) -> dic
             }
         elif isinstance(extra, Mapping) and extra:
             result["additionalProperties"] = _convert(extra, defs, f"{path}.*")
+        elif extra is False:
+            # A closed model with no fields (`log: {}`): an object that takes nothing. Without
+            # preserve-unknown-fields, `kubectl apply` refuses `log: {level: debug}` (strict field
+            # validation) instead of the operator refusing it later.
+            result["properties"] = {}
         else:
             result["x-kubernetes-preserve-unknown-fields"] = True  # free-form: params, conf
     elif kind is None:

@@ -32,7 +32,7 @@ from dagline.store.read_models import latest_runs, version_numbers
 from dagline.times import isoformat
 
 SOURCE_SCHEME = "k8s://"
-DERIVED_FIELDS = ("version", "versionHash", "active", "nextRun", "lastRunId", "lastRunState")
+DERIVED_FIELDS = ("version", "versionHash", "active", "paused", "nextRun", "lastRunId", "lastRunState")
 
 
 class NameTaken(InvalidInput):
@@ -136,6 +136,7 @@ def derived_statuses(conn: Connection, dag_ids: Iterable[str]) -> dict[str, dict
         run = last.get(row.dag_id)
         result[row.dag_id] = {
             "version": numbers.get(row.current_version_id), "versionHash": row.version, "active": row.is_active,
+            "paused": row.is_paused,
             "nextRun": isoformat(row.next_dagrun_create_after or row.next_dagrun_data_interval_end)
             if row.is_active else None,
             "lastRunId": run.run_id if run else None, "lastRunState": run.state if run else None,

@@ -254,6 +254,12 @@ STATE_PHASES: dict[str, Phase] = {
     "RUNNING": Phase.RUNNING,
     "SUCCEEDING": Phase.RUNNING,        # the driver ended well; the operator is finishing up
     "FAILING": Phase.RUNNING,           # the driver failed; the operator is finishing up
+    # spark-operator 2.x `spec.suspend` (set by a queue such as Kueue when it preempts an application): the
+    # driver is stopped and the application waits to be resumed and resubmitted. The try is not over: it
+    # stays launched, its execution timeout still runs, and the resumed driver runs it again from the start.
+    "SUSPENDING": Phase.WAITING,
+    "SUSPENDED": Phase.WAITING,
+    "RESUMING": Phase.WAITING,
     "COMPLETED": Phase.SUCCESS,
     "FAILED": Phase.FAILED,
     "SUBMISSION_FAILED": Phase.FAILED,
