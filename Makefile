@@ -26,8 +26,8 @@ lint: $(STAMP)   # ruff, then the import contracts (pyproject.toml [tool.importl
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
-test: lint   # the pinned helm, Debian's current Chromium (at or above a floor), then the suite
-	$(PY) tests/tools/fetch_helm.py
+test: lint   # the pinned helm and kubectl, Debian's current Chromium (at or above a floor), then the suite
+	$(PY) tests/tools/fetch_k8s_tools.py
 	$(PY) tests/tools/install_chromium.py
 	$(PY) -m pytest
 

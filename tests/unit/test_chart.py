@@ -1,5 +1,5 @@
 """The Helm chart `charts/dagline`, checked with the real `helm` (v3.17.1, fetched pinned by version and
-checksum by tests/tools/fetch_helm.py): `helm lint --strict` and `helm template` with the default values
+checksum by tests/tools/fetch_k8s_tools.py): `helm lint --strict` and `helm template` with the default values
 and the values files in tests/unit/chart_values/ (a production install, one operator for all namespaces,
 identities and migrations left to the platform). The rendered objects are parsed and checked -- kinds,
 names, ports, env vars, probes, the migration hook, RBAC granting exactly the verbs the operator uses
@@ -26,7 +26,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.tools.fetch_helm import CACHE, ensure_helm
+from tests.tools.fetch_k8s_tools import CACHE, ensure_helm
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "dagline"
