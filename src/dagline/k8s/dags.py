@@ -27,6 +27,7 @@ from dagline.errors import InvalidInput
 from dagline.k8s import conditions
 from dagline.k8s.conditions import Outcome
 from dagline.spec import Dag, LoadedDag, parse_dag_document
+from dagline.spec.dag import deprecated_spellings
 from dagline.store.dags import apply_dags, dag_sources, dags_with_current_version, deactivate
 from dagline.store.read_models import latest_runs, version_numbers
 from dagline.times import isoformat
@@ -89,6 +90,8 @@ def apply_dag_object(db: Database, body: Mapping[str, Any], *, now: dt.datetime,
                                                                          previous=previous)})
             for warning in result.warnings:
                 outcome.warn("PoolMissing", warning)
+            for warning in deprecated_spellings(document):
+                outcome.warn("DeprecatedField", warning)
     outcome.status["observedGeneration"] = meta.get("generation")
     return outcome
 

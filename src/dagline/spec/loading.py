@@ -20,7 +20,7 @@ from dagline.errors import InvalidInput
 from dagline.limits import MAX_SPEC_FILE_BYTES, MAX_TASKS_PER_DAG
 from dagline.spec.bounds import check_yaml_bounds
 from dagline.spec.checks import check_dag_spec
-from dagline.spec.dag import Dag
+from dagline.spec.dag import Dag, deprecated_spellings
 from dagline.spec.models import DagDocument
 from dagline.spec.problems import dag_label, invalid_input
 
@@ -108,6 +108,8 @@ def parse_dag_yaml(text: str, source: str = "<string>", warn: Warn | None = None
         kind = data.get("kind") if isinstance(data, Mapping) else None
         if kind is None or kind == DAG_KIND:
             result.append(parse_dag_document(data, source))
+            for problem in deprecated_spellings(data):
+                (warn or _log.warning)(f"{source}: {problem}")
         elif kind in OTHER_KINDS:
             continue
         elif isinstance(data.get("apiVersion"), str) and not data["apiVersion"].startswith(_API_GROUP):
