@@ -51,6 +51,17 @@ docs: $(STAMP)   # docs/reference/cli.md and spec.md, generated from the command
 clean:
 	rm -rf $(VENV) demo logs dagline.db*
 
+# The chart as an archive a user installs without the source: dist/dagline-<version>.tgz (the pinned helm)
+.PHONY: chart
+chart: $(STAMP)
+	$(PY) tests/tools/fetch_k8s_tools.py
+	.cache/tools/helm-v3.17.1/helm package charts/dagline --destination dist
+
+# operator/requirements.lock: the operator image's dependencies, pinned with hashes (after a dependency change)
+.PHONY: operator-lock
+operator-lock: $(STAMP)
+	$(PY) operator/lock.py
+
 .PHONY: crds
 crds: $(STAMP)   # crds/ and charts/dagline/crds/, generated from the pydantic models
 	$(PY) -m dagline.k8s.crds

@@ -18,6 +18,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import tomllib
 from typing import Any
@@ -219,6 +220,7 @@ def test_templates_render_the_expected_objects():
         ("ClusterRoleBinding", "dagline-discovery"),
         ("Deployment", "dagline"),
         ("Job", "dagline-db-upgrade"),
+        ("PodDisruptionBudget", "dagline"),
         ("Role", "dagline-controller"),
         ("Role", "dagline-spark"),
         ("RoleBinding", "dagline-controller"),
@@ -375,7 +377,7 @@ def test_database_is_migrated_once_by_a_hook_job():
 
 def test_service_account_rbac_and_migrations_can_be_left_to_the_platform():
     manifests = render_chart(values_files=("platform-managed.yaml",))
-    assert sorted(m["kind"] for m in manifests) == ["Deployment", "Service", "Service"]
+    assert sorted(m["kind"] for m in manifests) == ["Deployment", "PodDisruptionBudget", "Service", "Service"]
     pod = one(manifests, "Deployment")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "platform-sa"
     assert container_env(pod["containers"][0])["DAGLINE_NAMESPACE"] == "pipelines"
@@ -596,3 +598,55 @@ def test_the_dashboard_queries_only_metrics_dagline_exports():
     used = {name for expr in exprs for name in re.findall(r"\b((?:dagline|process)_[a-z_]+)\b", expr)}
     assert used and not used - _exported_metric_names(), used - _exported_metric_names()
     assert all('namespace=~"$namespace"' in expr for expr in exprs)
+
+
+# --- what mature operators ship: disruption budget, spread, a values schema, a package -------------
+
+
+def test_replicas_survive_a_drain_one_at_a_time_and_spread_over_nodes_and_zones():
+    manifests = render_chart()
+    pods = one(manifests, "Deployment")["spec"]["template"]
+    budget = one(manifests, "PodDisruptionBudget")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pods["metadata"]["labels"].items()
+    spread = pods["spec"]["topologySpreadConstraints"]
+    assert [c["topologyKey"] for c in spread] == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
+    for constraint in spread:
+        assert constraint["whenUnsatisfiable"] == "ScheduleAnyway" and constraint["maxSkew"] == 1
+        assert constraint["labelSelector"]["matchLabels"].items() <= pods["metadata"]["labels"].items()
+
+
+def test_a_single_replica_gets_no_budget_that_would_block_every_drain():
+    assert not [m for m in render_chart({"replicaCount": 1}) if m["kind"] == "PodDisruptionBudget"]
+    strict = render_chart({"topologySpread": {"whenUnsatisfiable": "DoNotSchedule",
+                                              "topologyKeys": ["kubernetes.io/hostname"]}})
+    [constraint] = one(strict, "Deployment")["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert constraint["whenUnsatisfiable"] == "DoNotSchedule"
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"replicaCount": "two"}, "replicaCount: Invalid type. Expected: integer, given: string"),
+    ({"replicas": 3}, "Additional property replicas is not allowed"),
+    ({"logFormat": "xml"}, "logFormat must be one of the following"),
+    ({"spark": {"retention": "forever"}}, "spark.retention must be one of the following"),
+    ({"api": {"port": 0}}, "api.port: Must be greater than or equal to 1"),
+    ({"scheduler": {"paralellism": 8}}, "Additional property paralellism is not allowed"),
+    ({"topologySpread": {"whenUnsatisfiable": "Sometimes"}}, "topologySpread.whenUnsatisfiable must be one of"),
+])
+def test_values_the_schema_refuses(overrides, message):
+    """values.schema.json: a typo or a wrong type stops `helm install`, naming the value."""
+    with _scratch() as tmp:
+        result = helm("template", RELEASE, str(CHART), *_values_args((), overrides, tmp), check=False)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+def test_make_chart_packages_the_chart_with_its_crds_and_schema():
+    """`make chart` is `helm package`: the archive a user installs without the source."""
+    with _scratch() as tmp:
+        helm("package", str(CHART), "--destination", str(tmp))
+        [archive] = list(tmp.glob("dagline-*.tgz"))
+        with tarfile.open(archive) as tar:
+            names = set(tar.getnames())
+    assert {"dagline/Chart.yaml", "dagline/values.yaml", "dagline/values.schema.json",
+            "dagline/crds/dags.dagline.io.yaml", "dagline/templates/pdb.yaml"} <= names
+    assert archive.name == "dagline-0.1.0.tgz"
