@@ -428,14 +428,14 @@ def test_one_operator_for_all_namespaces_with_spark_elsewhere():
 
 CONTROLLER_RULES = {
     ("dagline.io", resource, verb) for resource in ("dags", "dagruns", "backfills", "pools")
-    for verb in ("get", "list", "watch", "patch")
+    for verb in ("list", "watch", "patch")  # kopf lists and watches; nothing reads one object by name
 } | {
     ("dagline.io", f"{resource}/status", "patch") for resource in ("dags", "dagruns", "backfills", "pools")
 } | {
     ("dagline.io", "dagruns", "create"), ("dagline.io", "dagruns", "delete"), ("", "events", "create"),
 }
 DISCOVERY_RULES = {
-    ("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("get", "list", "watch")
+    ("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("list", "watch")
 } | {("", "namespaces", "list"), ("", "namespaces", "watch")}
 # What dagline.k8s.executor calls: create, get, list (it polls; no watch), patch (labels of kept ones), delete.
 SPARK_RULES = {("sparkoperator.k8s.io", "sparkapplications", verb)
