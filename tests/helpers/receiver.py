@@ -41,6 +41,9 @@ class Receiver:
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        # Loopback is refused to webhooks by default (`dagline.domain.egress`): deliveries to this receiver
+        # need this allow-list (DAGLINE_CALLBACK_ALLOWED_NETWORKS), which admits its port and no other.
+        self.allowed_networks = f"127.0.0.1/32:{self.server.server_port}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from dagline.domain.callbacks import RUN_EVENTS
 from dagline.domain.signal_rules import rule_problems
+from dagline.domain.spark_policy import DEFAULT_POLICY, SparkPolicy
 from dagline.domain.templating import referenced_params
 from dagline.spec.models import DagSpec
 from dagline.spec.problems import format_path, problems_error
@@ -115,10 +116,17 @@ def _cross_field_problems(spec: DagSpec) -> list[tuple[str, str]]:
     return problems
 
 
-def check_dag_spec(spec: DagSpec, source: str | None = None, dag_id: str | None = None) -> None:
-    """Checks that span fields (task graph, dates, params in templates, signal rules); raise
-    InvalidInput listing all."""
-    problems = _cross_field_problems(spec)
+def spark_policy_problems(spec: DagSpec, policy: SparkPolicy) -> list[tuple[str, str]]:
+    """Every `spark.conf` key the Spark policy refuses (`dagline.domain.spark_policy`), with its path."""
+    return [(format_path(["spec", "tasks", index, "spark", "conf", key]), f"{key!r}: {why}")
+            for index, task in enumerate(spec.tasks) for key, why in policy.refusals(task.spark.conf)]
+
+
+def check_dag_spec(spec: DagSpec, source: str | None = None, dag_id: str | None = None, *,
+                   spark_policy: SparkPolicy = DEFAULT_POLICY) -> None:
+    """Checks that span fields (task graph, dates, params in templates, signal rules) and the Spark
+    policy; raise InvalidInput listing all."""
+    problems = _cross_field_problems(spec) + spark_policy_problems(spec, spark_policy)
     problems += rule_problems(dag_id or "", [t.id for t in spec.tasks], spec.triggers,
                               [(i, t.id, t.on) for i, t in enumerate(spec.tasks) if t.on])
     if problems:
