@@ -101,7 +101,7 @@ class EgressPolicy:
         if kind is None:
             return None
         shown = f"[{address}]" if address.version == 6 else str(address)
-        return (f"destination {shown}:{port} is a {kind} address; callbacks are not delivered inside the "
+        return (f"destination {shown}:{port} ({kind} address): webhooks are not delivered inside the "
                 f"platform's network unless a platform admin allows it ({ALLOWED_NETWORKS_SETTING} / the chart's "
                 "callbacks.allowedNetworks)")
 
