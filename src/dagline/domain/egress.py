@@ -96,7 +96,9 @@ class EgressPolicy:
             return None
         kind = next((kind for kind, network in REFUSED_NETWORKS
                      if network.version == judged.version and judged in network), None)
-        if kind is None and not judged.is_global:
+        if kind is None and judged.is_multicast:
+            kind = "multicast"
+        elif kind is None and (not judged.is_global or judged.is_reserved):
             kind = "not globally routable"
         if kind is None:
             return None
