@@ -6,13 +6,15 @@ an allow-list lets a local receiver through; `dags apply` warns of a refused lit
 from __future__ import annotations
 
 import socket
+import ssl
+import subprocess
 
 import pytest
 
 from dagline.clock import FixedClock
 from dagline.db.outbox import list_deliveries
 from dagline.executors.noop import NoopExecutor
-from dagline.scheduler.channels import Callback, DeliveryRefused, SecretReader, webhook_channel
+from dagline.scheduler.channels import Callback, DeliveryFailed, DeliveryRefused, SecretReader, webhook_channel
 from dagline.scheduler.deliveries import CallbackSettings
 from dagline.scheduler.loop import Scheduler
 from dagline.store.runs import trigger_run
@@ -130,6 +132,35 @@ def test_dns_rebinding_cannot_reach_an_address_that_was_not_checked(receiver, re
         assert inside.received == []
     finally:
         inside.close()
+
+
+def test_https_sends_the_host_name_in_tls_and_checks_the_certificate_against_it(tmp_path, resolver, monkeypatch):
+    """Connected to the checked address, the TLS handshake still names the URL's host (SNI) and the
+    certificate is verified for that name, as on a direct connection."""
+    answers, _ = resolver
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=hooks.test", "-addext", "subjectAltName=DNS:hooks.test"],
+                   check=True, capture_output=True)
+    server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_side.load_cert_chain(cert, key)
+    names: list[str | None] = []
+    server_side.sni_callback = lambda sock, name, context: names.append(name)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the client trusts this certificate, for its name only
+    answers["hooks.test"] = ["127.0.0.1"]
+    answers["other.test"] = ["127.0.0.1"]
+    secure = Receiver(tls=server_side)
+    try:
+        egress = CallbackSettings(allowed_networks=secure.allowed_networks).egress
+        webhook_channel(SecretReader(environ={}), timeout_s=5, egress=egress)(
+            _callback(f"https://hooks.test:{secure.port}/hook"))
+        assert len(secure.received) == 1 and names == ["hooks.test"]
+        with pytest.raises(DeliveryFailed, match="TLS"):  # the same server under another name: not its certificate
+            webhook_channel(SecretReader(environ={}), timeout_s=5, egress=egress)(
+                _callback(f"https://other.test:{secure.port}/hook"))
+        assert len(secure.received) == 1
+    finally:
+        secure.close()
 
 
 def test_apply_warns_of_a_refused_literal_url_and_applies_the_dag(sqlite_db, tmp_path, monkeypatch):
