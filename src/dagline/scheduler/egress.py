@@ -89,16 +89,19 @@ def post(url: str, body: bytes, headers: Mapping[str, str], *, policy: EgressPol
     for address in addresses:
         conn = _connection(parts.scheme, host, port, address, timeout_s)
         try:
-            conn.request("POST", target, body=body, headers=dict(headers))
-            answer = conn.getresponse()
-            answer.read()
-        except ssl.SSLError as exc:
-            raise DeliveryFailed(f"webhook not reached: TLS: {exc}") from None
-        except (OSError, http.client.HTTPException) as exc:
-            last_error = exc if isinstance(exc, OSError) else OSError(str(exc))
-            if isinstance(exc, ConnectionRefusedError | socket.timeout) or not conn.sock:
-                continue  # this address did not take the connection: the next one may
-            raise DeliveryFailed(f"webhook not reached: {exc}") from None
+            try:
+                conn.connect()
+            except ssl.SSLError as exc:
+                raise DeliveryFailed(f"webhook not reached: TLS: {exc}") from None
+            except OSError as exc:
+                last_error = exc
+                continue  # this address did not take the connection: the next checked one may
+            try:
+                conn.request("POST", target, body=body, headers=dict(headers))
+                answer = conn.getresponse()
+                answer.read()
+            except (OSError, http.client.HTTPException) as exc:  # sent, perhaps: never to a second address
+                raise DeliveryFailed(f"webhook not reached: {exc}") from None
         finally:
             conn.close()
         if not 200 <= answer.status < 300:
