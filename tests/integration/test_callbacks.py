@@ -68,7 +68,7 @@ def receiver():
 def _scheduler(db, clock, receiver, **settings):
     secrets = SecretReader(environ={"HOOK_URL": receiver.url, "HOOK_TOKEN": "Bearer s3cret"})
     return Scheduler(db, NoopExecutor(8, clock=clock), clock=clock, secret_reader=secrets,
-                     callback_settings=CallbackSettings(**settings))
+                     callback_settings=CallbackSettings(**{"allowed_networks": receiver.allowed_networks, **settings}))
 
 
 def _deliveries(db):
@@ -281,7 +281,8 @@ spec:
 
 
 def _replica(url: str, receiver: Receiver, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "HOOK_URL": receiver.url, "DAGLINE_CALLBACK_LEASE_S": "30"}
+    env = {**os.environ, "HOOK_URL": receiver.url, "DAGLINE_CALLBACK_LEASE_S": "30",
+           "DAGLINE_CALLBACK_ALLOWED_NETWORKS": receiver.allowed_networks}
     return subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", url, "scheduler", "--executor", "noop", *args],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 

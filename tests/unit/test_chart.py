@@ -141,7 +141,9 @@ def test_values_hold_the_documented_defaults():
     assert values["database"] == {"secretName": "dagline-db", "secretKey": "url"}
     assert values["health"]["port"] == 8080 and values["metrics"]["port"] == 9090
     assert values["dagrunHistoryLimit"] == 50
-    assert set(values["spark"]) == {"namespace", "image", "version", "serviceAccount", "pendingTimeout", "retention"}
+    assert set(values["spark"]) == {"namespace", "createNamespace", "image", "version", "serviceAccount",
+                                    "pendingTimeout", "retention", "allowedConf"}
+    assert values["spark"]["allowedConf"] == [] and values["callbacks"]["allowedNetworks"] == []  # nothing widened
     assert values["spark"]["retention"] in ("delete", "keep", "delete-succeeded")
     assert values["podSecurityContext"]["runAsNonRoot"] is True
     readme = (CHART / "README.md").read_text()
@@ -232,8 +234,9 @@ def test_templates_render_the_expected_objects():
     for manifest in manifests:
         labels = manifest["metadata"]["labels"]
         assert labels["app.kubernetes.io/instance"] == "dagline" and labels["helm.sh/chart"] == "dagline-0.1.0"
-        if not manifest["kind"].startswith("Cluster"):
-            assert manifest["metadata"]["namespace"] == "dataplat"
+        if not manifest["kind"].startswith("Cluster"):  # the Spark Role lives where Spark runs
+            spark = manifest["metadata"]["name"] == "dagline-spark"
+            assert manifest["metadata"]["namespace"] == ("dataplat-spark" if spark else "dataplat")
 
 
 def test_release_name_prefixes_every_object():
@@ -245,7 +248,7 @@ def test_release_name_prefixes_every_object():
 EXPECTED_ENV = {
     "DAGLINE_DB_URL": {"secretKeyRef": {"name": "dagline-db", "key": "url"}},
     "DAGLINE_NAMESPACE": "dataplat",
-    "DAGLINE_SPARK_NAMESPACE": "dataplat",
+    "DAGLINE_SPARK_NAMESPACE": "dataplat-spark",
     "DAGLINE_SPARK_SPARK_VERSION": "3.5.3",
     "DAGLINE_SPARK_SERVICE_ACCOUNT": "spark-operator-spark",
     "DAGLINE_SPARK_PENDING_TIMEOUT": "PT15M",
@@ -440,7 +443,7 @@ DISCOVERY_RULES = {
 # What dagline.k8s.executor calls: create, get, list (it polls; no watch), patch (labels of kept ones), delete.
 SPARK_RULES = {("sparkoperator.k8s.io", "sparkapplications", verb)
                for verb in ("get", "list", "create", "patch", "delete")} | {
-    ("", "secrets", verb) for verb in ("create", "patch", "delete")}  # each try's signal token: put, own, delete
+    ("", "secrets", "create")}  # each try's signal token, owned by its application: never read, patched or deleted
 
 
 def granted(manifests: list[dict]) -> set[tuple[str, str, str, str]]:
@@ -470,7 +473,7 @@ def granted(manifests: list[dict]) -> set[tuple[str, str, str, str]]:
 def test_rbac_grants_exactly_what_the_operator_uses():
     manifests = render_chart()
     expected = ({("cluster", *rule) for rule in DISCOVERY_RULES} | {("dataplat", *rule) for rule in CONTROLLER_RULES}
-                | {("dataplat", *rule) for rule in SPARK_RULES})
+                | {("dataplat-spark", *rule) for rule in SPARK_RULES})
     assert granted(manifests) == expected
 
 
@@ -481,14 +484,14 @@ def test_rbac_follows_the_watched_and_spark_namespaces():
     assert granted(manifests) == expected
     all_namespaces = render_chart({"watch": {"allNamespaces": True}})
     expected = ({("cluster", *rule) for rule in DISCOVERY_RULES | CONTROLLER_RULES}
-                | {("dataplat", *rule) for rule in SPARK_RULES})
+                | {("dataplat-spark", *rule) for rule in SPARK_RULES})
     assert granted(all_namespaces) == expected
 
 
 def test_callback_secrets_are_granted_by_name_and_only_when_listed():
     manifests = render_chart({"callbacks": {"secretNames": ["sales-hooks", "ops-hooks"]}})
     expected = ({("cluster", *rule) for rule in DISCOVERY_RULES} | {("dataplat", *rule) for rule in CONTROLLER_RULES}
-                | {("dataplat", *rule) for rule in SPARK_RULES}
+                | {("dataplat-spark", *rule) for rule in SPARK_RULES}
                 | {("dataplat", "", "secrets/sales-hooks", "get"), ("dataplat", "", "secrets/ops-hooks", "get")})
     assert granted(manifests) == expected
     # without names, no Secret is readable (the per-try token Secrets are only written)
@@ -501,7 +504,7 @@ def test_callback_secrets_are_granted_by_name_and_only_when_listed():
 def test_a_widened_rule_is_caught():
     manifests = render_chart()
     one(manifests, "Role", "dagline-spark")["rules"][0]["verbs"].append("watch")
-    assert ("dataplat", "sparkoperator.k8s.io", "sparkapplications", "watch") in granted(manifests)
+    assert ("dataplat-spark", "sparkoperator.k8s.io", "sparkapplications", "watch") in granted(manifests)
     assert granted(manifests) != granted(render_chart())
 
 
@@ -650,3 +653,35 @@ def test_make_chart_packages_the_chart_with_its_crds_and_schema():
     assert {"dagline/Chart.yaml", "dagline/values.yaml", "dagline/values.schema.json",
             "dagline/crds/dags.dagline.io.yaml", "dagline/templates/pdb.yaml"} <= names
     assert archive.name == "dagline-0.1.0.tgz"
+
+# --- Spark in a namespace of its own; the Spark policy and webhook egress allow-lists -------------------
+
+
+def test_spark_runs_in_a_namespace_of_its_own_never_beside_the_database_secret():
+    env = container_env(one(render_chart(), "Deployment")["spec"]["template"]["spec"]["containers"][0])
+    assert env["DAGLINE_SPARK_NAMESPACE"] == "dataplat-spark" and env["DAGLINE_DB_URL"]["secretKeyRef"]
+    assert not [m for m in render_chart() if m["kind"] == "Namespace"]  # created by the platform by default
+    [namespace] = [m for m in render_chart({"spark": {"createNamespace": True}}) if m["kind"] == "Namespace"]
+    assert namespace["metadata"]["name"] == "dataplat-spark"
+    refused = helm("template", "dagline", str(CHART), "--namespace", NAMESPACE, "--set", "spark.namespace=dataplat",
+                   check=False)
+    assert refused.returncode != 0 and "release namespace" in refused.stderr and "database Secret" in refused.stderr
+
+
+def test_the_spark_role_may_only_create_secrets():
+    rules = one(render_chart(), "Role", "dagline-spark")["rules"]
+    assert [rule["verbs"] for rule in rules if "secrets" in rule["resources"]] == [["create"]]
+
+
+def test_allowed_spark_conf_and_webhook_networks_reach_the_environment():
+    env = container_env(one(render_chart(), "Deployment")["spec"]["template"]["spec"]["containers"][0])
+    assert "DAGLINE_SPARK_ALLOWED_CONF" not in env and "DAGLINE_CALLBACK_ALLOWED_NETWORKS" not in env
+    manifests = render_chart({"spark": {"allowedConf": ["spark.kubernetes.driver.annotation.*", "spark.kubernetes.namespace"]},
+                              "callbacks": {"allowedNetworks": ["10.20.0.0/16", "10.30.1.5/32:8443"]}})
+    env = container_env(one(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0])
+    assert env["DAGLINE_SPARK_ALLOWED_CONF"] == "spark.kubernetes.driver.annotation.*,spark.kubernetes.namespace"
+    assert env["DAGLINE_CALLBACK_ALLOWED_NETWORKS"] == "10.20.0.0/16,10.30.1.5/32:8443"
+    from dagline.domain.egress import EgressPolicy
+    from dagline.domain.spark_policy import SparkPolicy
+    assert SparkPolicy.parse(env["DAGLINE_SPARK_ALLOWED_CONF"]).refusal("spark.kubernetes.driver.annotation.x") is None
+    assert EgressPolicy.parse(env["DAGLINE_CALLBACK_ALLOWED_NETWORKS"]).refusal("10.30.1.5", 8443) is None

@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from dagline.db.engine import Database
+from dagline.domain.spark_policy import DEFAULT_POLICY, SparkPolicy
 from dagline.errors import InvalidInput
 from dagline.k8s import conditions
 from dagline.k8s.conditions import Outcome
@@ -59,8 +60,10 @@ def describe(exc: InvalidInput) -> str:
     return f"{exc.field}: {exc.reason}" if exc.field else exc.reason
 
 
-def apply_dag_object(db: Database, body: Mapping[str, Any], *, now: dt.datetime, who: str) -> Outcome:
-    """Validate and apply a DAG object; the outcome is its whole status (with `observedGeneration`)."""
+def apply_dag_object(db: Database, body: Mapping[str, Any], *, now: dt.datetime, who: str,
+                     spark_policy: SparkPolicy = DEFAULT_POLICY) -> Outcome:
+    """Validate (with the Spark policy the operator's settings allow) and apply a DAG object; the outcome
+    is its whole status (with `observedGeneration`)."""
     meta, status = body.get("metadata") or {}, body.get("status") or {}
     namespace, name = meta.get("namespace") or "default", meta.get("name")
     previous = status.get("conditions")
@@ -68,7 +71,8 @@ def apply_dag_object(db: Database, body: Mapping[str, Any], *, now: dt.datetime,
     document = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": {"name": name},
                 "spec": body.get("spec")}
     try:
-        dag = Dag.from_document(parse_dag_document(document, source=f"{namespace}/{name}"))
+        dag = Dag.from_document(parse_dag_document(document, source=f"{namespace}/{name}",
+                                                         spark_policy=spark_policy))
     except InvalidInput as exc:
         outcome = _refused(db, namespace, name, "Invalid", describe(exc), now=now, previous=previous)
     else:

@@ -124,7 +124,8 @@ class Runtime:
         self.cache = ObjectCache()
         self.health = Health(settings.liveness_timeout_s, scheduler_enabled=executor is not None)
         self.sync = StatusSync(db, self.cache, DaglineObjects(api), clock=self.clock,
-                               who=self.who, history_limit=settings.dagrun_history_limit)
+                               who=self.who, history_limit=settings.dagrun_history_limit,
+                               spark_policy=settings.spark_policy)
         self.scheduler = None if executor is None else InstrumentedScheduler(
             db, executor, clock=self.clock, settings=scheduler_settings or SchedulerSettings.from_env(),
             health=self.health, callback_settings=CallbackSettings.from_env(),

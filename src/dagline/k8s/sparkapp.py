@@ -24,7 +24,8 @@ reported outcome (`success` / `failed`) once it kept a finished one; the executo
 `pending` ones, so kept applications cost nothing per sync.
 
 Signals. A try's `DAGLINE_API_URL` and `DAGLINE_SIGNAL_TOKEN` (`TaskLaunch.env`) go into a Secret of
-its own, `<application name>-env` (`build_env_secret`), which the driver and the executors read as
+its own, `<application name>-env` (`build_env_secret`, created after the application and owned by
+it), which the driver and the executors read as
 environment variables through Spark's own `spark.kubernetes.{driver,executor}.secretKeyRef.<VAR>`
 settings: Spark builds the pods with them, so this needs no mutating webhook of the spark-operator,
 and the token never appears in the SparkApplication. A streaming try's driver pod gets the task's
@@ -198,16 +199,20 @@ def env_secret_name(key: TaskKey) -> str:
     return f"{application_name(key)}-env"
 
 
-def build_env_secret(launch: TaskLaunch, *, namespace: str) -> dict | None:
-    """The Secret of a try's environment (`launch.env`), or None when it has none."""
+def build_env_secret(launch: TaskLaunch, *, namespace: str, owner: dict | None = None) -> dict | None:
+    """The Secret of a try's environment (`launch.env`), or None when it has none; `owner` (an
+    `owner_reference`) makes Kubernetes delete it with the application."""
     if not launch.env:
         return None
+    metadata = {"name": env_secret_name(launch.key), "namespace": namespace,
+                "labels": {**try_labels(launch.key), LABEL_MANAGED: MANAGED_BY}}
+    if owner:
+        metadata["ownerReferences"] = [owner]
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
-        "metadata": {"name": env_secret_name(launch.key), "namespace": namespace,
-                     "labels": {**try_labels(launch.key), LABEL_MANAGED: MANAGED_BY}},
+        "metadata": metadata,
         "stringData": {name: value for name, value in launch.env},
     }
 

@@ -196,7 +196,7 @@ class Dag:
     @classmethod
     def _build(cls, dag_id: str, spec: DagSpec, *, source: str | None,
                stored: tuple[dict[str, Any], str] | None = None) -> Dag:
-        check_dag_spec(spec, source, dag_id)
+        check_dag_spec(spec, source, dag_id, spark_policy=None)  # the policy is checked where a spec is applied
         upstream = {task.id: task.upstream for task in spec.tasks}
         order, _ = topological_order([task.id for task in spec.tasks], upstream)
         by_id = {task.id: task for task in spec.tasks}
