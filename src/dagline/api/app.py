@@ -17,9 +17,11 @@ import dataclasses
 import logging
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from dagline.api import errors
+from dagline.api import errors, schema
+from dagline.api.boundary import InputBoundary
 from dagline.api.settings import ApiSettings
 from dagline.api.signals import router as signals_router
 from dagline.clock import Clock, SystemClock
@@ -75,10 +77,12 @@ def create_app(database: Database, settings: ApiSettings | None = None, *, clock
                   redoc_url=None)
     app.state.dagline = ApiState(database, settings or ApiSettings(), clock or SystemClock())
     app.add_exception_handler(DaglineError, errors.answer)  # by its http_status, reason and field
+    app.add_exception_handler(RequestValidationError, errors.invalid_request)  # the same shape as ours
     app.include_router(signals_router)
     mount_web_ui(app)
+    app.add_middleware(InputBoundary)  # outermost of ours: NUL and lone surrogates in the URL, before routing
 
-    @app.get("/api/v1/health")
+    @app.get("/api/v1/health", summary="Liveness", response_model=schema.Health, responses=schema.errors(422))
     def health():
         return {"status": "ok"}
 
