@@ -225,3 +225,12 @@ def test_the_openapi_document_has_request_bodies_parameters_and_error_answers(db
                 schema = operation["responses"][code]["content"]["application/json"]["schema"]
                 assert schema == {"$ref": "#/components/schemas/Error"}, (method, path, code)
     assert document["components"]["schemas"]["Error"]["required"] == ["error", "field"]
+
+
+def test_a_nul_character_in_a_spec_is_refused_at_apply_naming_the_field(db, tmp_path):
+    path = write_dag(tmp_path, DAG.replace("{mainApplicationFile: t.py}",
+                                           '{mainApplicationFile: t.py, arguments: ["--out", "a\\0b"]}'), "nul.yaml")
+    before = snapshot(db)
+    result = cli(db, "dags", "apply", path, expect=2)
+    assert "spec.tasks[0].spark.arguments[1]" in result.output and "NUL character" in result.output, result.output
+    assert snapshot(db) == before

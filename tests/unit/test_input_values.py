@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from dagline.domain.input_values import MAX_INT64, MIN_INT64, read_integer, read_text, text_problem
+from dagline.domain.input_values import (
+    MAX_INT64,
+    MIN_INT64,
+    first_text_problem,
+    read_integer,
+    read_text,
+    text_problem,
+)
 from dagline.errors import InvalidInput
 
 
@@ -52,3 +59,12 @@ def test_texts_are_bounded_and_ordinary_unicode_passes():
     with pytest.raises(InvalidInput, match="the limit is 5"):
         read_text("abcdef", "id", max_length=5)
     assert text_problem("fine") is None
+
+
+def test_the_first_refused_string_of_a_document_is_found_with_its_place():
+    document = {"spec": {"tasks": [{"id": "ok", "spark": {"arguments": ["--a", "x\x00y"]}},
+                                   {"id": "b\ud800"}]}}
+    where, reason = first_text_problem(document)
+    assert where == "spec.tasks[0].spark.arguments[1]" and "NUL character" in reason
+    assert first_text_problem({"spec": {"k\x00": 1}})[0] == "spec"
+    assert first_text_problem({"spec": {"tasks": [{"id": "fine", "n": 3}]}}) is None

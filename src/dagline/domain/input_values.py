@@ -16,8 +16,10 @@ Pure: no I/O, no dagline import above `errors`, `limits` and `json_values`.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
-from dagline.domain.json_values import string_problem
+from dagline.domain.json_values import place, string_problem
 from dagline.errors import InvalidInput
 from dagline.limits import MAX_JSON_INTEGER, MAX_STRING_LENGTH, MIN_JSON_INTEGER
 
@@ -68,6 +70,31 @@ def text_problem(raw: str, what: str = "the text") -> str | None:
     if bad:
         return f"{what} is not valid UTF-8: the byte 0x{ord(bad.group()) - 0xDC00:02X} at character {bad.start():,}"
     return string_problem(raw, what)
+
+
+def first_text_problem(document: Any) -> tuple[str, str] | None:
+    """(place, reason) of the first string or key in a parsed document (a spec, a resource's body) that
+    `read_text` would refuse, its length aside (bounded where it is parsed), else None. Iterative: safe on
+    any depth. The place is written as `json_values.path` writes it (`spec.tasks[0].spark.arguments[1]`)."""
+    pending: list[tuple[Any, tuple]] = [(document, ())]
+    while pending:
+        item, where = pending.pop()
+        if isinstance(item, str):
+            problem = text_problem(item, "a string")
+            if problem:
+                return place(where), problem
+        elif isinstance(item, Mapping):
+            children = []
+            for key, child in item.items():
+                if isinstance(key, str):
+                    problem = text_problem(key, "a key")
+                    if problem:
+                        return place(where), problem
+                children.append((child, (where, str(key))))
+            pending.extend(reversed(children))  # in the document's order
+        elif isinstance(item, (list, tuple)):
+            pending.extend(reversed([(child, (where, index)) for index, child in enumerate(item)]))
+    return None
 
 
 def _range(minimum: int, maximum: int) -> str:
