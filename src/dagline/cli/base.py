@@ -154,7 +154,7 @@ def check_texts(ctx: click.Context) -> None:
         value = ctx.params.get(param.name)
         for item in value if isinstance(value, (tuple, list)) else (value,):
             if isinstance(item, str):
-                read_text(item, _param_field(param))
+                read_text(item, _param_field(param), max_length=None)  # each command bounds its own sizes
 
 
 def _param_field(param: click.Parameter) -> str:

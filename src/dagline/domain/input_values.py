@@ -49,12 +49,12 @@ def read_integer(raw: str | int, field: str, *, minimum: int = MIN_INT64, maximu
     return value
 
 
-def read_text(raw: str, field: str, *, max_length: int = MAX_STRING_LENGTH) -> str:
+def read_text(raw: str, field: str, *, max_length: int | None = MAX_STRING_LENGTH) -> str:
     """`raw` if it is a text dagline may store and show (see the module's rules); else InvalidInput naming
-    `field`."""
+    `field`. `max_length=None`: the caller bounds it otherwise (a JSON text by its bytes)."""
     if not isinstance(raw, str):
         raise InvalidInput(f"must be a text, not {type(raw).__name__}", field=field)
-    if len(raw) > max_length:
+    if max_length is not None and len(raw) > max_length:
         raise InvalidInput(f"a text of {len(raw):,} characters (the limit is {max_length:,})", field=field)
     problem = text_problem(raw)
     if problem:
@@ -63,13 +63,13 @@ def read_text(raw: str, field: str, *, max_length: int = MAX_STRING_LENGTH) -> s
 
 
 def text_problem(raw: str, what: str = "the text") -> str | None:
-    """Why `raw` would be refused by `read_text` (its length aside), or None, saying `what` it is: for a
-    check that names the field itself (the API's URL check). Bytes that were not UTF-8, read as the
+    """Why `raw` would be refused by `read_text` (its length aside: the caller bounds it), or None, saying
+    `what` it is: for a check that names the field itself (the API's URL check). Bytes that were not UTF-8, read as the
     surrogates U+DC80-U+DCFF (Python's command line, `surrogateescape`), are said to be that."""
     bad = _UNDECODABLE.search(raw)
     if bad:
         return f"{what} is not valid UTF-8: the byte 0x{ord(bad.group()) - 0xDC00:02X} at character {bad.start():,}"
-    return string_problem(raw, what)
+    return string_problem(raw, what, bounded=False)
 
 
 def first_text_problem(document: Any) -> tuple[str, str] | None:
