@@ -1,6 +1,8 @@
 """The application factory: `create_app(database, settings)` returns the FastAPI app with the signal
 routes, bearer-token authentication and dagline's JSON errors (every `DaglineError` answered by its
-`http_status`: `api.errors`), and the web UI's pages (`dagline.web`).
+`http_status`: `api.errors`), and the web UI's pages (`dagline.web`). Every request passes the input
+boundary first (`api.boundary`: no NUL, lone surrogate or undecodable byte in the URL or a header); the
+document at `/api/openapi.json` is built from `api.schema`.
 
 Authentication (`ApiState.principal`): `Authorization: Bearer <token>`, checked inside the request's
 own transaction (`api_tokens.authenticate`). No token, or a wrong, revoked or expired one, is 401;
