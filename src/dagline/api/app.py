@@ -1,6 +1,8 @@
 """The application factory: `create_app(database, settings)` returns the FastAPI app with the signal
 routes, bearer-token authentication and dagline's JSON errors (every `DaglineError` answered by its
-`http_status`: `api.errors`), and the web UI's pages (`dagline.web`).
+`http_status`: `api.errors`), and the web UI's pages (`dagline.web`). Every request passes the input
+boundary first (`api.boundary`: no NUL, lone surrogate or undecodable byte in the URL or a header); the
+document at `/api/openapi.json` is built from `api.schema`.
 
 Authentication (`ApiState.principal`): `Authorization: Bearer <token>`, checked inside the request's
 own transaction (`api_tokens.authenticate`). No token, or a wrong, revoked or expired one, is 401;
@@ -17,9 +19,11 @@ import dataclasses
 import logging
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from dagline.api import errors
+from dagline.api import errors, schema
+from dagline.api.boundary import InputBoundary
 from dagline.api.settings import ApiSettings
 from dagline.api.signals import router as signals_router
 from dagline.clock import Clock, SystemClock
@@ -75,10 +79,12 @@ def create_app(database: Database, settings: ApiSettings | None = None, *, clock
                   redoc_url=None)
     app.state.dagline = ApiState(database, settings or ApiSettings(), clock or SystemClock())
     app.add_exception_handler(DaglineError, errors.answer)  # by its http_status, reason and field
+    app.add_exception_handler(RequestValidationError, errors.invalid_request)  # the same shape as ours
     app.include_router(signals_router)
     mount_web_ui(app)
+    app.add_middleware(InputBoundary)  # outermost of ours: NUL and lone surrogates in the URL, before routing
 
-    @app.get("/api/v1/health")
+    @app.get("/api/v1/health", summary="Liveness", response_model=schema.Health, responses=schema.errors(422))
     def health():
         return {"status": "ok"}
 

@@ -12,6 +12,7 @@ before anything is stored, or with the transaction rolled back.
 from __future__ import annotations
 
 from fastapi import Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from dagline.errors import DaglineError
@@ -55,3 +56,12 @@ async def answer(_request: Request, exc: DaglineError) -> JSONResponse:
         headers.setdefault("WWW-Authenticate", "Bearer")  # a 401 says how to authenticate (RFC 9110)
     return JSONResponse({"error": exc.reason, "field": exc.field}, status_code=exc.http_status,
                         headers=headers or None)
+
+
+async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    """A parameter FastAPI itself checked (a route's typed parameter), answered in dagline's shape: 422
+    naming the first parameter at fault."""
+    first = (exc.errors() or [{}])[0]
+    where = [str(step) for step in first.get("loc", ()) if step not in ("path", "query", "body", "header")]
+    return JSONResponse({"error": str(first.get("msg", "invalid")), "field": ".".join(where) or None},
+                        status_code=422)

@@ -21,11 +21,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from dagline.api import schema
 from dagline.api.errors import ApiError, bad_request, conflict, too_large, unprocessable
+from dagline.domain.input_values import read_integer
 from dagline.domain.json_values import InvalidJson, check_value, parse_json, path
 from dagline.domain.signal_keys import MAX_VALUE_BYTES, validate_key, validate_sender_id
 from dagline.errors import DaglineError, NotFound
-from dagline.limits import MAX_NESTING_DEPTH
+from dagline.limits import MAX_NESTING_DEPTH, MAX_ROW_ID
 from dagline.store.signal_batches import send_signals
 from dagline.store.signals import MAX_LIST, SignalConflict, list_signals, listeners, show_signal
 from dagline.store.tokens import READ, SEND
@@ -37,7 +39,7 @@ FIELDS = ("key", "value", "id")
 async def read_body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 as soon as it is known to be over `limit` bytes."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise too_large(f"the request body is {declared} bytes; at most {limit} are accepted (send smaller batches)")
     chunks, size = [], 0
     async for chunk in request.stream():
@@ -101,7 +103,13 @@ def store_signals(conn, principal, signals: list[dict], *, now) -> list[dict]:
     return out
 
 
-@router.post("/api/v1/signals")
+@router.post("/api/v1/signals", summary="Send one signal or a batch",
+             openapi_extra={"requestBody": schema.SIGNALS_BODY}, response_model=None, status_code=201,
+             responses={200: {"model": schema.SignalStored | schema.SignalsStored,
+                              "description": "Every signal was stored before (a retry with the same ids)"},
+                        201: {"model": schema.SignalStored | schema.SignalsStored,
+                              "description": "At least one signal was new"},
+                        **schema.errors(400, 401, 403, 409, 413, 422, 503)})
 async def post_signals(request: Request):
     api = request.app.state.dagline
     body = await read_body(request, api.settings.max_body_bytes)
@@ -124,21 +132,17 @@ async def post_signals(request: Request):
     return JSONResponse({"signals": rows} if batch else rows[0], status_code=status)
 
 
-def _int_param(request: Request, name: str, *, minimum: int, maximum: int | None = None) -> int | None:
+def _int_param(request: Request, name: str, *, minimum: int, maximum: int = MAX_ROW_ID) -> int | None:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise unprocessable(f"must be an integer, got {raw!r}", field=name) from None
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
-        raise unprocessable(f"must be {bound}, got {value}", field=name)
-    return value
+    return read_integer(raw, name, minimum=minimum, maximum=maximum)  # InvalidInput naming `name`: 422
 
 
-@router.get("/api/v1/signals")
+@router.get("/api/v1/signals", summary="The signal log", response_model=None,
+            openapi_extra={"parameters": schema.SIGNAL_LIST_PARAMETERS},
+            responses={200: {"model": schema.SignalList, "description": "The signals, oldest first"},
+                       **schema.errors(401, 403, 422, 503)})
 async def get_signals(request: Request):
     api = request.app.state.dagline
     key = request.query_params.get("key") or None
@@ -156,18 +160,20 @@ async def get_signals(request: Request):
     return {"signals": await run_in_threadpool(api.in_transaction, work)}
 
 
-@router.get("/api/v1/signals/{seq}")
-async def get_signal(request: Request, seq: str):
+@router.get("/api/v1/signals/{seq}", summary="One signal", response_model=None,
+            openapi_extra={"parameters": schema.SIGNAL_SEQ_PARAMETERS},
+            responses={200: {"model": schema.Signal, "description": "The signal and its actions"},
+                       **schema.errors(401, 403, 404, 422, 503)})
+async def get_signal(request: Request):
     api = request.app.state.dagline
-    if not seq.isdigit():
-        raise unprocessable(f"a signal's seq is a number, got {seq!r}", field="seq")
+    seq = read_integer(request.path_params["seq"], "seq", minimum=0, maximum=MAX_ROW_ID)  # 422 naming `seq`
     token = api.bearer(request)
 
     def work():
         with api.database.begin() as conn:
             api.principal(conn, token, READ, anonymous_ok=api.settings.anonymous_read)
             try:
-                return show_signal(conn, int(seq))
+                return show_signal(conn, seq)
             except NotFound as exc:
                 raise ApiError(404, str(exc), field="seq") from None
 

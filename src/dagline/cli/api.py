@@ -9,6 +9,7 @@ import click
 
 from dagline.cli.base import (
     Context,
+    Integer,
     emit_json,
     json_option,
     log_folder_option,
@@ -21,7 +22,7 @@ from dagline.cli.base import (
 
 @main.command("api", retry_conflicts=False)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every one).")
-@click.option("--port", type=click.IntRange(0, 65535), default=8793, show_default=True)
+@click.option("--port", type=Integer(0, 65535), default=8793, show_default=True)
 @click.option("--anonymous-read", is_flag=True,
               help="Allow reading (GET, the web UI's pages) without a token; writes and actions always need one.")
 @log_folder_option

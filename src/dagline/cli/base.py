@@ -18,6 +18,7 @@ import click
 from dagline.clock import FixedClock, SystemClock
 from dagline.db import engine as dbengine
 from dagline.db.faults import first_line, is_read_only, is_transient, run_again_on_conflict
+from dagline.domain.input_values import MAX_INT64, MIN_INT64, read_integer, read_text
 from dagline.domain.json_values import read_json_object
 from dagline.errors import DaglineError, InvalidInput, OperationFailed
 from dagline.executors import registry
@@ -132,16 +133,56 @@ def print_table(rows: list[dict], columns: list[str]) -> None:
 
 
 
+class Integer(click.IntRange):
+    """An integer option or argument, read by `input_values.read_integer`: ASCII digits only (`²`, `٣`,
+    `1_000` and ` 7` are refused, though `int()` takes some), within [min, max], by default what a
+    signed 64-bit column holds. A bad value is click's usage error naming the option: exit 2."""
+
+    def __init__(self, min: int | None = None, max: int | None = None):  # noqa: A002 - click's own names
+        super().__init__(min=min, max=max)  # None: the reference shows no bound; read_integer keeps int64's
+        self.minimum = MIN_INT64 if min is None else min
+        self.maximum = MAX_INT64 if max is None else max
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            try:
+                value = read_integer(value, param.name if param else "value", minimum=self.minimum,
+                                     maximum=self.maximum)
+            except InvalidInput as exc:
+                self.fail(exc.reason, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def check_texts(ctx: click.Context) -> None:
+    """Every text a command was given (arguments and options, paths aside) through `input_values.read_text`:
+    no NUL, no lone surrogate (bytes of the command line that are not UTF-8 arrive as one). InvalidInput
+    naming the option or argument: exit 2, before the command runs."""
+    for param in ctx.command.params:
+        if isinstance(param.type, click.Path):
+            continue
+        value = ctx.params.get(param.name)
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(item, str):
+                read_text(item, _param_field(param), max_length=None)  # each command bounds its own sizes
+
+
+def _param_field(param: click.Parameter) -> str:
+    if isinstance(param, click.Option):
+        return max(param.opts, key=len)
+    return (param.name or "argument").upper()
+
+
 class DaglineCommand(click.Command):
     """A command run again when its transaction was rolled back for a conflict (see the module docstring).
     Long-running commands (`scheduler`, `backfill run`, `operator`) pass `retry_conflicts=False`: their
-    loops retry each step's transaction themselves."""
+    loops retry each step's transaction themselves. Its texts are checked first (`check_texts`)."""
 
     def __init__(self, *args, retry_conflicts: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
         self.retry_conflicts = retry_conflicts
 
     def invoke(self, ctx):
+        check_texts(ctx)
         if not self.retry_conflicts:
             return super().invoke(ctx)
         return run_again_on_conflict(lambda: super(DaglineCommand, self).invoke(ctx), what=ctx.command_path,
@@ -214,7 +255,7 @@ def main(ctx, db_url, verbose):
 
 executor_option = click.option("--executor", type=click.Choice(registry.names()), default=registry.DEFAULT,
                                show_default=True)
-parallelism_option = click.option("--parallelism", type=click.IntRange(min=1), default=2, show_default=True,
+parallelism_option = click.option("--parallelism", type=Integer(min=1), default=2, show_default=True,
                                   help="Tries the executor runs at once.")
 log_folder_option = click.option("--log-folder", default=None, metavar="DIR",
                                  help="Task logs (default: $DAGLINE_LOG_FOLDER, else ./logs).")
@@ -251,7 +292,7 @@ def read_conf(conf: str | None, conf_file: str | None) -> dict | None:
     return read_json_object(value, field, max_bytes=MAX_JSON_BYTES)
 
 
-limit_option = click.option("--limit", type=click.IntRange(min=1, max=MAX_ROW_ID), default=None, metavar="N",
+limit_option = click.option("--limit", type=Integer(min=1, max=MAX_ROW_ID), default=None, metavar="N",
                             help="Show at most N rows (the most recent N where rows are in time order).")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from dagline.cli.base import Context, json_option, main, make_clock, now_option, show_rows
+from dagline.cli.base import Context, Integer, json_option, main, make_clock, now_option, show_rows
 from dagline.domain.states import OutboxState
 from dagline.errors import InvalidInput
 from dagline.times import isoformat, parse_duration
@@ -18,7 +18,7 @@ def callbacks():
 @callbacks.command("list")
 @click.option("--state", default=None, type=click.Choice([s.value for s in OutboxState]))
 @click.option("--run", "run_ref", default=None, metavar="RUN_ID", help="Only this run's callbacks.")
-@click.option("--limit", default=None, type=click.IntRange(min=1), help="The newest N.")
+@click.option("--limit", default=None, type=Integer(min=1), help="The newest N.")
 @json_option
 @click.pass_obj
 def callbacks_list(obj: Context, state, run_ref, limit, as_json):

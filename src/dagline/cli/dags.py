@@ -8,6 +8,7 @@ import click
 
 from dagline.cli.base import (
     Context,
+    Integer,
     conf_options,
     confirm,
     dag_timezone,
@@ -173,7 +174,7 @@ def _paused_line(paused: bool, spec: dict) -> str:
 @click.argument("dag_ref")
 @click.option("--after", default=None, metavar="ISO", help="Start from the first interval starting at or after this.")
 @click.option("--count", "--limit", "count", default=5, show_default=True,
-              type=click.IntRange(min=1, max=MAX_NEXT_RUNS_COUNT),
+              type=Integer(min=1, max=MAX_NEXT_RUNS_COUNT),
               help=f"How many intervals (at most {MAX_NEXT_RUNS_COUNT:,}).")
 @now_option
 @json_option

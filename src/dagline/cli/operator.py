@@ -11,7 +11,7 @@ import os
 
 import click
 
-from dagline.cli.base import Context, log_folder_option, main, make_spanning_clock, now_option
+from dagline.cli.base import Context, Integer, log_folder_option, main, make_spanning_clock, now_option
 from dagline.errors import InvalidInput
 from dagline.executors import registry
 from dagline.k8s.settings import OperatorSettings
@@ -20,16 +20,16 @@ from dagline.k8s.settings import OperatorSettings
 @main.command("operator", retry_conflicts=False)
 @click.option("--executor", type=click.Choice(registry.names(first=OperatorSettings.executor)), default=None,
               help="How tasks run (default: $DAGLINE_EXECUTOR, else spark-k8s).")
-@click.option("--parallelism", type=click.IntRange(min=1), default=None,
+@click.option("--parallelism", type=Integer(min=1), default=None,
               help="Tries the executor runs at once (default: $DAGLINE_PARALLELISM, else 32).")
 @click.option("--namespace", default=None, metavar="NS",
               help="Serve the objects of this namespace (default: $DAGLINE_NAMESPACE; empty: every namespace).")
 @click.option("--all-namespaces", "-A", is_flag=True, help="Serve every namespace.")
-@click.option("--health-port", type=click.IntRange(0, 65535), default=None,
+@click.option("--health-port", type=Integer(0, 65535), default=None,
               help="/healthz and /readyz (default: $DAGLINE_HEALTH_PORT, else 8080; 0: any free port).")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+@click.option("--metrics-port", type=Integer(0, 65535), default=None,
               help="/metrics (default: $DAGLINE_METRICS_PORT, else 9090; 0: any free port).")
-@click.option("--api-port", type=click.IntRange(-1, 65535), default=None,
+@click.option("--api-port", type=Integer(-1, 65535), default=None,
               help="The HTTP API (default: $DAGLINE_API_PORT, else 8793; 0: any free port; -1: none).")
 @log_folder_option
 @now_option

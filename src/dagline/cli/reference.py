@@ -65,6 +65,8 @@ def _value_of(param: click.Parameter) -> str:
         return " \\| ".join(f"`{choice}`" for choice in kind.choices)
     if isinstance(kind, (click.IntRange, click.FloatRange)):
         word = "integer" if isinstance(kind, click.IntRange) else "number"
+        if kind.min is None and kind.max is None:
+            return f"`{param.metavar}`, {word}" if param.metavar else word
         low = "" if kind.min is None else f"{kind.min:,}"
         high = "" if kind.max is None else f"{kind.max:,}"
         bounds = f"{low} … {high}" if low and high else (f"≥ {low}" if low else f"≤ {high}")

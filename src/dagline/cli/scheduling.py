@@ -12,6 +12,7 @@ import click
 
 from dagline.cli.base import (
     Context,
+    Integer,
     dag_timezone,
     dag_timezones,
     emit_json,
@@ -41,7 +42,7 @@ from dagline.times import isoformat
 @click.option("--until-idle", is_flag=True, help="Return once nothing is runnable or running.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: one JSON object per line, and a line per decision (run created, task queued, ...).")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+@click.option("--metrics-port", type=Integer(0, 65535), default=None,
               help="Serve Prometheus metrics on this port at /metrics (0: any free port; default: none).")
 @log_folder_option
 @now_option
@@ -147,7 +148,7 @@ def _backfill_options(f):
         click.option("--end", required=True, metavar="ISO", help="Last logical date (included)."),
         click.option("--reprocess", type=click.Choice([r.value for r in Reprocess]), default=Reprocess.NONE.value,
                      show_default=True, help="Which existing runs to replace."),
-        click.option("--max-active-runs", type=int, default=None, help="Runs of this backfill at once."),
+        click.option("--max-active-runs", type=Integer(), default=None, help="Runs of this backfill at once."),
         click.option("--run-backwards", is_flag=True, help="Newest logical dates first."),
         click.option("--dry-run", is_flag=True, help="Print the plan, write nothing."),
         click.option("--request-id", default=None, help="Idempotency key: the same id never creates twice."),
@@ -287,7 +288,7 @@ def backfill_list(obj: Context, dag_id, limit, as_json):
 
 
 @backfill.command("show")
-@click.argument("backfill_id", type=click.IntRange(min=0, max=MAX_ROW_ID))
+@click.argument("backfill_id", type=Integer(min=0, max=MAX_ROW_ID))
 @json_option
 @click.pass_obj
 def backfill_show(obj: Context, backfill_id, as_json):
@@ -314,7 +315,7 @@ def backfill_show(obj: Context, backfill_id, as_json):
 
 
 @backfill.command("cancel")
-@click.argument("backfill_id", type=click.IntRange(min=0, max=MAX_ROW_ID))
+@click.argument("backfill_id", type=Integer(min=0, max=MAX_ROW_ID))
 @now_option
 @click.pass_obj
 def backfill_cancel(obj: Context, backfill_id, now):

@@ -8,7 +8,7 @@ import json
 
 import click
 
-from dagline.cli.base import Context, emit_json, json_option, main, make_clock, now_option, print_table
+from dagline.cli.base import Context, Integer, emit_json, json_option, main, make_clock, now_option, print_table
 from dagline.cli.state import runs, tasks
 from dagline.errors import InvalidInput
 from dagline.wording import counted
@@ -57,8 +57,8 @@ def signals_send(obj: Context, key, value_text, sender_id, now, as_json):
 
 @signals.command("list")
 @click.option("--key", default=None, help="Only signals of this key.")
-@click.option("--since", type=click.IntRange(min=0), default=None, metavar="SEQ", help="Only signals after this seq.")
-@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True, help="The newest N.")
+@click.option("--since", type=Integer(min=0), default=None, metavar="SEQ", help="Only signals after this seq.")
+@click.option("--limit", type=Integer(min=1), default=100, show_default=True, help="The newest N.")
 @json_option
 @click.pass_obj
 def signals_list(obj: Context, key, since, limit, as_json):
@@ -77,7 +77,7 @@ def signals_list(obj: Context, key, since, limit, as_json):
 
 
 @signals.command("show")
-@click.argument("seq", type=int)
+@click.argument("seq", type=Integer(min=0))
 @json_option
 @click.pass_obj
 def signals_show(obj: Context, seq, as_json):

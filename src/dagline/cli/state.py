@@ -10,6 +10,7 @@ import click
 
 from dagline.cli.base import (
     Context,
+    Integer,
     confirm,
     dag_timezone_of,
     dag_timezones,
@@ -115,7 +116,7 @@ def runs_show(obj: Context, run_ref, as_json, now):
 
 @runs.command("grid")
 @click.argument("dag_id")
-@click.option("--limit", default=30, show_default=True, type=click.IntRange(min=1))
+@click.option("--limit", default=30, show_default=True, type=Integer(min=1))
 @click.option("--color/--no-color", default=None, help="Default: colour on a terminal.")
 @click.pass_obj
 def runs_grid(obj: Context, dag_id, limit, color):
@@ -196,7 +197,7 @@ def tasks_clear(obj: Context, run_ref, task_ids, downstream, failed_only, yes, n
 @tasks.command("logs")
 @click.argument("run_ref", metavar="RUN_ID")
 @click.argument("task_id")
-@click.option("--try", "try_number", type=click.IntRange(min=1), default=None, help="Default: the latest try.")
+@click.option("--try", "try_number", type=Integer(min=1), default=None, help="Default: the latest try.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the try ends.")
 @click.option("--poll-interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True, metavar="SECONDS",
               help="With --follow: how often to look for new lines and at the try's state.")
@@ -282,7 +283,7 @@ def pools():
 
 @pools.command("set")
 @click.argument("name")
-@click.argument("slots", type=int)
+@click.argument("slots", type=Integer())
 @click.option("--description", default=None)
 @now_option
 @click.pass_obj

@@ -223,8 +223,15 @@ def _scalar_problem(item: Any, json_only: bool) -> str | None:
     return f"{type(item).__name__} is not a JSON type" if json_only else None
 
 
-def _string_problem(text: str, what: str) -> str | None:
-    if len(text) > MAX_STRING_LENGTH:
+def string_problem(text: str, what: str = "the text", *, bounded: bool = True) -> str | None:
+    """Why a string is refused (too long, a NUL character, a lone surrogate), or None: the text rules of
+    every value dagline reads, JSON or not (`input_values.read_text`). `bounded=False` leaves the length to
+    the caller (a `--conf` text is bounded by its bytes, not as one string)."""
+    return _string_problem(text, what, bounded=bounded)
+
+
+def _string_problem(text: str, what: str, *, bounded: bool = True) -> str | None:
+    if bounded and len(text) > MAX_STRING_LENGTH:
         return (f"{what} of {len(text):,} characters (the limit is {MAX_STRING_LENGTH:,} characters per "
                 "string)")
     if "\x00" in text:

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import yaml
 from pydantic import ValidationError
 
+from dagline.domain.input_values import first_text_problem
 from dagline.domain.spark_policy import DEFAULT_POLICY, SparkPolicy
 from dagline.errors import InvalidInput
 from dagline.limits import MAX_SPEC_FILE_BYTES, MAX_TASKS_PER_DAG
@@ -83,6 +84,9 @@ def parse_dag_document(data: Any, source: str | None = None, *,
     if isinstance(tasks, Sequence) and not isinstance(tasks, str) and len(tasks) > MAX_TASKS_PER_DAG:
         raise InvalidInput(f"{len(tasks):,} tasks: a DAG has at most {MAX_TASKS_PER_DAG:,} tasks",
                            field="spec.tasks", source=label)
+    text = first_text_problem(data)  # a NUL ("\0" in YAML) would reach spark-submit's argv and the database
+    if text is not None:
+        raise InvalidInput(text[1], field=text[0] or None, source=label)
     try:
         document = DagDocument.model_validate(data)
     except ValidationError as exc:

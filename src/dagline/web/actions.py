@@ -25,11 +25,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
-from dagline.domain.json_values import read_json_object
+from dagline.domain.input_values import read_integer, read_text
+from dagline.domain.json_values import path, read_json_object
 from dagline.domain.signal_keys import parse_value, validate_key, validate_sender_id
 from dagline.domain.states import Reprocess, RunState, TIState
 from dagline.errors import InvalidInput, OperationFailed
-from dagline.limits import MAX_JSON_BYTES
+from dagline.limits import MAX_ACTIVE_LIMIT, MAX_JSON_BYTES
 from dagline.store.backfills import create_backfill, resolve_range
 from dagline.store.dags import require_dag, set_paused
 from dagline.store.pages import task_instance_states
@@ -57,8 +58,11 @@ async def _form(request: Request) -> dict[str, Any]:
         if len(body) > MAX_FORM_BYTES:
             raise InvalidInput(f"a form of more than {MAX_FORM_BYTES:,} bytes", field="body")
     fields: dict[str, Any] = {}
-    for key, value in parse_qsl(body.decode("utf-8", errors="replace"), keep_blank_values=True,
-                                max_num_fields=1000):
+    # bytes that are not UTF-8 become lone surrogates here, so `read_text` refuses them naming the field
+    for key, value in parse_qsl(body.decode("latin-1"), keep_blank_values=True, max_num_fields=1000,
+                                encoding="utf-8", errors="surrogateescape"):
+        read_text(key, "body", max_length=200)
+        read_text(value, path(key), max_length=MAX_FORM_BYTES)  # no NUL, no lone surrogate: InvalidInput, 422
         if key in fields:
             fields[key] = (fields[key] if isinstance(fields[key], list) else [fields[key]]) + [value]
         else:
@@ -91,7 +95,10 @@ async def _act(request: Request, handler):
         fields = await _form(request)
         access.check_csrf(request, fields)
     except (access.CsrfRefused, InvalidInput, ValueError) as exc:
-        return html(request, Page("problem.html", {"title": "Refused", "message": str(exc), "field": None}, 403),
+        invalid = isinstance(exc, InvalidInput)  # a field the form reader refused: 422 naming it
+        return html(request, Page("problem.html", {"title": "Invalid input" if invalid else "Refused",
+                                                   "message": exc.reason if invalid else str(exc),
+                                                   "field": exc.field if invalid else None}, 422 if invalid else 403),
                     None)
     return await serve_page(request, lambda viewer: handler(viewer, fields), action=True)
 
@@ -243,10 +250,7 @@ def _backfill(request: Request, viewer, fields, dag_id: str) -> Page:
     first, last = resolve_range(start, end, zone, start_field="start", end_field="end")
     reprocess = _one(fields, "reprocess") or Reprocess.NONE
     raw_max = _one(fields, "max_active_runs")
-    try:
-        max_active = int(raw_max) if raw_max else None
-    except ValueError:
-        raise InvalidInput(f"must be a whole number, got {raw_max!r}", field="max_active_runs") from None
+    max_active = read_integer(raw_max, "max_active_runs", minimum=1, maximum=MAX_ACTIVE_LIMIT) if raw_max else None
     conf_text = _one(fields, "conf")
     conf = read_json_object(conf_text, "conf", max_bytes=MAX_JSON_BYTES) if conf_text else None
     options = dict(start=first, end=last, now=_now(request), reprocess=reprocess, max_active_runs=max_active,

@@ -10,8 +10,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from dagline.domain.input_values import MIN_INT64, read_integer
 from dagline.domain.states import Reprocess, TIState
-from dagline.errors import DaglineError, OperationFailed
+from dagline.errors import DaglineError, InvalidInput, OperationFailed
 from dagline.executors.base import TaskKey
 from dagline.store import pages as q
 from dagline.store import read_models as cli_queries
@@ -23,14 +24,14 @@ from dagline.web.respond import NotFound, Page, html, in_transaction, serve_page
 
 router = APIRouter(include_in_schema=False)
 GRID_CHOICES = (25, 50, 100, 365, 1000)
+MAX_TRY_NUMBER = 1_000_000  # beyond any task's tries (`MAX_RETRIES` + 1)
 
 
 def _int(request: Request, name: str, default: int, lo: int, hi: int) -> int:
+    """A number from the query (`?runs=`), brought within [lo, hi]; not an integer (`²`, `1_000`), or beyond
+    what a BIGINT holds: InvalidInput naming it (422)."""
     raw = request.query_params.get(name, "")
-    try:
-        return min(hi, max(lo, int(raw))) if raw else default
-    except ValueError:
-        return default
+    return min(hi, max(lo, read_integer(raw, name, minimum=MIN_INT64))) if raw else default
 
 
 def _dag(conn, dag_id: str) -> dict:
@@ -149,7 +150,7 @@ async def backfill_form(request: Request, dag_id: str):
 async def run_page(request: Request, run_ref: str):
     api = state(request)
     chosen_task = request.query_params.get("task")
-    chosen_try = _int(request, "try", 0, 0, 1_000_000)
+    chosen_try = _int(request, "try", 0, 0, MAX_TRY_NUMBER)
 
     def work(conn, viewer):
         run = _run(conn, run_ref)
@@ -210,12 +211,16 @@ def _rendered_job(conn, dag, run, task_id: str, try_number: int) -> dict:
 
 
 @router.get("/runs/{run_ref}/logs/{task_id}/{try_number}")
-async def log_text(request: Request, run_ref: str, task_id: str, try_number: int):
+async def log_text(request: Request, run_ref: str, task_id: str, try_number: str):
     """The log of one try from `offset` (text/plain); headers say where the next read starts
     (`X-Log-Offset`) and whether the try still runs (`X-Try-Running`: keep following)."""
     api = state(request)
     raw = request.query_params.get("offset")
-    offset = int(raw) if raw and raw.isdigit() else None
+    try:
+        offset = read_integer(raw, "offset", minimum=0) if raw else None
+        try_number = read_integer(try_number, "try_number", minimum=1, maximum=MAX_TRY_NUMBER)
+    except InvalidInput as exc:
+        return PlainTextResponse(str(exc), status_code=exc.http_status)
 
     def work(conn, viewer):
         run = _run(conn, run_ref)
