@@ -245,3 +245,15 @@ def test_every_metric_is_documented():
     names |= set(re.findall(r"\"(dagline_[a-z_]+)\"", (REPO / "src" / "dagline" / "k8s" / "metrics.py").read_text()))
     assert len(names) > 20
     assert sorted(name for name in names if f"`{name}" not in page) == []
+
+
+def test_every_variable_a_demo_reads_is_in_the_readme():
+    """A `make demo*` script's knobs (`${DEMO_SECONDS:-600}`, `${DAGLINE_DEMO_PORT:-8793}`) are where its
+    user looks: the README."""
+    readme = README.read_text(encoding="utf-8")
+    knobs = set()
+    for script in REPO.glob("examples/**/demo.sh"):
+        knobs |= set(re.findall(r"\$\{([A-Z][A-Z0-9_]*):-", script.read_text(encoding="utf-8")))
+    assert knobs
+    assert sorted(knob for knob in knobs if f"`{knob}`" not in readme) == []
+

@@ -100,7 +100,7 @@ def startable_runs(now: dt.datetime, waited_since: dt.datetime | None = None) ->
 
 # What deciding a run's task instances reads of the run (`scheduler.examine`): not its conf or times.
 RUN_FOR_DECISION = (dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.dag_version_id, dag_run_t.c.previous_run_id,
-                    dag_run_t.c.run_type, dag_run_t.c.backfill_id)
+                    dag_run_t.c.run_type, dag_run_t.c.backfill_id, dag_run_t.c.stopped_by)
 
 
 def running_runs(conn: Connection, limit: int, backfill_id: int | None = None,
