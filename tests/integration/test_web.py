@@ -259,3 +259,25 @@ def test_the_run_page_renders_a_try_with_the_signal_that_started_it(db, world):
     assert re.search(r"<dt>signal</dt><dd>seq \d+ <code>model.published</code>", page)
     report = client.get(f"/runs/{run.id}?task=report").text  # not started by a signal: none in its templates
     assert "<dt>signal</dt>" not in report
+
+
+def test_the_grid_has_a_time_axis_at_the_schedules_resolution(db, world, tmp_path):
+    """Daily runs are named by their date; hourly runs by their time too (HH:MM in the DAG's zone), with
+    the date where a new day starts: the same labels as `dagline runs grid`."""
+    client = make_client(db, world)
+    sign_in(client, world["reader"])
+    daily = client.get("/dags/sales/grid").text
+    assert "axis-date" in daily and "axis-time" not in daily
+    assert "<th><span>01-02</span>" in daily  # a daily run, named by its logical date
+
+    (tmp_path / "hourly.yaml").write_text(
+        "apiVersion: dagline.io/v1alpha1\nkind: DAG\nmetadata: {name: hourly}\nspec:\n  paused: false\n"
+        "  catchup: true\n  schedule: '@hourly'\n  timezone: America/New_York\n  startDate: '2026-01-05T22:00:00'\n"
+        "  tasks:\n    - {id: a, spark: {mainApplicationFile: a.py}}\n")
+    scene.cli(db, "dags", "apply", str(tmp_path / "hourly.yaml"), "--now", "2026-01-06T03:00:00Z")
+    scene.cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", "2026-01-06T06:00:00Z")
+    hourly = client.get("/dags/hourly/grid").text
+    time_row = re.search(r"<tr class='axis axis-time'>(.*?)</tr>", hourly).group(1)
+    date_row = re.search(r"<tr class='axis axis-date'>(.*?)</tr>", hourly).group(1)
+    assert re.findall(r"<span>([^<]*)</span>", time_row) == ["22:00", "23:00", "00:00"]  # New York time
+    assert re.findall(r"<span>([^<]*)</span>", date_row) == ["01-05", "", "01-06"]
