@@ -229,9 +229,9 @@ def test_a_run_triggered_on_one_replica_appears_live_on_the_other(page, context,
 def test_signal_log_shows_signal_rule_action_try(page, ui, shots):
     page.goto(ui["a"] + "/signals")
     page.click("details.send summary")
-    page.fill("input[name=key]", "model.published")
+    page.fill("#signal-form input[name=key]", "model.published")
     page.fill("textarea[name=value]", '{"path": "/m/<i>8</i>"}')
-    page.fill("input[name=id]", "m8")
+    page.fill("#signal-form input[name=id]", "m8")
     page.click("#signal-form button[type=submit]")
     expect(page.locator(".confirm-box")).to_contain_text("stream spec.tasks[evaluate].on[0] (start)")
     page.click("form.confirm button[type=submit]")

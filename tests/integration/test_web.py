@@ -281,3 +281,39 @@ def test_the_grid_has_a_time_axis_at_the_schedules_resolution(db, world, tmp_pat
     date_row = re.search(r"<tr class='axis axis-date'>(.*?)</tr>", hourly).group(1)
     assert re.findall(r"<span>([^<]*)</span>", time_row) == ["22:00", "23:00", "00:00"]  # New York time
     assert re.findall(r"<span>([^<]*)</span>", date_row) == ["01-05", "", "01-06"]
+
+
+def _signal_rows(page: str) -> list[tuple[str, str]]:
+    """(key, source) of every row of the signal log, in order."""
+    return re.findall(r'<code class="key">([^<]*)</code>.*?<td class="small">([^<]*)</td>', page, re.S)
+
+
+def test_the_signal_log_filters_by_key_and_source_hides_daglines_own_and_pages_through(db, world):
+    from dagline.store.signals import send_signal
+
+    client = make_client(db, world)
+    sign_in(client, world["reader"])
+    now = parse_instant("2026-01-07T00:00:00Z")
+    with db.begin() as conn:
+        for n, (key, source) in enumerate([("model.published", "user:ann"), ("model.validated", "user:bob"),
+                                           ("load.ready", "user:ann"), ("model.published", "user:bob"),
+                                           ("model_x.published", "user:ann")]):
+            send_signal(conn, key, {"n": n}, source=source, now=now)
+    shown = _signal_rows(client.get("/signals").text)
+    assert shown and not [key for key, _ in shown if key.startswith("dagline.")]  # dagline's own: hidden
+    everything = _signal_rows(client.get("/signals?internal=1&limit=1000").text)
+    assert any(key.startswith("dagline.task.") for key, _ in everything)
+    assert _signal_rows(client.get("/signals?key=model.").text) == [  # a prefix: `_` is no wildcard
+        ("model.published", "user:bob"), ("model.validated", "user:bob"), ("model.published", "user:ann")]
+    assert _signal_rows(client.get("/signals?key=model.&source=user:ann").text) == [("model.published", "user:ann")]
+    assert _signal_rows(client.get("/signals?key=nothing.").text) == []
+
+    first = client.get("/signals?key=model&limit=2").text
+    assert _signal_rows(first) == [("model_x.published", "user:ann"), ("model.published", "user:bob")]
+    older = re.search(r'href="(/signals\?[^"]*)" id="older"', first).group(1).replace("&amp;", "&")
+    assert "key=model" in older and "limit=2" in older and "before=" in older
+    with db.begin() as conn:  # a new signal does not move the pages after the first
+        send_signal(conn, "model.published", {"n": 9}, source="user:cy", now=now)
+    second = client.get(older).text
+    assert _signal_rows(second) == [("model.validated", "user:bob"), ("model.published", "user:ann")]
+    assert 'id="older"' not in second and 'id="newest"' in second

@@ -221,17 +221,19 @@ def backfills(conn: Connection) -> list[dict]:
     return rows
 
 
-def signal_log(conn: Connection, limit: int = 100) -> list[dict]:
-    """The newest signals first, each with its actions; every action names its run's numeric id."""
-    from dagline.store.signals import list_signals
+def signal_log(conn: Connection, limit: int = 100, **filters) -> tuple[list[dict], bool]:
+    """One page of the signal log, newest first (`signals.signal_page_rows`: `filters` are its key and
+    source prefixes, `internal` and `before`), each signal with its actions; every action names its run's
+    numeric id. Returns (signals, whether older ones match)."""
+    from dagline.store.signals import signal_page_rows
 
-    signals = list(reversed(list_signals(conn, limit=limit)))
+    signals, more = signal_page_rows(conn, limit=limit, **filters)
     keys = {(a["dag_id"], a["run_id"]) for s in signals for a in s["actions"]}
     pks = {k: r.id for k, r in read_models.runs_by_run_id(conn, sorted(keys)).items()} if keys else {}
     for s in signals:
         for a in s["actions"]:
             a["run_pk"] = pks.get((a["dag_id"], a["run_id"]))
-    return signals
+    return signals, more
 
 
 def starting_signal(conn: Connection, run_pk: int, task_id: str):

@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from dagline.domain.states import Reprocess, TIState
 from dagline.errors import DaglineError, OperationFailed
 from dagline.executors.base import TaskKey
+from dagline.limits import MAX_ROW_ID
 from dagline.store import pages as q
 from dagline.store import read_models as cli_queries
 from dagline.store.pools import list_pools
@@ -248,10 +249,20 @@ async def backfills_page(request: Request):
 @router.get("/signals")
 async def signals_page(request: Request):
     limit = _int(request, "limit", 100, 1, 1000)
+    query = request.query_params
+    filters = {"key_prefix": query.get("key", "").strip()[:250],  # prefixes: `model.`, `try:ml-signals/`
+               "source_prefix": query.get("source", "").strip()[:250],
+               "internal": query.get("internal", "") in ("1", "on", "yes")}  # dagline's own `dagline.*` too
+    before = _int(request, "before", 0, 0, MAX_ROW_ID)
+    kept = [(name, value) for name, value in (  # a page's address: its filters, and `before` for older pages
+        ("key", filters["key_prefix"]), ("source", filters["source_prefix"]),
+        ("internal", "1" if filters["internal"] else ""), ("limit", str(limit) if limit != 100 else "")) if value]
 
     def work(conn, viewer):
-        return Page("signals.html", {"signals": q.signal_log(conn, limit), "title": "Signals", "live": True,
-                                     "form": {}})
+        signals, more = q.signal_log(conn, limit, before=before or None, **filters)
+        return Page("signals.html", {"signals": signals, "title": "Signals", "live": True, "form": {},
+                                     "filters": filters, "before": before, "kept_query": kept,
+                                     "older": signals[-1]["seq"] if more else None})
 
     return await serve_page(request, work)
 
