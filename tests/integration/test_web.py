@@ -317,3 +317,26 @@ def test_the_signal_log_filters_by_key_and_source_hides_daglines_own_and_pages_t
     second = client.get(older).text
     assert _signal_rows(second) == [("model.validated", "user:bob"), ("model.published", "user:ann")]
     assert 'id="older"' not in second and 'id="newest"' in second
+
+
+def test_the_trigger_confirmation_shows_the_date_in_the_dags_zone(db, world, tmp_path):
+    (tmp_path / "ny.yaml").write_text(
+        "apiVersion: dagline.io/v1alpha1\nkind: DAG\nmetadata: {name: ny}\nspec:\n  schedule: '@daily'\n"
+        "  timezone: America/New_York\n  startDate: '2026-01-01'\n  tasks:\n    - {id: a, spark: {mainApplicationFile: a.py}}\n")
+    scene.cli(db, "dags", "apply", str(tmp_path / "ny.yaml"), "--now", "2026-01-02T00:00:00Z")
+    client = make_client(db, world)
+    csrf = sign_in(client, world["token"])
+    asked = client.post("/dags/ny/trigger", data={"csrf": csrf, "logical_date": "2026-03-02T10:00"}).text
+    assert "2026-03-02 10:00:00 -05:00 (America/New_York)" in asked  # as entered, in the DAG's zone
+    assert "15:00" not in asked
+
+
+def test_a_first_visit_is_sent_to_sign_in_without_an_error_a_refused_token_with_one(db, world):
+    client = make_client(db, world)
+    first = client.get("/dags/sales/grid")
+    assert first.status_code == 303 and "why=" not in first.headers["location"]
+    assert 'class="problem"' not in client.get(first.headers["location"]).text
+    client.cookies.set("dagline_token", "dgl_9_" + "y" * 43)
+    refused = client.get("/dags/sales/grid")
+    assert refused.status_code == 303 and "why=" in refused.headers["location"]
+    assert 'class="problem"' in client.get(refused.headers["location"]).text
