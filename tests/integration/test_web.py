@@ -340,3 +340,13 @@ def test_a_first_visit_is_sent_to_sign_in_without_an_error_a_refused_token_with_
     refused = client.get("/dags/sales/grid")
     assert refused.status_code == 303 and "why=" in refused.headers["location"]
     assert 'class="problem"' in client.get(refused.headers["location"]).text
+
+
+def test_the_durations_chart_names_its_runs_and_speaks_one_unit(db, world):
+    client = make_client(db, world)
+    sign_in(client, world["reader"])
+    page = client.get("/dags/sales/tasks/extract").text
+    assert re.findall(r'class="axis run-label"[^>]*>([^<]*)<', page) == ["01-01", "01-02", "01-03", "01-04", "01-05"]
+    units = {label[-1] for label in re.findall(r'<text class="axis" [^>]*>([^<]*)<', page)}
+    units |= {re.search(r'class="median-label"[^>]*>median ([^<]*)<', page).group(1)[-1]}
+    assert len(units) == 1, units

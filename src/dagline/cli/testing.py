@@ -154,6 +154,8 @@ def _state_line(ti) -> str:
     if ti.state == TIState.QUEUED:
         return f"queued (try {ti.try_number} of {ti.max_tries})"
     if ti.state in (TIState.SUCCESS, TIState.FAILED) and ti.start_date and ti.end_date:
+        if ti.start_date == ti.end_date:
+            return f"{ti.state} (duration not measured: the clock is frozen by --now)"
         return f"{ti.state} after {duration((ti.end_date - ti.start_date).total_seconds())}"
     if ti.state == TIState.UP_FOR_RETRY and ti.next_retry_at is not None:
         return f"up_for_retry (try {ti.try_number} failed; next try at {ti.next_retry_at.isoformat()})"

@@ -19,6 +19,7 @@ from dagline.store import read_models as cli_queries
 from dagline.store.pools import list_pools
 from dagline.store.tries import task_try
 from dagline.store.waiting import task_reasons
+from dagline.times import run_labels
 from dagline.web import access, charts, logs
 from dagline.web.respond import NotFound, Page, html, in_transaction, serve_page, state
 
@@ -121,8 +122,9 @@ async def task_page(request: Request, dag_id: str, task_id: str):
         dag = q.current_dag(conn, dag_id)
         if not found["points"] and (dag is None or task_id not in dag.tasks):
             raise NotFound(f"DAG {dag_id!r} has no task {task_id!r}")
-        return Page("durations.html", {"dag": dag_row, "task_id": task_id, "data": found,
-                                       "chart": charts.duration_chart(found["points"], found["median_s"]),
+        labels = run_labels(found["points"], dag_row["timezone"])  # each bar's run, as the grid names it
+        chart = charts.duration_chart(found["points"], found["median_s"], labels=labels)
+        return Page("durations.html", {"dag": dag_row, "task_id": task_id, "data": found, "chart": chart,
                                        "title": f"{dag_id}.{task_id}: durations", "tab": "grid", "live": True})
 
     return await serve_page(request, work)

@@ -53,10 +53,13 @@ def local_time(value, zone: str | None = "UTC", *, seconds: bool = False) -> str
 
 
 def duration(seconds) -> str:
-    """`4.2s`, `3m 05s`, `2h 07m`: a duration for people."""
+    """`4.2s`, `3m 05s`, `2h 07m`: a duration for people; exactly zero is `—`, not measured (a try or run
+    that started and ended at the same instant ran under a frozen clock, `--now`)."""
     if seconds is None:
         return ""
     seconds = float(seconds)
+    if seconds == 0:
+        return "—"
     if seconds < 60:
         return f"{seconds:.1f}s"
     minutes, sec = divmod(int(round(seconds)), 60)
