@@ -186,6 +186,7 @@ def test_tasks_test_with_noop_stores_nothing(db, applied):
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(900)  # five spark-submits, one with a real SparkSession, on a shared machine
 def test_tasks_and_dags_test_with_the_local_executor(db, applied, tmp_path):
     """Real `spark-submit` of two small Python scripts: the task's output on stdout, its exit code; `dags
     test` shows the job's own output, and leaves Spark's INFO/WARN log (of a real SparkSession) in the file."""
