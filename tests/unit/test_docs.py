@@ -257,3 +257,14 @@ def test_every_variable_a_demo_reads_is_in_the_readme():
     assert knobs
     assert sorted(knob for knob in knobs if f"`{knob}`" not in readme) == []
 
+
+
+def test_the_demos_write_only_inside_their_checkout():
+    """`make demo` and `make demo-signals` keep their database, logs and data in the checkout's ignored
+    folders (`demo/`, `demo-signals/`): two checkouts never share, or wipe, each other's demo."""
+    ignored = (REPO / ".gitignore").read_text(encoding="utf-8").split()
+    for script in REPO.glob("examples/**/demo.sh"):
+        text = script.read_text(encoding="utf-8")
+        assert "/tmp" not in text, f"{_name(script)} writes outside the checkout"
+        for folder in re.findall(r'\$PWD/([\w-]+)', text):
+            assert f"/{folder}/" in ignored, f"{_name(script)} writes to {folder}/, which git does not ignore"
