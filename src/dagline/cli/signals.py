@@ -163,7 +163,9 @@ def tasks_stop(obj: Context, run_ref, task_id, now):
 @now_option
 @click.pass_obj
 def runs_stop(obj: Context, run_ref, now):
-    """Stop a run: its running tries are asked to stop, the tasks that have not started are skipped."""
+    """Stop a run: its running tries are asked to stop, the tasks that have not started are skipped, and the
+    run ends failed once its tries have stopped (`backfill --reprocess failed` takes it again). To end a
+    streaming run cleanly, stop its streaming tasks with `tasks stop` instead."""
     from dagline.store.runs import stop_run
 
     clock = make_clock(now, run_timezone(obj.db(), run_ref) if now else "UTC")  # in the DAG's zone
