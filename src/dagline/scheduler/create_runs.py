@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 
 from dagline.db.claims import lock_due_dags, lock_scheduled_dags
 from dagline.domain.states import RunType
-from dagline.scheduler.isolation import DagFailed, isolated
+from dagline.scheduler.isolation import DagFailed, is_dags_fault, isolated
 from dagline.store.dags import DagCache
 from dagline.store.timeline import (
     NewRun,
@@ -61,19 +61,22 @@ def _create_runs_of(conn: Connection, row, *, now: dt.datetime, dags: DagCache, 
     return len(new_runs)
 
 
-def plan_at_this_clock(conn: Connection, *, now: dt.datetime, dags: DagCache, who: str) -> int:
+def plan_at_this_clock(conn: Connection, *, now: dt.datetime, dags: DagCache) -> int:
     """Plan the next run of every claimable scheduled DAG with `catchup: false` again at `now`
     (`refresh_next_dagrun`): the scheduler's clock, not the one of the last apply, decides what is due.
-    DAGs with catch-up do not depend on the clock and are left as they are. Returns how many were planned."""
+    DAGs with catch-up do not depend on the clock and are left as they are. A DAG whose version or
+    timetable fails is left as it is, without a word: the run-creation step records its import error.
+    Returns how many were planned."""
     planned = 0
     for row in lock_scheduled_dags(conn):
         try:
-            with isolated(conn, row.dag_id, "planning the next run", at=now, who=who):
-                dag = dags.get(conn, row.current_version_id)
-                if dag.spec.catchup or dag.spec.schedule is None:
-                    continue
+            dag = dags.get(conn, row.current_version_id)
+            if dag.spec.catchup or dag.spec.schedule is None:
+                continue
+            with conn.begin_nested():  # a savepoint: a failing timetable leaves the DAG's row as it was
                 refresh_next_dagrun(conn, row.dag_id, dag, now=now)
-                planned += 1
-        except DagFailed:
-            continue
+            planned += 1
+        except Exception as exc:
+            if not is_dags_fault(exc):
+                raise
     return planned

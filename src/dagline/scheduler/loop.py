@@ -120,8 +120,8 @@ class Scheduler(Context):
         self.replica_id = self.liveness.register()
         self.who = f"scheduler:{self.replica_id}"
         self._at_start("planning the DAGs without catch-up at this clock",  # its clock decides what is due
-                       lambda: self.transact(lambda conn: plan_at_this_clock(
-                           conn, now=self.clock.now(), dags=self.dags, who=self.who)),
+                       lambda: self.transact(lambda conn: plan_at_this_clock(conn, now=self.clock.now(),
+                                                                             dags=self.dags)),
                        "they are planned again as their runs end")
         if self.backfill_id is not None:  # no peer leaves new work to it (see `replica.gathering`)
             announce_as_scoped(self.db.engine, self.who)
