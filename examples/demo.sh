@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The demo: the example pipeline, a 7-day backfill through the scheduler with the local executor on
-# SQLite, then the run grid and where the data landed. Run it with `make demo`.
+# SQLite, then the run grid and where the data landed. Run it with `make demo`. Everything it writes
+# (database, logs, data) is in this checkout's `demo/` folder (ignored by git): two checkouts never share
+# it. The data goes to demo/data through the runs' conf (`out`, which overrides the DAG's params.out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DAGLINE_DB_URL="sqlite:///$PWD/demo/dagline.db"
 export DAGLINE_LOG_FOLDER="$PWD/demo/logs"
+OUT="$PWD/demo/data"
+CONF="{\"out\": \"$OUT\"}"
 rm -rf demo && mkdir -p demo
 
 echo "== dagline demo: database $DAGLINE_DB_URL"
@@ -14,18 +18,18 @@ dagline dags apply examples/sales_daily            # created paused, as every DA
 dagline dags unpause sales-daily
 echo
 echo "== backfilling 7 days of sales-daily (5 PySpark jobs a day, 2 at a time; 5-7 minutes on 2 cores)"
-dagline backfill run sales-daily --start 2026-03-01 --end 2026-03-07 --parallelism 2
+dagline backfill run sales-daily --start 2026-03-01 --end 2026-03-07 --parallelism 2 --conf "$CONF"
 echo
 dagline runs grid sales-daily
 echo
-echo "== output under /tmp/dagline-demo (Parquet partitioned by date, one JSON report a day):"
+echo "== output under $OUT (Parquet partitioned by date, one JSON report a day):"
 for dataset in raw/orders clean/orders marts/revenue_by_region marts/top_products reports; do
-  printf '  %-26s %s partitions: %s\n' "$dataset" "$(ls -d /tmp/dagline-demo/$dataset/ds=* | wc -l)" \
-    "$(ls /tmp/dagline-demo/$dataset | sed 's/ds=//' | paste -sd' ')"
+  printf '  %-26s %s partitions: %s\n' "$dataset" "$(ls -d "$OUT/$dataset"/ds=* | wc -l)" \
+    "$(ls "$OUT/$dataset" | sed 's/ds=//' | paste -sd' ')"
 done
 echo
-echo "== the report of 2026-03-07 (/tmp/dagline-demo/reports/ds=2026-03-07/report.json):"
-python - /tmp/dagline-demo/reports/ds=2026-03-07/report.json <<'PY'
+echo "== the report of 2026-03-07 ($OUT/reports/ds=2026-03-07/report.json):"
+python - "$OUT/reports/ds=2026-03-07/report.json" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
 print(f"  {report['orders']} orders, revenue {report['revenue']}, best region {report['regions'][0]['region']}, "
@@ -39,4 +43,4 @@ echo "  export DAGLINE_DB_URL=$DAGLINE_DB_URL DAGLINE_LOG_FOLDER=$DAGLINE_LOG_FO
 echo "  dagline runs list sales-daily"
 echo "  dagline runs show backfill__2026-03-07T01:00:00+00:00"
 echo "  dagline tasks logs backfill__2026-03-07T01:00:00+00:00 daily_report"
-echo "  dagline dags test sales-daily 2026-03-08      # one more day, in the foreground, logs streamed"
+echo "  dagline dags test sales-daily 2026-03-08 --conf '$CONF'   # one more day, in the foreground"

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The signals demo (`make demo-signals`): AIP-35's ML pipeline with real PySpark on SQLite. A streaming
 # trainer publishes models, a batch job validates each, the streaming server is restarted with each
-# validated model. Runs until two models went through the whole chain (at most DEMO_SECONDS, 600 by
-# default), stops the run, then prints the signal log and which model served when.
+# validated model. Runs until both models went through the whole chain (at most DEMO_SECONDS, 600 by
+# default), then stops its two streaming tasks (`dagline tasks stop`: no evaluate try is in flight by
+# then, so the run ends success; `runs stop` would end it failed, as any stopped run), and prints the
+# signal log and which model served when. The API listens on DAGLINE_DEMO_PORT (8793 by default).
+# Exits 1 unless the run ended success.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 WORK="$PWD/demo-signals"
@@ -19,7 +22,7 @@ dagline scheduler --parallelism 3 2>"$WORK/scheduler.log" &
 SCHEDULER=$!
 trap 'kill $API $SCHEDULER 2>/dev/null; wait 2>/dev/null || true' EXIT
 
-RUN=$(dagline dags trigger ml-signals --conf "{\"root\": \"$WORK/data\", \"models\": 3}")
+RUN=$(dagline dags trigger ml-signals --conf "{\"root\": \"$WORK/data\", \"models\": 2}")
 echo "== run $RUN: train (streaming), evaluate (one try per model.published), serve (restarted per model.validated)"
 echo "   (each PySpark job takes 10-20 s to start on 2 cores; logs in $WORK/logs)"
 python - "$WORK/data/serving.log" "${DEMO_SECONDS:-600}" <<'PY'
@@ -39,18 +42,22 @@ while time.monotonic() < deadline:
 else:
     sys.exit(f"two models were not served within {limit:g} s (see the logs)")
 PY
-echo "== stopping the run (streaming tries stop cleanly on SIGTERM)"
-dagline runs stop "$RUN"
-python - <<'PY'
-import json, subprocess, time
+echo "== both models served: stopping the streaming tasks (they stop cleanly on SIGTERM)"
+dagline tasks stop "$RUN" train
+dagline tasks stop "$RUN" serve
+STATE=$(python - <<'PY'
+import json, subprocess, sys, time
 deadline = time.monotonic() + 120
 while time.monotonic() < deadline:
     runs = json.loads(subprocess.check_output(["dagline", "runs", "list", "ml-signals", "--json"]))
     if runs[0]["state"] != "running":
-        print(f"   run {runs[0]['run_id']}: {runs[0]['state']}")
-        break
+        print(runs[0]["state"])
+        sys.exit(0)
     time.sleep(1)
+print("running")
 PY
+)
+echo "   run $RUN: $STATE"
 echo
 echo "== the signal log (dagline signals list): who sent what, and what it caused"
 dagline signals list --limit 50
@@ -66,3 +73,7 @@ for model, lines in by_model.items():
     if len(lines) > 1:
         print(f"   ... {len(lines) - 2} more ...\n   {lines[-1]}" if len(lines) > 2 else f"   {lines[-1]}")
 PY
+if [ "$STATE" != "success" ]; then
+    echo "the run ended $STATE, not success (see dagline tasks list $RUN and $WORK/logs)" >&2
+    exit 1
+fi

@@ -3,7 +3,8 @@
 Every stored or compared time is an aware UTC `datetime`. Input times may be a date or a date-time;
 without an offset they are read in a given IANA zone (the DAG's, else UTC). Durations are ISO-8601
 (`PT5M`, `P1D`); `parse_duration` returns a `pendulum.Duration` so calendar parts (days, months) stay
-calendar parts when added in a time zone.
+calendar parts when added in a time zone. `run_labels` names runs at the resolution their schedule needs
+(the terminal grid's columns and the web grid's time axis).
 """
 
 from __future__ import annotations
@@ -122,3 +123,32 @@ def isoformat(value: dt.datetime | None) -> str | None:
     if value is None:
         return None
     return to_utc(value).isoformat()
+
+
+def run_labels(runs: list[dict], timezone: str) -> list[tuple[str, str]]:
+    """(date, time) naming each run (`logical_date`, `data_interval_start`, `data_interval_end`: ISO
+    strings or datetimes), in order, read in `timezone`, at the resolution the runs need:
+
+    * daily or slower (every run on a day of its own, none covering less than a day): `(MM-DD, "")`;
+    * sub-daily (a run whose data interval is shorter than a day, e.g. hourly, or two runs on one day):
+      `(MM-DD, HH:MM)`, the date left empty where it is the date of the run before (a new day shows)."""
+    starts = [_as_pendulum(r["logical_date"]).in_timezone(timezone) for r in runs]
+    days = [start.format("MM-DD") for start in starts]
+    if len(set(days)) == len(days) and not any(_shorter_than_a_day(r, timezone) for r in runs):
+        return [(day, "") for day in days]
+    return [(day if i == 0 or day != days[i - 1] else "", start.format("HH:mm"))
+            for i, (day, start) in enumerate(zip(days, starts, strict=True))]
+
+
+def _shorter_than_a_day(run: dict, timezone: str) -> bool:
+    """Whether the run's data interval is not empty and ends before the same wall time a day later
+    (a calendar day in `timezone`, so a 23-hour daily interval on a spring-forward day is a day)."""
+    start, end = run.get("data_interval_start"), run.get("data_interval_end")
+    if not start or not end:
+        return False
+    start, end = _as_pendulum(start).in_timezone(timezone), _as_pendulum(end).in_timezone(timezone)
+    return start < end < start.add(days=1)
+
+
+def _as_pendulum(value: str | dt.datetime) -> pendulum.DateTime:
+    return pendulum.parse(value) if isinstance(value, str) else pendulum.instance(to_utc(value))

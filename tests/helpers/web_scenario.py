@@ -11,11 +11,14 @@ real runs made by the real scheduler (noop executor) in every state a grid shows
 
 from __future__ import annotations
 
+import datetime as dt
 import pathlib
 
 from click.testing import CliRunner
+from sqlalchemy import select, update
 
 from dagline.cli import main
+from dagline.db.models import ti_t
 from dagline.executors.base import TaskKey
 from dagline.executors.try_files import log_path
 from tests.helpers.dags import dag, task, write
@@ -50,10 +53,22 @@ def build(db, folder: pathlib.Path) -> dict:
     cli(db, "backfill", "create", "sales", "--start", "2026-01-03", "--end", "2026-01-03", "--reprocess", "failed",
         "--conf", '{"fixed": true}', "--now", "2026-01-06T02:00:00")
     cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", "2026-01-06T02:00:00Z")
+    _measured(db)
     token = cli(db, "tokens", "create", "ops", "--scope", "read", "--scope", "operate", "--scope",
                 "signals:send").strip()
     reader = cli(db, "tokens", "create", "viewer", "--scope", "read").strip()
     return {"token": token, "reader": reader}
+
+
+def _measured(db) -> None:
+    """Give the finished tries of `sales` durations (20 s to 74 s): under the frozen clock they started
+    and ended at one instant, which the pages show as not measured, and a durations chart needs some."""
+    with db.begin() as conn:
+        tries = conn.execute(select(ti_t.c.id, ti_t.c.end_date).where(
+            ti_t.c.dag_id == "sales", ti_t.c.end_date.is_not(None), ti_t.c.start_date == ti_t.c.end_date)).all()
+        for t in tries:
+            conn.execute(update(ti_t).where(ti_t.c.id == t.id).values(
+                start_date=t.end_date - dt.timedelta(seconds=20 + 9 * (t.id % 7))))
 
 
 def write_log(log_folder: pathlib.Path, dag_id: str, run_id: str, task_id: str, try_number: int, text: str,

@@ -40,7 +40,7 @@ spec:
   paused: false
   tasks:
     - id: react
-      on: [{signal: a, action: start}]
+      onSignal: [{signal: a, action: start}]
       spark: {mainApplicationFile: react.py}
 """
 

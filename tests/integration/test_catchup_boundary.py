@@ -82,3 +82,14 @@ def test_a_dag_behind_skips_to_the_latest_complete_interval_and_creates_it_alone
     assert _next_runs(db, now)[0]["logical_date"] == skipped_to
     _schedule(db, now)
     assert _logical_dates(db) == [*history, skipped_to]
+
+
+def test_the_schedulers_clock_decides_what_is_due_whatever_clock_planned_the_dag(db, tmp_path):
+    """A `catchup: false` DAG applied without `--now` (planned at the wall clock, months later), then a
+    scheduler at a past `--now`: it creates the run `dags next-runs --now` lists as due then."""
+    document, times = DAGS["utc"]
+    cli(db, "dags", "apply", write(tmp_path, document))
+    listed = _next_runs(db, times["latest"])[0]
+    assert listed["logical_date"] == times["before"] and listed["run_after"] == times["latest"]
+    _schedule(db, times["latest"])
+    assert _logical_dates(db) == [times["before"]]

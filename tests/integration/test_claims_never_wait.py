@@ -180,6 +180,16 @@ def _lock_due_dags(db, tmp_path):
             assert [r.dag_id for r in at_once(b, lambda b: claims.lock_due_dags(b, NOW, 10), "lock_due_dags")] == ["d2"]
 
 
+@case("lock_scheduled_dags")
+def _lock_scheduled_dags(db, tmp_path):
+    _two_dags(db, tmp_path)
+    with session(db) as a:
+        assert [r.dag_id for r in claims.lock_due_dags(a, NOW, 1)] == ["d1"]  # a peer creating d1's runs
+        with session(db) as b:
+            claimed = at_once(b, claims.lock_scheduled_dags, "lock_scheduled_dags")
+            assert [r.dag_id for r in claimed] == ["d2"]
+
+
 @case("lock_dags_with_startable_runs")
 def _lock_dags_with_startable_runs(db, tmp_path):
     _two_dags(db, tmp_path)

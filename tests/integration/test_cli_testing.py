@@ -186,11 +186,18 @@ def test_tasks_test_with_noop_stores_nothing(db, applied):
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(900)  # five spark-submits, one with a real SparkSession, on a shared machine
 def test_tasks_and_dags_test_with_the_local_executor(db, applied, tmp_path):
-    """Real `spark-submit` of two small Python scripts: the task's output on stdout, its exit code."""
+    """Real `spark-submit` of two small Python scripts: the task's output on stdout, its exit code; `dags
+    test` shows the job's own output, and leaves Spark's INFO/WARN log (of a real SparkSession) in the file."""
     (tmp_path / "extract.py").write_text(textwrap.dedent("""
         import sys
-        print("extracting", " ".join(sys.argv[1:]))
+        print("extracting", " ".join(sys.argv[1:]), flush=True)
+        if "--run" in sys.argv:  # in `dags test`: a real SparkSession, and its log
+            from pyspark.sql import SparkSession
+            spark = SparkSession.builder.master("local[1]").getOrCreate()
+            print("rows", spark.range(3).count(), flush=True)
+            spark.stop()
     """))
     (tmp_path / "load.py").write_text("import sys\nprint('loading')\nsys.exit(3)\n")
     before = snapshot(db)
@@ -207,9 +214,15 @@ def test_tasks_and_dags_test_with_the_local_executor(db, applied, tmp_path):
     assert "[load] loading" in lines
     assert lines.index("[extract] running") < lines.index("[load] loading")
     assert "load (exit code 3: loading)" in result.output
-    # the test run's logs stay where `tasks logs` finds them
+    assert "[extract] rows 3" in lines
+    assert not [line for line in lines if " INFO " in line or " WARN " in line]  # Spark's log is not shown
+    [note] = [line for line in lines if "Spark log lines of try 1 not shown" in line]
+    # the test run's logs stay where `tasks logs` finds them, Spark's log included
     [run] = runs(db)
+    assert note.startswith("[extract] (") and f"`dagline tasks logs {run['run_id']} extract --try 1`" in note
     assert "loading" in cli(db, "tasks", "logs", run["run_id"], "load", "--log-folder", str(logs)).output
+    assert " INFO SparkContext: " in cli(db, "tasks", "logs", run["run_id"], "extract", "--log-folder",
+                                         str(logs)).output
 
 
 def test_tasks_clear_asks_before_clearing_more_than_one(db, applied):

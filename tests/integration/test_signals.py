@@ -208,8 +208,10 @@ def test_restart_stops_the_streaming_try_and_starts_one_with_the_new_value_as_on
     assert runs(db, "ml")[0]["state"] == "running"  # train still streams
     stopping, skipped = stop_run(db, str(run.id), now=replica.clock.now())
     assert (stopping, skipped) == (["train"], ["evaluate"])
+    assert runs(db, "ml")[0]["state"] == "running"  # its streaming try stops gracefully first
     replica.settle()
-    assert runs(db, "ml")[0]["state"] == "success"
+    assert tis(db, run.id)["train"].state == "success"  # the stopped streaming try
+    assert runs(db, "ml")[0]["state"] == "failed"  # a stopped run is never success
     assert_invariants(db)
 
 

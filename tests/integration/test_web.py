@@ -259,3 +259,94 @@ def test_the_run_page_renders_a_try_with_the_signal_that_started_it(db, world):
     assert re.search(r"<dt>signal</dt><dd>seq \d+ <code>model.published</code>", page)
     report = client.get(f"/runs/{run.id}?task=report").text  # not started by a signal: none in its templates
     assert "<dt>signal</dt>" not in report
+
+
+def test_the_grid_has_a_time_axis_at_the_schedules_resolution(db, world, tmp_path):
+    """Daily runs are named by their date; hourly runs by their time too (HH:MM in the DAG's zone), with
+    the date where a new day starts: the same labels as `dagline runs grid`."""
+    client = make_client(db, world)
+    sign_in(client, world["reader"])
+    daily = client.get("/dags/sales/grid").text
+    assert "axis-date" in daily and "axis-time" not in daily
+    assert "<th><span>01-02</span>" in daily  # a daily run, named by its logical date
+
+    (tmp_path / "hourly.yaml").write_text(
+        "apiVersion: dagline.io/v1alpha1\nkind: DAG\nmetadata: {name: hourly}\nspec:\n  paused: false\n"
+        "  catchup: true\n  schedule: '@hourly'\n  timezone: America/New_York\n  startDate: '2026-01-05T22:00:00'\n"
+        "  tasks:\n    - {id: a, spark: {mainApplicationFile: a.py}}\n")
+    scene.cli(db, "dags", "apply", str(tmp_path / "hourly.yaml"), "--now", "2026-01-06T03:00:00Z")
+    scene.cli(db, "scheduler", "--executor", "noop", "--until-idle", "--now", "2026-01-06T06:00:00Z")
+    hourly = client.get("/dags/hourly/grid").text
+    time_row = re.search(r"<tr class='axis axis-time'>(.*?)</tr>", hourly).group(1)
+    date_row = re.search(r"<tr class='axis axis-date'>(.*?)</tr>", hourly).group(1)
+    assert re.findall(r"<span>([^<]*)</span>", time_row) == ["22:00", "23:00", "00:00"]  # New York time
+    assert re.findall(r"<span>([^<]*)</span>", date_row) == ["01-05", "", "01-06"]
+
+
+def _signal_rows(page: str) -> list[tuple[str, str]]:
+    """(key, source) of every row of the signal log, in order."""
+    return re.findall(r'<code class="key">([^<]*)</code>.*?<td class="small">([^<]*)</td>', page, re.S)
+
+
+def test_the_signal_log_filters_by_key_and_source_hides_daglines_own_and_pages_through(db, world):
+    from dagline.store.signals import send_signal
+
+    client = make_client(db, world)
+    sign_in(client, world["reader"])
+    now = parse_instant("2026-01-07T00:00:00Z")
+    with db.begin() as conn:
+        for n, (key, source) in enumerate([("model.published", "user:ann"), ("model.validated", "user:bob"),
+                                           ("load.ready", "user:ann"), ("model.published", "user:bob"),
+                                           ("model_x.published", "user:ann")]):
+            send_signal(conn, key, {"n": n}, source=source, now=now)
+    shown = _signal_rows(client.get("/signals").text)
+    assert shown and not [key for key, _ in shown if key.startswith("dagline.")]  # dagline's own: hidden
+    everything = _signal_rows(client.get("/signals?internal=1&limit=1000").text)
+    assert any(key.startswith("dagline.task.") for key, _ in everything)
+    assert _signal_rows(client.get("/signals?key=model.").text) == [  # a prefix: `_` is no wildcard
+        ("model.published", "user:bob"), ("model.validated", "user:bob"), ("model.published", "user:ann")]
+    assert _signal_rows(client.get("/signals?key=model.&source=user:ann").text) == [("model.published", "user:ann")]
+    assert _signal_rows(client.get("/signals?key=nothing.").text) == []
+
+    first = client.get("/signals?key=model&limit=2").text
+    assert _signal_rows(first) == [("model_x.published", "user:ann"), ("model.published", "user:bob")]
+    older = re.search(r'href="(/signals\?[^"]*)" id="older"', first).group(1).replace("&amp;", "&")
+    assert "key=model" in older and "limit=2" in older and "before=" in older
+    with db.begin() as conn:  # a new signal does not move the pages after the first
+        send_signal(conn, "model.published", {"n": 9}, source="user:cy", now=now)
+    second = client.get(older).text
+    assert _signal_rows(second) == [("model.validated", "user:bob"), ("model.published", "user:ann")]
+    assert 'id="older"' not in second and 'id="newest"' in second
+
+
+def test_the_trigger_confirmation_shows_the_date_in_the_dags_zone(db, world, tmp_path):
+    (tmp_path / "ny.yaml").write_text(
+        "apiVersion: dagline.io/v1alpha1\nkind: DAG\nmetadata: {name: ny}\nspec:\n  schedule: '@daily'\n"
+        "  timezone: America/New_York\n  startDate: '2026-01-01'\n  tasks:\n    - {id: a, spark: {mainApplicationFile: a.py}}\n")
+    scene.cli(db, "dags", "apply", str(tmp_path / "ny.yaml"), "--now", "2026-01-02T00:00:00Z")
+    client = make_client(db, world)
+    csrf = sign_in(client, world["token"])
+    asked = client.post("/dags/ny/trigger", data={"csrf": csrf, "logical_date": "2026-03-02T10:00"}).text
+    assert "2026-03-02 10:00:00 -05:00 (America/New_York)" in asked  # as entered, in the DAG's zone
+    assert "15:00" not in asked
+
+
+def test_a_first_visit_is_sent_to_sign_in_without_an_error_a_refused_token_with_one(db, world):
+    client = make_client(db, world)
+    first = client.get("/dags/sales/grid")
+    assert first.status_code == 303 and "why=" not in first.headers["location"]
+    assert 'class="problem"' not in client.get(first.headers["location"]).text
+    client.cookies.set("dagline_token", "dgl_9_" + "y" * 43)
+    refused = client.get("/dags/sales/grid")
+    assert refused.status_code == 303 and "why=" in refused.headers["location"]
+    assert 'class="problem"' in client.get(refused.headers["location"]).text
+
+
+def test_the_durations_chart_names_its_runs_and_speaks_one_unit(db, world):
+    client = make_client(db, world)
+    sign_in(client, world["reader"])
+    page = client.get("/dags/sales/tasks/extract").text
+    assert re.findall(r'class="axis run-label"[^>]*>([^<]*)<', page) == ["01-01", "01-02", "01-03", "01-04", "01-05"]
+    units = {label[-1] for label in re.findall(r'<text class="axis" [^>]*>([^<]*)<', page)}
+    units |= {re.search(r'class="median-label"[^>]*>median ([^<]*)<', page).group(1)[-1]}
+    assert len(units) == 1, units

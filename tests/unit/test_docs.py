@@ -245,3 +245,26 @@ def test_every_metric_is_documented():
     names |= set(re.findall(r"\"(dagline_[a-z_]+)\"", (REPO / "src" / "dagline" / "k8s" / "metrics.py").read_text()))
     assert len(names) > 20
     assert sorted(name for name in names if f"`{name}" not in page) == []
+
+
+def test_every_variable_a_demo_reads_is_in_the_readme():
+    """A `make demo*` script's knobs (`${DEMO_SECONDS:-600}`, `${DAGLINE_DEMO_PORT:-8793}`) are where its
+    user looks: the README."""
+    readme = README.read_text(encoding="utf-8")
+    knobs = set()
+    for script in REPO.glob("examples/**/demo.sh"):
+        knobs |= set(re.findall(r"\$\{([A-Z][A-Z0-9_]*):-", script.read_text(encoding="utf-8")))
+    assert knobs
+    assert sorted(knob for knob in knobs if f"`{knob}`" not in readme) == []
+
+
+
+def test_the_demos_write_only_inside_their_checkout():
+    """`make demo` and `make demo-signals` keep their database, logs and data in the checkout's ignored
+    folders (`demo/`, `demo-signals/`): two checkouts never share, or wipe, each other's demo."""
+    ignored = (REPO / ".gitignore").read_text(encoding="utf-8").split()
+    for script in REPO.glob("examples/**/demo.sh"):
+        text = script.read_text(encoding="utf-8")
+        assert "/tmp" not in text, f"{_name(script)} writes outside the checkout"
+        for folder in re.findall(r'\$PWD/([\w-]+)', text):
+            assert f"/{folder}/" in ignored, f"{_name(script)} writes to {folder}/, which git does not ignore"

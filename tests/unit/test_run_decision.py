@@ -165,3 +165,15 @@ def test_the_scheduler_gets_the_same_decision_without_the_reasons(states, expect
     bare = decide_run(CHAIN, tis, leaves=CHAIN_LEAVES, previous_states={}, now=NOW, reasons=False)
     assert (bare.changes, bare.outcome) == (worded.changes, worded.outcome)
     assert bare.waiting == {}
+
+
+@pytest.mark.parametrize("states", [("success", "skipped"), ("success", "success")], ids=["skipped", "all-success"])
+def test_a_stopped_run_ends_failed_once_its_tasks_have_ended_and_says_who_stopped_it(states):
+    tasks = [TaskFacts("train"), TaskFacts("serve", ("train",))]
+    tis = {"train": TIFacts(1, states[0]), "serve": TIFacts(2, states[1])}
+    decision = decide_run(tasks, tis, leaves=["serve"], previous_states={}, now=NOW, stopped_by="ann")
+    assert (decision.outcome, decision.reason) == (RunState.FAILED, "stopped by ann")
+    running = decide_run(tasks, {**tis, "serve": TIFacts(2, TIState.RUNNING)}, leaves=["serve"],
+                         previous_states={}, now=NOW, stopped_by="ann")
+    assert running.outcome is None  # its stopped try has not ended yet
+    assert decide_run(tasks, tis, leaves=["serve"], previous_states={}, now=NOW).outcome == RunState.SUCCESS

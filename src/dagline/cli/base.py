@@ -100,6 +100,14 @@ def dag_timezone(db, dag_id: str) -> str:
     return tz or "UTC"
 
 
+def run_timezone(db, run_ref: str) -> str:
+    """The time zone of a run's DAG (reads a `--now` without an offset for `runs stop`, `tasks stop`)."""
+    from dagline.store.runs import find_run
+
+    with db.begin() as conn:
+        return dag_timezone_of(conn, find_run(conn, run_ref).dag_id)
+
+
 def emit_json(rows) -> None:
     click.echo(json.dumps(rows, indent=2))
 

@@ -193,12 +193,12 @@ def dags_next_runs(obj: Context, dag_ref, after, count, now, as_json):
                  "data_interval_end": isoformat(info.data_interval.end), "run_after": isoformat(info.run_after)}
                 for info in itertools.islice(_until_the_calendar_ends(runs), count)]
 
-    instant = make_clock(now).now()
     if os.path.exists(dag_ref):
         loaded = load_dag_paths([dag_ref], spark_policy=spark_policy())
         if len(loaded) != 1:
             raise InvalidInput(f"{dag_ref} holds {len(loaded)} DAGs; give one file or a DAG id", field="DAG_ID_OR_FILE")
         dag = loaded[0].dag
+        instant = make_clock(now, dag.timezone).now()  # without an offset: in the DAG's zone
         rows = None if after else rows_of(timetable_for(dag).upcoming(None, catchup=dag.spec.catchup, now=instant))
     else:
         from dagline.store.dags import DagCache, require_dag
@@ -206,6 +206,7 @@ def dags_next_runs(obj: Context, dag_ref, after, count, now, as_json):
         with obj.db().begin() as conn:
             require_dag(conn, dag_ref)
             _, dag = DagCache().current(conn, dag_ref)
+            instant = make_clock(now, dag.timezone).now()
             rows = None if after else rows_of(upcoming_scheduled_runs(conn, dag_ref, dag, now=instant))
     if after:
         rows = rows_of(timetable_for(dag).upcoming(None, earliest=read_instant(after, "--after", dag.timezone)))
@@ -246,7 +247,7 @@ def dags_unpause(obj: Context, dag_id, now):
 def _set_paused(obj: Context, dag_id: str, paused: bool, now: str | None) -> None:
     from dagline.store.dags import set_paused
 
-    changed = set_paused(obj.db(), dag_id, paused, now=make_clock(now).now())
+    changed = set_paused(obj.db(), dag_id, paused, now=make_clock(now, dag_timezone(obj.db(), dag_id)).now())
     word = "paused" if paused else "unpaused"
     click.echo(f"{dag_id}: {word}" if changed else f"{dag_id}: already {word}")
 
@@ -263,8 +264,9 @@ def dags_trigger(obj: Context, dag_id, logical_date, conf, conf_file, now):
 
     database = obj.db()
     conf_value = read_conf(conf, conf_file)
-    when = read_instant(logical_date, "--logical-date", dag_timezone(database, dag_id))
-    run = trigger_run(database, dag_id, now=make_clock(now).now(), logical_date=when, conf=conf_value)
+    zone = dag_timezone(database, dag_id)  # times without an offset are read in the DAG's zone
+    when = read_instant(logical_date, "--logical-date", zone)
+    run = trigger_run(database, dag_id, now=make_clock(now, zone).now(), logical_date=when, conf=conf_value)
     click.echo(run.run_id)
 
 

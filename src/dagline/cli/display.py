@@ -27,10 +27,16 @@ def local_time(value: str | dt.datetime | None, timezone: str) -> str | None:
     return local.format(f"YYYY-MM-DD {clock}Z")
 
 
+NOT_MEASURED = "—"  # a duration a frozen clock (`--now`) cannot measure: start and end are one instant
+
+
 def duration(seconds: float | None) -> str | None:
-    """`0.4s`, `12s`, `3m05s`, `2h01m`, `3d04h`; None stays None."""
+    """`0.4s`, `12s`, `3m05s`, `2h01m`, `3d04h`; None stays None. Exactly zero is `—`, not measured: a
+    try or run that started and ended at the same instant ran under a frozen clock (`--now`)."""
     if seconds is None:
         return None
+    if seconds == 0:
+        return NOT_MEASURED
     if seconds < 10:
         return f"{seconds:.1f}s"
     whole = int(round(seconds))

@@ -1,7 +1,7 @@
 """The terminal grid of `dagline runs grid`: runs as columns, tasks as rows, coloured by state.
 
 Each column is labelled, written vertically, by its run's logical date in the DAG's time zone, at the
-resolution the runs need (`column_labels`):
+resolution the runs need (`dagline.times.run_labels`, which the web grid's time axis uses too):
 
 * daily or slower (every run on a day of its own, and no run covering less than a day): `MM-DD`;
 * sub-daily (a scheduled or backfill run whose data interval is shorter than a day, e.g. an hourly
@@ -15,9 +15,8 @@ Under the labels, the run type of each column: `s` scheduled, `m` manual, `b` ba
 
 from __future__ import annotations
 
-import pendulum
-
 from dagline.domain.states import RunState, RunType, TIState
+from dagline.times import run_labels
 from dagline.wording import counted
 
 STYLE = {  # state (of a task instance, or of a run) -> (symbol, ANSI colour)
@@ -36,34 +35,13 @@ def _paint(state: str | None, color: bool) -> str:
     return f"\x1b[{code}m{symbol}\x1b[0m" if color and state else symbol
 
 
-def column_labels(runs: list[dict], timezone: str) -> list[tuple[str, str]]:
-    """(date, time) written over each run's column, read in `timezone` (see the module docstring): time
-    empty for daily or slower runs; date empty where it is the date of the column before."""
-    starts = [pendulum.parse(r["logical_date"]).in_timezone(timezone) for r in runs]
-    days = [start.format("MM-DD") for start in starts]
-    if len(set(days)) == len(days) and not any(_shorter_than_a_day(r, timezone) for r in runs):
-        return [(day, "") for day in days]
-    return [(day if i == 0 or day != days[i - 1] else "", start.format("HH:mm"))
-            for i, (day, start) in enumerate(zip(days, starts, strict=True))]
-
-
-def _shorter_than_a_day(run: dict, timezone: str) -> bool:
-    """Whether the run's data interval is not empty and ends before the same wall time a day later
-    (a calendar day in `timezone`, so a 23-hour daily interval on a spring-forward day is a day)."""
-    start, end = run.get("data_interval_start"), run.get("data_interval_end")
-    if not start or not end:
-        return False
-    start, end = pendulum.parse(start).in_timezone(timezone), pendulum.parse(end).in_timezone(timezone)
-    return start < end < start.add(days=1)
-
-
 def render_grid(dag_id: str, timezone: str, runs: list[dict], tasks_by_run: dict[int, dict[str, str]],
                 task_order: list[str], *, color: bool) -> str:
     if not runs:
         return f"{dag_id}: no runs yet"
     tasks = list(task_order) + sorted({t for m in tasks_by_run.values() for t in m} - set(task_order))
     width = max(len(t) for t in tasks + ["run state"])
-    labels = column_labels(runs, timezone)
+    labels = run_labels(runs, timezone)
     lines = [f"{dag_id}  ({counted(len(runs), 'run')}, logical dates in {timezone})", ""]
     rows = [(0, row) for row in range(5)] + ([(1, row) for row in range(5)] if any(t for _, t in labels) else [])
     for part, row in rows:  # each label written vertically, one character per line

@@ -8,7 +8,17 @@ import json
 
 import click
 
-from dagline.cli.base import Context, Integer, emit_json, json_option, main, make_clock, now_option, print_table
+from dagline.cli.base import (
+    Context,
+    Integer,
+    emit_json,
+    json_option,
+    main,
+    make_clock,
+    now_option,
+    print_table,
+    run_timezone,
+)
 from dagline.cli.state import runs, tasks
 from dagline.errors import InvalidInput
 from dagline.wording import counted
@@ -145,7 +155,8 @@ def tasks_stop(obj: Context, run_ref, task_id, now):
     """Stop a task's running try (a streaming try ends success, a batch try failed, no retry)."""
     from dagline.store.runs import stop_task
 
-    click.echo(stop_task(obj.db(), run_ref, task_id, now=make_clock(now).now()))
+    clock = make_clock(now, run_timezone(obj.db(), run_ref) if now else "UTC")  # in the DAG's zone
+    click.echo(stop_task(obj.db(), run_ref, task_id, now=clock.now()))
 
 
 @runs.command("stop")
@@ -153,9 +164,12 @@ def tasks_stop(obj: Context, run_ref, task_id, now):
 @now_option
 @click.pass_obj
 def runs_stop(obj: Context, run_ref, now):
-    """Stop a run: its running tries are asked to stop, the tasks that have not started are skipped."""
+    """Stop a run: its running tries are asked to stop, the tasks that have not started are skipped, and the
+    run ends failed once its tries have stopped (`backfill --reprocess failed` takes it again). To end a
+    streaming run cleanly, stop its streaming tasks with `tasks stop` instead."""
     from dagline.store.runs import stop_run
 
-    stopping, skipped = stop_run(obj.db(), run_ref, now=make_clock(now).now())
+    clock = make_clock(now, run_timezone(obj.db(), run_ref) if now else "UTC")  # in the DAG's zone
+    stopping, skipped = stop_run(obj.db(), run_ref, now=clock.now())
     click.echo(f"stopping {counted(len(stopping), 'try', 'tries')}: {', '.join(stopping) or '-'}; "
                f"skipped {len(skipped)}: {', '.join(skipped) or '-'}")

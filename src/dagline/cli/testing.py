@@ -43,6 +43,7 @@ from dagline.clock import FixedClock
 from dagline.domain.states import RunState, TIState
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.executors import registry
+from dagline.wording import counted
 
 test_executor_option = click.option("--executor", type=click.Choice(registry.names(foreground=True)),
                                     default=registry.DEFAULT, show_default=True, help="How the tasks run.")
@@ -56,25 +57,33 @@ test_executor_option = click.option("--executor", type=click.Choice(registry.nam
 @parallelism_option
 @log_folder_option
 @click.option("--color/--no-color", default=None, help="Colour the grid (default: on a terminal).")
+@click.option("--spark-log", is_flag=True, default=False,
+              help="Also print Spark's own INFO/WARN log lines (by default only in each try's log file).")
 @now_option
 @click.pass_obj
-def dags_test(obj: Context, dag_id, logical_date, conf, conf_file, executor, parallelism, log_folder, color, now):
+def dags_test(obj: Context, dag_id, logical_date, conf, conf_file, executor, parallelism, log_folder, color,
+              spark_log, now):
     """Run the DAG once, now, in the foreground: a test run, each task's log streamed, a grid at the end.
 
     No scheduler is needed, and a paused DAG can be tested. The run is stored as a manual run flagged
     as a test: it is not on the timeline (scheduled runs neither follow it nor skip its logical date)
     and scheduler replicas leave it alone. LOGICAL_DATE defaults to now. Exit 0 if the run
-    succeeded, 1 if not."""
+    succeeded, 1 if not.
+
+    Each task's own output is printed with its task id in front; Spark's INFO and WARN log lines
+    (hundreds per SparkSession) stay in the try's log file (`dagline tasks logs`), and a line says
+    how many were left out. Spark's ERROR lines are printed. --spark-log prints every line."""
     from dagline.executors.base import TaskKey
+    from dagline.executors.spark_chatter import SparkChatter
     from dagline.executors.try_logs import LogLines, StoredTry
     from dagline.scheduler.one_run import drive_test_run
     from dagline.scheduler.settings import SchedulerSettings
     from dagline.store.runs import create_test_run, end_test_run
 
-    clock = make_clock(now)
     database = obj.db()
-    conf_value = read_conf(conf, conf_file)
     timezone = dag_timezone(database, dag_id)
+    clock = make_clock(now, timezone)  # without an offset: in the DAG's zone
+    conf_value = read_conf(conf, conf_file)
     when = read_instant(logical_date, "LOGICAL_DATE", timezone)
     settings = SchedulerSettings.from_env()
     kind = registry.kind(executor)
@@ -86,6 +95,7 @@ def dags_test(obj: Context, dag_id, logical_date, conf, conf_file, executor, par
 
     seen: dict[str, tuple[str, int]] = {}
     tails: dict[tuple[str, int], LogLines] = {}
+    chatter: dict[tuple[str, int], SparkChatter] = {}
 
     def on_progress(_state, tis) -> None:
         changed = [ti for ti in tis if seen.get(ti.task_id) != (ti.state, ti.try_number)]
@@ -99,11 +109,18 @@ def dags_test(obj: Context, dag_id, logical_date, conf, conf_file, executor, par
                 stored = StoredTry(TaskKey(dag_id, run.run_id, ti.task_id, ti.try_number), None,
                                    executor_settings.log_folder)
                 tails[(ti.task_id, ti.try_number)] = LogLines(kind.open_log(stored).follow())
+                chatter[(ti.task_id, ti.try_number)] = SparkChatter()
         for (task_id, try_number), tail in tails.items():
             ti = current[task_id]
             over = ti.try_number != try_number or ti.state not in TIState.ACTIVE
+            spark = chatter[(task_id, try_number)]
             for line in tail.lines(final=over):
-                click.echo(f"[{task_id}] {line}")
+                if not spark.hides(line) or spark_log:
+                    click.echo(f"[{task_id}] {line}")
+            if over and spark.hidden and not spark_log:
+                click.echo(f"[{task_id}] ({counted(spark.hidden, 'Spark log line')} of try {try_number} not shown: "
+                           f"`dagline tasks logs {run.run_id} {task_id} --try {try_number}`, or --spark-log)")
+                spark.hidden = 0
         for ti in changed:
             if ti.state not in (TIState.NONE, TIState.SCHEDULED, *TIState.ACTIVE):  # a try ended: after its log
                 click.echo(f"[{ti.task_id}] {_state_line(ti)}")
@@ -137,6 +154,8 @@ def _state_line(ti) -> str:
     if ti.state == TIState.QUEUED:
         return f"queued (try {ti.try_number} of {ti.max_tries})"
     if ti.state in (TIState.SUCCESS, TIState.FAILED) and ti.start_date and ti.end_date:
+        if ti.start_date == ti.end_date:
+            return f"{ti.state} (duration not measured: the clock is frozen by --now)"
         return f"{ti.state} after {duration((ti.end_date - ti.start_date).total_seconds())}"
     if ti.state == TIState.UP_FOR_RETRY and ti.next_retry_at is not None:
         return f"up_for_retry (try {ti.try_number} failed; next try at {ti.next_retry_at.isoformat()})"

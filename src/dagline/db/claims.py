@@ -14,6 +14,7 @@ costs more than the round trip itself on a busy machine.
 | `lock_dag` | one DAG | wait | its timeline (`previous`, `next_dagrun`) |
 | `lock_pool` | one pool | wait | resizing a pool against the critical section |
 | `lock_due_dags` | due DAGs | SKIP LOCKED | one run per interval, `maxActiveRuns` |
+| `lock_scheduled_dags` | scheduled DAGs | SKIP LOCKED | `next_dagrun` planned at one clock at a time |
 | `lock_dags_with_startable_runs` | DAGs | SKIP LOCKED | `maxActiveRuns` per DAG and backfill |
 | `lock_running_runs`, `lock_runs_by_id` | runs | SKIP LOCKED | one decider per run (`running_runs` looks first) |
 | `lock_pools_nowait` | all pools | NOWAIT | pool slots and task limits (critical section) |
@@ -67,6 +68,19 @@ def lock_due_dags(conn: Connection, now: dt.datetime, limit: int, dag_ids: Seque
     return conn.execute(stmt).all()
 
 
+def lock_scheduled_dags(conn: Connection) -> list[Any]:
+    """Claim the active, unpaused DAGs that have a schedule and a current version, in dag_id order,
+    skipping those a peer holds (a peer holding one is creating its runs, at its own clock). A starting
+    scheduler plans their next run again at its clock (`create_runs.plan_at_this_clock`)."""
+    return conn.execute(
+        select(dag_t.c.dag_id, dag_t.c.current_version_id)
+        .where(dag_t.c.is_active.is_(True), dag_t.c.is_paused.is_(False), dag_t.c.schedule.is_not(None),
+               dag_t.c.current_version_id.is_not(None))
+        .order_by(dag_t.c.dag_id)
+        .with_for_update(skip_locked=True)
+    ).all()
+
+
 def lock_dags_with_startable_runs(
     conn: Connection, now: dt.datetime, limit: int, backfill_id: int | None = None,
     waited_since: dt.datetime | None = None,
@@ -100,7 +114,7 @@ def startable_runs(now: dt.datetime, waited_since: dt.datetime | None = None) ->
 
 # What deciding a run's task instances reads of the run (`scheduler.examine`): not its conf or times.
 RUN_FOR_DECISION = (dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.dag_version_id, dag_run_t.c.previous_run_id,
-                    dag_run_t.c.run_type, dag_run_t.c.backfill_id)
+                    dag_run_t.c.run_type, dag_run_t.c.backfill_id, dag_run_t.c.stopped_by)
 
 
 def running_runs(conn: Connection, limit: int, backfill_id: int | None = None,

@@ -219,6 +219,8 @@ class DagRun(Base):
     deadline_missed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)  # set once (compare-and-set)
     # a run of `dagline dags test`: not on the timeline, run only by the process that made it
     is_test: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False, server_default=false())
+    # who stopped the run (`dagline runs stop`): once its stopped tries end, it ends `failed`, never `success`
+    stopped_by: Mapped[str | None] = mapped_column(String(250))
 
     __table_args__ = (
         UniqueConstraint("dag_id", "run_id"),

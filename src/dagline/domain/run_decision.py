@@ -13,7 +13,10 @@ A pure function of plain values, the decision behind loop step 3 and the mini-sc
   waits for it (a start or a restart) and its trigger rule is still met; a retry takes a waiting
   restart's signal (a restart means "from now on, with this value"). Such changes are `by_signal`;
 * decisions propagate within the walk, so a failure marks the whole downstream `upstream_failed` at once;
-* once every TI is finished, the run's outcome (`deps.run_outcome`; a run with no TIs succeeds).
+* once every TI is finished, the run's outcome (`deps.run_outcome`; a run with no TIs succeeds), but a
+  run someone stopped (`stopped_by`) ends `failed`, with the reason `stopped by <who>`, whatever its TIs
+  say: its stopped streaming tries end `success` and its tasks not started `skipped`, yet a stopped run
+  did not do its work, and `backfill --reprocess failed` must take it again (ADR 0065).
 
 For every TI it leaves waiting it also says why, in the words `dagline tasks list` shows (`reason`):
 `waiting for upstream extract`, `depends on past (run 12: load is failed)`, `retry at 2026-...`,
@@ -89,6 +92,7 @@ class RunDecision:
     changes: tuple[Change, ...]  # in walk order
     outcome: str | None  # RunState.SUCCESS / FAILED once every TI is finished, else None
     waiting: Mapping[int, str] = dataclasses.field(default_factory=dict)  # ti id -> why it stays (none, up_for_retry)
+    reason: str | None = None  # why the run ends as `outcome`, when its TIs alone do not say (a stop)
 
 
 def decide_run(
@@ -100,12 +104,14 @@ def decide_run(
     now: dt.datetime,
     previous_run: str | None = None,
     reasons: bool = True,
+    stopped_by: str | None = None,
 ) -> RunDecision:
     """Decide one run. `tis` maps task id -> its TI in this run (a task without one is left alone; a TI
     whose task is not in `tasks` still counts for the outcome); `previous_states` maps task id -> the state
     of its TI in the run's previous run (absent or None: there is none), `previous_run` names that run.
     `reasons=False` leaves `waiting` empty (the scheduler acts on the changes alone; wording why each
-    waiting TI waits is for `dagline tasks list`)."""
+    waiting TI waits is for `dagline tasks list`). `stopped_by`: who stopped the run, if someone did: once
+    its TIs are all finished it ends `failed`."""
     states = {task_id: ti.state for task_id, ti in tis.items()}
     changes: list[Change] = []
     waiting: dict[int, str] = {}
@@ -148,6 +154,8 @@ def decide_run(
         changes.append(Change(ti.ti_id, state, new_state, by_signal=decision == Decision.RUN and ti.pending_signal))
         states[task.task_id] = new_state
     outcome = run_outcome(states, [t for t in leaves if t in states]) if states else RunState.SUCCESS
+    if outcome is not None and stopped_by:
+        return RunDecision(tuple(changes), RunState.FAILED, waiting, reason=f"stopped by {stopped_by}")
     return RunDecision(tuple(changes), outcome, waiting)
 
 

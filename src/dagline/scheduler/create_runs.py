@@ -1,6 +1,11 @@
 """Loop step 1: create scheduled runs for due DAGs and advance their `next_dagrun`. Each DAG in its own
 savepoint: one whose version cannot be read or whose timetable raises is recorded as an import error
-(`isolation`) and the others' runs are created all the same."""
+(`isolation`) and the others' runs are created all the same.
+
+With `catchup: false`, what is due depends on the clock (the latest complete interval at that time), and
+the stored `next_dagrun` was planned at the clock of the last apply, unpause or run end. A starting
+scheduler plans those DAGs again at its own clock (`plan_at_this_clock`), so `scheduler --now T` creates
+what `dags next-runs --now T` lists (ADR 0066)."""
 
 from __future__ import annotations
 
@@ -8,9 +13,9 @@ import datetime as dt
 
 from sqlalchemy.engine import Connection
 
-from dagline.db.claims import lock_due_dags
+from dagline.db.claims import lock_due_dags, lock_scheduled_dags
 from dagline.domain.states import RunType
-from dagline.scheduler.isolation import DagFailed, isolated
+from dagline.scheduler.isolation import DagFailed, is_dags_fault, isolated
 from dagline.store.dags import DagCache
 from dagline.store.timeline import (
     NewRun,
@@ -54,3 +59,24 @@ def _create_runs_of(conn: Connection, row, *, now: dt.datetime, dags: DagCache, 
         insert_runs(conn, dag=dag, version_id=version_id, run_type=RunType.SCHEDULED, runs=new_runs, now=now, who=who)
     refresh_next_dagrun(conn, row.dag_id, dag, now=now)
     return len(new_runs)
+
+
+def plan_at_this_clock(conn: Connection, *, now: dt.datetime, dags: DagCache) -> int:
+    """Plan the next run of every claimable scheduled DAG with `catchup: false` again at `now`
+    (`refresh_next_dagrun`): the scheduler's clock, not the one of the last apply, decides what is due.
+    DAGs with catch-up do not depend on the clock and are left as they are. A DAG whose version or
+    timetable fails is left as it is, without a word: the run-creation step records its import error.
+    Returns how many were planned."""
+    planned = 0
+    for row in lock_scheduled_dags(conn):
+        try:
+            dag = dags.get(conn, row.current_version_id)
+            if dag.spec.catchup or dag.spec.schedule is None:
+                continue
+            with conn.begin_nested():  # a savepoint: a failing timetable leaves the DAG's row as it was
+                refresh_next_dagrun(conn, row.dag_id, dag, now=now)
+            planned += 1
+        except Exception as exc:
+            if not is_dags_fault(exc):
+                raise
+    return planned

@@ -88,14 +88,14 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
 
     changes: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
     by_signal: dict[int, tuple[int, object]] = {}  # ti id -> (run id, task) started by a pending signal
-    outcomes: dict[str, list[int]] = collections.defaultdict(list)
+    outcomes: dict[tuple[str, str | None], list[int]] = collections.defaultdict(list)  # (state, reason) -> runs
     for run_id, (facts, decision) in _decide(conn, runs, now=now, dags=dags, on_fault=record, tis=tis).items():
         for change in decision.changes:
             changes[(change.from_state, change.to_state)].append(change.ti_id)
             if change.by_signal:
                 by_signal[change.ti_id] = (run_id, facts.dag.tasks[_task_of(facts.rows, change.ti_id)])
         if decision.outcome is not None:
-            outcomes[decision.outcome].append(run_id)
+            outcomes[(decision.outcome, decision.reason)].append(run_id)
 
     for (expected, to), ids in changes.items():
         values = {"end_date": now, "start_date": now} if to in TIState.FINISHED else {}
@@ -110,9 +110,9 @@ def examine_runs(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: Da
             kinds = (SignalAction.RESTART,) if expected == TIState.UP_FOR_RETRY else STARTING
             _start_by_signal(conn, started, by_signal, now, kinds)
     finished = []
-    for outcome, ids in outcomes.items():
+    for (outcome, reason), ids in outcomes.items():
         finished += change_runs(conn, ids, expected=RunState.RUNNING, to=outcome, at=now, who=who,
-                                values={"end_date": now})
+                                values={"end_date": now}, detail=reason)
     result.runs_finished = len(finished)
     if finished:
         drop_pending_actions_of_runs(conn, [r.id for r in finished], now=now)
@@ -139,7 +139,7 @@ def _decide(conn: Connection, runs: Sequence, *, now: dt.datetime, dags: DagCach
         # give the same decision, so a run nothing happened to since the last look is not decided again
         retrying = any(f.state == TIState.UP_FOR_RETRY for f in facts.tis.values())
         key = None if retrying else (facts.run.dag_version_id, tuple(facts.tis.items()),
-                                     tuple(sorted(facts.previous_states.items())))
+                                     tuple(sorted(facts.previous_states.items())), facts.stopped_by)
         decision = remembered.get(key) if key is not None else None
         if decision is None:
             try:

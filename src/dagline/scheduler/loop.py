@@ -50,7 +50,7 @@ from dagline.db.notify import announce_as_scoped
 from dagline.executors.base import Executor
 from dagline.scheduler import housekeeping
 from dagline.scheduler.channels import Callback, SecretReader, log_channel, webhook_channel
-from dagline.scheduler.create_runs import create_scheduled_runs
+from dagline.scheduler.create_runs import create_scheduled_runs, plan_at_this_clock
 from dagline.scheduler.deliveries import CallbackSettings, Deliveries
 from dagline.scheduler.examine import examine_running_runs
 from dagline.scheduler.phases.context import Context
@@ -120,6 +120,10 @@ class Scheduler(Context):
                        lambda: self.transact(self.dags.warm), "they load as runs come")
         self.replica_id = self.liveness.register()
         self.who = f"scheduler:{self.replica_id}"
+        self._at_start("planning the DAGs without catch-up at this clock",  # its clock decides what is due
+                       lambda: self.transact(lambda conn: plan_at_this_clock(conn, now=self.clock.now(),
+                                                                             dags=self.dags)),
+                       "they are planned again as their runs end")
         if self.backfill_id is not None:  # no peer leaves new work to it (see `replica.gathering`)
             announce_as_scoped(self.db.engine, self.who)
         self.wakeup.ignore(self.who)

@@ -70,7 +70,12 @@ class RunFacts:
         """The scheduler's decision on these facts; with `reasons`, worded for people (`previous_run`: the
         run id of the previous run, named in a `dependsOnPast` wait)."""
         return decide_run(self.tasks, self.tis, leaves=self.dag.leaves, previous_states=self.previous_states,
-                          now=now, previous_run=previous_run, reasons=reasons)
+                          now=now, previous_run=previous_run, reasons=reasons, stopped_by=self.stopped_by)
+
+    @property
+    def stopped_by(self) -> str | None:
+        """Who stopped the run (`dagline runs stop`), if someone did."""
+        return getattr(self.run, "stopped_by", None)
 
 
 def gather_runs(conn: Connection, runs: Sequence, *, dags: DagCache, on_fault: OnFault,

@@ -193,11 +193,13 @@ def tries(conn: Connection, run_pk: int, tasks: list[dict], *, now: dt.datetime)
 
 
 def durations(conn: Connection, dag_id: str, task_id: str, limit: int = 200) -> dict:
-    """A task's durations across the DAG's latest live runs (its latest try in each), and their median."""
+    """A task's durations across the DAG's latest live runs (its latest try in each), and their median.
+    A try that started and ended at the same instant (run under a frozen clock, `--now`) is not measured:
+    its duration is None, and it counts for no median."""
     run = dag_run_t.c
     rows = conn.execute(
-        select(run.id, run.run_id, run.logical_date, ti_t.c.state, ti_t.c.try_number, ti_t.c.start_date,
-               ti_t.c.end_date)
+        select(run.id, run.run_id, run.logical_date, run.data_interval_start, run.data_interval_end, ti_t.c.state,
+               ti_t.c.try_number, ti_t.c.start_date, ti_t.c.end_date)
         .join(ti_t, ti_t.c.dag_run_id == run.id)
         .where(run.dag_id == dag_id, ti_t.c.task_id == task_id, run.state != RunState.OVERRIDDEN, ~run.is_test)
         .order_by(run.logical_date.desc(), run.id.desc()).limit(limit)).all()
@@ -205,7 +207,9 @@ def durations(conn: Connection, dag_id: str, task_id: str, limit: int = 200) -> 
     for r in reversed(rows):
         seconds = (r.end_date - r.start_date).total_seconds() if r.start_date and r.end_date else None
         points.append({"run_pk": r.id, "run_id": r.run_id, "logical_date": isoformat(r.logical_date),
-                       "state": r.state, "try_number": r.try_number, "duration_s": seconds})
+                       "data_interval_start": isoformat(r.data_interval_start),
+                       "data_interval_end": isoformat(r.data_interval_end),
+                       "state": r.state, "try_number": r.try_number, "duration_s": seconds or None})
     known = [p["duration_s"] for p in points if p["duration_s"] is not None]
     return {"points": points, "median_s": statistics.median(known) if known else None,
             "max_s": max(known) if known else None}
@@ -221,17 +225,19 @@ def backfills(conn: Connection) -> list[dict]:
     return rows
 
 
-def signal_log(conn: Connection, limit: int = 100) -> list[dict]:
-    """The newest signals first, each with its actions; every action names its run's numeric id."""
-    from dagline.store.signals import list_signals
+def signal_log(conn: Connection, limit: int = 100, **filters) -> tuple[list[dict], bool]:
+    """One page of the signal log, newest first (`signals.signal_page_rows`: `filters` are its key and
+    source prefixes, `internal` and `before`), each signal with its actions; every action names its run's
+    numeric id. Returns (signals, whether older ones match)."""
+    from dagline.store.signals import signal_page_rows
 
-    signals = list(reversed(list_signals(conn, limit=limit)))
+    signals, more = signal_page_rows(conn, limit=limit, **filters)
     keys = {(a["dag_id"], a["run_id"]) for s in signals for a in s["actions"]}
     pks = {k: r.id for k, r in read_models.runs_by_run_id(conn, sorted(keys)).items()} if keys else {}
     for s in signals:
         for a in s["actions"]:
             a["run_pk"] = pks.get((a["dag_id"], a["run_id"]))
-    return signals
+    return signals, more
 
 
 def starting_signal(conn: Connection, run_pk: int, task_id: str):

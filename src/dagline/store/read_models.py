@@ -171,6 +171,17 @@ def run_failures(conn: Connection, *, backfill_id: int | None = None, run_pks: l
             event_t.c.ti_id == r.id, event_t.c.to_state == TIState.FAILED)
             .order_by(event_t.c.id.desc()).limit(1)).scalar()
         lines.append(f"{r.run_id} {r.task_id} (try {r.try_number}): {detail or TIState.FAILED}")
+    if run_pks is not None and len(lines) < limit:  # a run failed with no failed task: stopped, cancelled
+        named = {r.run_id for r in rows}
+        for run in conn.execute(select(dag_run_t.c.id, dag_run_t.c.run_id).where(
+                dag_run_t.c.id.in_(run_pks), dag_run_t.c.state == RunState.FAILED)
+                .order_by(dag_run_t.c.logical_date).limit(limit - len(lines))):
+            if run.run_id in named:
+                continue
+            detail = conn.execute(select(event_t.c.detail).where(
+                event_t.c.dag_run_id == run.id, event_t.c.entity == "dag_run", event_t.c.to_state == RunState.FAILED)
+                .order_by(event_t.c.id.desc()).limit(1)).scalar()
+            lines.append(f"{run.run_id}: {detail or RunState.FAILED}")
     return lines
 
 

@@ -190,7 +190,9 @@ def clear_tasks(
         if cleared and run.state in RunState.FINISHED:
             change_runs(conn, [run.id], expected=run.state, to=RunState.RUNNING, at=now, who=who,
                         values={"end_date": None}, detail="task instances cleared")
-        conn.execute(update(dag_run_t).where(dag_run_t.c.id == run.id).values(last_scheduling_decision=None))
+        # cleared tasks run again: the run is no longer one someone stopped
+        values = {"last_scheduling_decision": None, **({"stopped_by": None} if cleared else {})}
+        conn.execute(update(dag_run_t).where(dag_run_t.c.id == run.id).values(**values))
     return cleared, busy
 
 
@@ -217,8 +219,11 @@ def stop_task(db: Database, run_ref: str, task_id: str, *, now: dt.datetime, who
 
 def stop_run(db: Database, run_ref: str, *, now: dt.datetime, who: str = "cli") -> tuple[list[str], list[str]]:
     """Stop a run: ask every queued or running try to stop, skip the task instances that have not
-    started (`none`, `scheduled`, `up_for_retry`), drop waiting signals. The run then ends as its
-    task instances say once the stopped tries have ended. Returns (stopping, skipped) task ids."""
+    started (`none`, `scheduled`, `up_for_retry`), drop waiting signals, and record who stopped it
+    (`stopped_by`). A queued run ends `failed` at once; a running one ends `failed` ("stopped by
+    <who>") once its stopped tries have ended (`run_decision`: a stopped run is never `success`, though
+    a stopped streaming try ends `success`), so `backfill --reprocess failed` takes it again and the
+    tries still stop gracefully. Returns (stopping, skipped) task ids."""
     with db.begin() as conn:
         run = find_run(conn, run_ref)
         if run.state not in RunState.ACTIVE:
@@ -237,7 +242,8 @@ def stop_run(db: Database, run_ref: str, *, now: dt.datetime, who: str = "cli") 
         if run.state == RunState.QUEUED:
             change_runs(conn, [run.id], expected=RunState.QUEUED, to=RunState.FAILED, at=now, who=who,
                         values={"end_date": now}, detail=f"stopped by {who} before it started")
-        conn.execute(update(dag_run_t).where(dag_run_t.c.id == run.id).values(last_scheduling_decision=None))
+        conn.execute(update(dag_run_t).where(dag_run_t.c.id == run.id)
+                     .values(last_scheduling_decision=None, stopped_by=who))
     return stopping, sorted(skipped)
 
 

@@ -126,6 +126,28 @@ def list_signals(conn: Connection, *, key: str | None = None, since: int | None 
     return _with_actions(conn, rows)
 
 
+INTERNAL_PREFIX = "dagline."  # the keys dagline sends itself (a task changed state: `dagline.task.*`)
+
+
+def signal_page_rows(conn: Connection, *, key_prefix: str = "", source_prefix: str = "", internal: bool = False,
+                     before: int | None = None, limit: int = 100) -> tuple[list[dict], bool]:
+    """One page of the signal log, newest first: the `limit` signals before seq `before` (keyset: a page's
+    address stays valid as new signals arrive) whose key and source start with the prefixes given, each
+    with its actions; dagline's own `dagline.*` signals only with `internal` (or a key prefix naming
+    them). Returns (signals, whether older ones match)."""
+    stmt = select(signal_t)
+    if key_prefix:
+        stmt = stmt.where(signal_t.c.key.startswith(key_prefix, autoescape=True))
+    if source_prefix:
+        stmt = stmt.where(signal_t.c.source.startswith(source_prefix, autoescape=True))
+    if not internal and not key_prefix.startswith(INTERNAL_PREFIX):
+        stmt = stmt.where(~signal_t.c.key.startswith(INTERNAL_PREFIX, autoescape=True))
+    if before is not None:
+        stmt = stmt.where(signal_t.c.seq < before)
+    rows = conn.execute(stmt.order_by(signal_t.c.seq.desc()).limit(limit + 1)).all()
+    return _with_actions(conn, rows[:limit]), len(rows) > limit
+
+
 def show_signal(conn: Connection, seq: int) -> dict:
     row = conn.execute(select(signal_t).where(signal_t.c.seq == seq)).first()
     if row is None:

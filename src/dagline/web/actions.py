@@ -37,8 +37,9 @@ from dagline.store.pages import task_instance_states
 from dagline.store.runs import clear_tasks, find_run, stop_run, trigger_run
 from dagline.store.signals import listeners, send_signal
 from dagline.store.tokens import OPERATE, SEND, authenticate
-from dagline.times import isoformat, parse_instant
+from dagline.times import parse_instant
 from dagline.web import access
+from dagline.web.render import local_time
 from dagline.web.respond import Page, html, redirect_with_notice, serve_page, state
 
 router = APIRouter(include_in_schema=False)
@@ -162,7 +163,7 @@ def _trigger(request: Request, viewer, fields, dag_id: str) -> Page:
     if fields.get("confirmed") != "yes":
         return _confirm(request, viewer, title=f"Trigger {dag_id}", question=f"Trigger a run of {dag_id}?",
                         action=f"/dags/{dag_id}/trigger", fields=fields, cancel=f"/dags/{dag_id}/grid",
-                        preview={"Logical date": isoformat(when) if when else "now",
+                        preview={"Logical date": f"{local_time(when, zone, seconds=True)} ({zone})" if when else "now",
                                  "Conf": json.dumps(conf, indent=2, sort_keys=True) if conf else "{}"})
     run = trigger_run(state(request).database, dag_id, now=_now(request), logical_date=when, conf=conf,
                       who=viewer.who)

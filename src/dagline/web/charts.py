@@ -99,18 +99,43 @@ def _short(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def duration_chart(points: list[dict], median_s: float | None, *, width: int = 900, height: int = 240) -> dict:
-    """Bars of a task's durations across runs (oldest left), with the median as a dashed line."""
+_UNITS = (("s", 1.0), ("m", 60.0), ("h", 3600.0))
+
+
+def chart_unit(top_s: float) -> tuple[str, float]:
+    """The one unit a chart's axis and labels use, chosen by its largest value: (suffix, seconds per unit)."""
+    return next(((name, size) for name, size in reversed(_UNITS) if top_s >= size * 1.5 and name != "s"),
+                _UNITS[0])
+
+
+def _in_unit(seconds: float, unit: tuple[str, float]) -> str:
+    return f"{seconds / unit[1]:.1f}{unit[0]}"
+
+
+def duration_chart(points: list[dict], median_s: float | None, *, width: int = 900, height: int = 260,
+                   labels: list[tuple[str, str]] | None = None, max_labels: int = 24) -> dict:
+    """Bars of a task's durations across runs (oldest left), with the median as a dashed line. Every
+    label of the axis and the median is in one unit (`chart_unit`); under the bars, the runs' names
+    (`labels`: `times.run_labels` of the points, date and time at the schedule's resolution), at most
+    `max_labels` of them, evenly spread, the first and the last included."""
     known = [p["duration_s"] for p in points if p["duration_s"] is not None]
     top = max(known + [median_s or 0.0, 1e-3])
-    left, bottom, plot_h = 60, 20, height - 40
+    unit = chart_unit(top)
+    left, bottom, plot_h = 60, 40, height - 60
     slot = (width - left - 10) / max(1, len(points))
+    step = max(1, -(-len(points) // max_labels))
     bars = []
     for i, p in enumerate(points):
         h = (p["duration_s"] or 0.0) / top * plot_h
+        label = None
+        if labels and (i % step == 0 or i == len(points) - 1):
+            label = " ".join(part for part in labels[i] if part) or None
         bars.append({**p, "x": round(left + i * slot + slot * 0.1, 1), "w": round(max(1.0, slot * 0.8), 1),
-                     "y": round(height - bottom - h, 1), "h": round(h, 1)})
+                     "y": round(height - bottom - h, 1), "h": round(h, 1), "label": label,
+                     "label_x": round(left + i * slot + slot / 2, 1),
+                     "duration": None if p["duration_s"] is None else _in_unit(p["duration_s"], unit)})
     median_y = None if median_s is None else round(height - bottom - median_s / top * plot_h, 1)
-    ticks = [{"y": round(height - bottom - plot_h * k / 4, 1), "label": _short(top * k / 4)} for k in range(5)]
-    return {"bars": bars, "median_y": median_y, "median_label": None if median_s is None else _short(median_s),
-            "width": width, "height": height, "left": left, "ticks": ticks}
+    ticks = [{"y": round(height - bottom - plot_h * k / 4, 1), "label": _in_unit(top * k / 4, unit)} for k in range(5)]
+    return {"bars": bars, "median_y": median_y,
+            "median_label": None if median_s is None else _in_unit(median_s, unit),
+            "width": width, "height": height, "left": left, "ticks": ticks, "label_y": height - bottom + 14}

@@ -14,11 +14,13 @@ from dagline.domain.input_values import MIN_INT64, read_integer
 from dagline.domain.states import Reprocess, TIState
 from dagline.errors import DaglineError, InvalidInput, OperationFailed
 from dagline.executors.base import TaskKey
+from dagline.limits import MAX_ROW_ID
 from dagline.store import pages as q
 from dagline.store import read_models as cli_queries
 from dagline.store.pools import list_pools
 from dagline.store.tries import task_try
 from dagline.store.waiting import task_reasons
+from dagline.times import run_labels
 from dagline.web import access, charts, logs
 from dagline.web.respond import NotFound, Page, html, in_transaction, serve_page, state
 
@@ -121,8 +123,9 @@ async def task_page(request: Request, dag_id: str, task_id: str):
         dag = q.current_dag(conn, dag_id)
         if not found["points"] and (dag is None or task_id not in dag.tasks):
             raise NotFound(f"DAG {dag_id!r} has no task {task_id!r}")
-        return Page("durations.html", {"dag": dag_row, "task_id": task_id, "data": found,
-                                       "chart": charts.duration_chart(found["points"], found["median_s"]),
+        labels = run_labels(found["points"], dag_row["timezone"])  # each bar's run, as the grid names it
+        chart = charts.duration_chart(found["points"], found["median_s"], labels=labels)
+        return Page("durations.html", {"dag": dag_row, "task_id": task_id, "data": found, "chart": chart,
                                        "title": f"{dag_id}.{task_id}: durations", "tab": "grid", "live": True})
 
     return await serve_page(request, work)
@@ -253,10 +256,20 @@ async def backfills_page(request: Request):
 @router.get("/signals")
 async def signals_page(request: Request):
     limit = _int(request, "limit", 100, 1, 1000)
+    query = request.query_params
+    filters = {"key_prefix": query.get("key", "").strip()[:250],  # prefixes: `model.`, `try:ml-signals/`
+               "source_prefix": query.get("source", "").strip()[:250],
+               "internal": query.get("internal", "") in ("1", "on", "yes")}  # dagline's own `dagline.*` too
+    before = _int(request, "before", 0, 0, MAX_ROW_ID)
+    kept = [(name, value) for name, value in (  # a page's address: its filters, and `before` for older pages
+        ("key", filters["key_prefix"]), ("source", filters["source_prefix"]),
+        ("internal", "1" if filters["internal"] else ""), ("limit", str(limit) if limit != 100 else "")) if value]
 
     def work(conn, viewer):
-        return Page("signals.html", {"signals": q.signal_log(conn, limit), "title": "Signals", "live": True,
-                                     "form": {}})
+        signals, more = q.signal_log(conn, limit, before=before or None, **filters)
+        return Page("signals.html", {"signals": signals, "title": "Signals", "live": True, "form": {},
+                                     "filters": filters, "before": before, "kept_query": kept,
+                                     "older": signals[-1]["seq"] if more else None})
 
     return await serve_page(request, work)
 

@@ -13,7 +13,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from dagline.domain.states import RunState, RunType, TIState
-from dagline.times import UTC
+from dagline.times import UTC, run_labels
 
 # the states a grid cell or badge is coloured by: a task instance's, and a run's own `overridden`
 STATES = (TIState.SUCCESS, TIState.FAILED, TIState.UPSTREAM_FAILED, TIState.UP_FOR_RETRY, TIState.RUNNING,
@@ -53,10 +53,13 @@ def local_time(value, zone: str | None = "UTC", *, seconds: bool = False) -> str
 
 
 def duration(seconds) -> str:
-    """`4.2s`, `3m 05s`, `2h 07m`: a duration for people."""
+    """`4.2s`, `3m 05s`, `2h 07m`: a duration for people; exactly zero is `—`, not measured (a try or run
+    that started and ended at the same instant ran under a frozen clock, `--now`)."""
     if seconds is None:
         return ""
     seconds = float(seconds)
+    if seconds == 0:
+        return "—"
     if seconds < 60:
         return f"{seconds:.1f}s"
     minutes, sec = divmod(int(round(seconds)), 60)
@@ -78,9 +81,18 @@ def grid_row(states: list[str | None]) -> Markup:
 
 
 def grid_head(runs: list[dict], zone: str, *, types: bool = True) -> Markup:
-    """The grid's header rows (run types, then one link per run coloured by its state), built in
-    Python for the same reason as `grid_row`; every stored text in it goes through `escape`."""
+    """The grid's header rows (the time axis, run types, then one link per run coloured by its state),
+    built in Python for the same reason as `grid_row`; every stored text in it goes through `escape`.
+    The time axis names each run at its schedule's resolution, as the terminal grid does
+    (`times.run_labels`): the date where it changes, and for sub-daily runs the time `HH:MM`."""
     parts = []
+    labels = run_labels(runs, zone)
+    for row, index in (("date", 0), ("time", 1)):
+        if row == "time" and not any(label[1] for label in labels):
+            continue  # daily or slower: the date names each run
+        parts.append(f"<tr class='axis axis-{row}'><th>{row}</th>")
+        parts += [f"<th><span>{escape(label[index])}</span>" for label in labels]
+        parts.append("</tr>")
     if types:
         parts.append("<tr class=run-types><th>run type</th>")
         for r in runs:

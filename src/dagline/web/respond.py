@@ -141,8 +141,10 @@ def sign_in_redirect(request: Request, why: str) -> Response:
         target = request.headers.get("referer", "/")
         target = "/" if "://" in target and not target.startswith(str(request.base_url)) else target
         target = "/" + target.split("://", 1)[-1].split("/", 1)[-1] if "://" in target else target
-    response = RedirectResponse(f"/login?next={quote(access.safe_next(target), safe='/')}&why={quote(why[:300])}",
-                                status_code=303)
+    # a first visit (a page asked for without any token) is no error: the sign-in page shows no message
+    first_visit = request.method == "GET" and not request.cookies.get(access.TOKEN_COOKIE)
+    reason = "" if first_visit else f"&why={quote(why[:300])}"
+    response = RedirectResponse(f"/login?next={quote(access.safe_next(target), safe='/')}{reason}", status_code=303)
     if request.cookies.get(access.TOKEN_COOKIE):
         response.delete_cookie(access.TOKEN_COOKIE, path="/")
     return response
