@@ -1,0 +1,37 @@
+"""try launches: the `try_launch` table, one row per launched try with its Spark job as rendered at
+launch (or the error that kept it from launching), so pages show what ran without rendering (ADR 60).
+
+A plain CREATE TABLE on both databases. Tries launched before this revision have no row: the run page
+says so.
+
+Revision ID: 0009_try_launches
+Revises: 0008_replica_names
+Create Date: 2026-11-26
+"""
+import sqlalchemy as sa
+from alembic import op
+
+revision = '0009_try_launches'
+down_revision = '0008_replica_names'
+branch_labels = None
+depends_on = None
+
+Id = sa.BigInteger().with_variant(sa.Integer(), 'sqlite')
+
+
+def upgrade() -> None:
+    op.create_table('try_launch',
+    sa.Column('ti_id', Id, nullable=False),
+    sa.Column('try_number', sa.Integer(), nullable=False),
+    sa.Column('launched_at', sa.DateTime(timezone=True), nullable=False),
+    sa.Column('main_application_file', sa.Text(), nullable=True),
+    sa.Column('arguments', sa.JSON(), nullable=True),
+    sa.Column('conf', sa.JSON(), nullable=True),
+    sa.Column('error', sa.Text(), nullable=True),
+    sa.ForeignKeyConstraint(['ti_id'], ['task_instance.id'], name=op.f('fk_try_launch_ti_id_task_instance')),
+    sa.PrimaryKeyConstraint('ti_id', 'try_number', name=op.f('pk_try_launch'))
+    )
+
+
+def downgrade() -> None:
+    op.drop_table('try_launch')
