@@ -14,12 +14,15 @@ times), and a database that cannot be reached is 503 (the client retries, with t
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
+import secrets
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from dagline.api import errors
+from dagline.api.headers import SecurityHeaders
 from dagline.api.settings import ApiSettings
 from dagline.api.signals import router as signals_router
 from dagline.clock import Clock, SystemClock
@@ -39,6 +42,11 @@ class ApiState:
     database: Database
     settings: ApiSettings
     clock: Clock
+    csrf_key: bytes = dataclasses.field(default_factory=lambda: secrets.token_bytes(32))  # see `web.access`
+
+    def __post_init__(self):
+        if self.settings.ui_secret:
+            self.csrf_key = hashlib.sha256(b"dagline-ui\0" + self.settings.ui_secret.encode()).digest()
 
     @staticmethod
     def bearer(request: Request) -> str | None:
@@ -71,12 +79,13 @@ class ApiState:
 
 def create_app(database: Database, settings: ApiSettings | None = None, *, clock: Clock | None = None) -> FastAPI:
     """The dagline HTTP API on `database`, and the web UI on the same app (`dagline.web`)."""
-    app = FastAPI(title="dagline", version="1", docs_url="/api/docs", openapi_url="/api/openapi.json",
-                  redoc_url=None)
+    # no /api/docs: Swagger UI would load a script from a CDN on the UI's origin (ADR 63); the document is served
+    app = FastAPI(title="dagline", version="1", docs_url=None, openapi_url="/api/openapi.json", redoc_url=None)
     app.state.dagline = ApiState(database, settings or ApiSettings(), clock or SystemClock())
     app.add_exception_handler(DaglineError, errors.answer)  # by its http_status, reason and field
     app.include_router(signals_router)
     mount_web_ui(app)
+    app.add_middleware(SecurityHeaders)  # outermost: every answer, JSON and errors included
 
     @app.get("/api/v1/health")
     def health():
@@ -84,6 +93,6 @@ def create_app(database: Database, settings: ApiSettings | None = None, *, clock
 
     @app.exception_handler(404)
     async def not_found(_request: Request, _exc):
-        return JSONResponse({"error": "no such path (see /api/docs)", "field": None}, status_code=404)
+        return JSONResponse({"error": "no such path (see /api/openapi.json)", "field": None}, status_code=404)
 
     return app

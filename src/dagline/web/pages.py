@@ -25,6 +25,7 @@ from dagline.web.respond import NotFound, Page, html, in_transaction, serve_page
 
 router = APIRouter(include_in_schema=False)
 GRID_CHOICES = (25, 50, 100, 365, 1000)
+STREAM_RETRY_AFTER_S = 30  # a refused event stream: when to try again
 
 
 def _int(request: Request, name: str, default: int, lo: int, hi: int) -> int:
@@ -266,7 +267,7 @@ async def pools_page(request: Request):
 @router.get("/login")
 async def login_form(request: Request):
     page = Page("login.html", {"title": "Sign in", "next": access.safe_next(request.query_params.get("next")),
-                               "why": request.query_params.get("why", "")[:300]})
+                               "why": access.sign_in_message(request.query_params.get("why"))})
     return html(request, page, None)
 
 
@@ -278,6 +279,11 @@ async def events(request: Request):
     except (access.SignInNeeded, access.NotAllowed) as exc:
         return PlainTextResponse(str(exc), status_code=401)
     feed = request.app.state.dagline_live
-    return StreamingResponse(feed.stream(), media_type="text/event-stream",
+    client = access.client_key(request)
+    refused = feed.admit(client)
+    if refused is not None:  # the page works without it; the browser tries again later
+        return PlainTextResponse(f"{refused}: try again later", status_code=429,
+                                 headers={"Retry-After": str(STREAM_RETRY_AFTER_S), "Cache-Control": "no-store"})
+    return StreamingResponse(feed.stream(client), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
