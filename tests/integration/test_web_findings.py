@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from dagline.api import ApiSettings, create_app
-from dagline.db.models import dag_run_t, try_launch_t
+from dagline.db.models import dag_run_t, dag_t, try_launch_t
 from dagline.scheduler.renderer import Renderer
 from tests.helpers import web_scenario as scene
 from tests.helpers.dags import dag, task, write
@@ -37,6 +37,11 @@ def sign_in(client: TestClient, token: str) -> str:
     answer = client.post("/login", data={"token": token, "csrf": csrf_of(client.get("/login").text), "next": "/"})
     assert answer.status_code == 303 and answer.headers["location"] == "/", answer.text
     return csrf_of(client.get("/").text)
+
+
+def paused(db, dag_id: str) -> bool:
+    with db.begin() as conn:
+        return conn.execute(select(dag_t.c.is_paused).where(dag_t.c.dag_id == dag_id)).scalar_one()
 
 
 def csrf_of(page: str) -> str:
@@ -89,3 +94,102 @@ def test_every_run_page_view_renders_templates_in_a_renderer_process(db, world, 
     run = runs_of(db, "stream")[-1]
     waiting = client.get(f"/runs/{run.id}?task=evaluate")
     assert waiting.status_code == 200 and "rendered at launch" in waiting.text
+
+
+# -- the web UI holds up -------------------------------------------------------------------------------
+
+
+def test_the_csrf_double_submit_cookie_is_not_bound_to_anything(db, world):
+    """The finding: a planted cookie with the same form value and `Origin: null` unpaused a DAG. Now the
+    field is a signature of the cookie and the sign-in, made with the server's secret."""
+    client = make_client(db, world)
+    sign_in(client, world["token"])
+    scene.cli(db, "dags", "pause", "sales")
+    planted = "p" * 43
+    client.cookies.set("dagline_csrf", planted)
+    for headers in ({"Origin": "null"}, {}):
+        answer = client.post("/dags/sales/unpause", data={"csrf": planted, "confirmed": "yes"}, headers=headers)
+        assert answer.status_code == 403 and "CSRF" in answer.text
+    assert paused(db, "sales")
+
+    client = make_client(db, world)
+    before = csrf_of(client.get("/login").text)
+    csrf = sign_in(client, world["token"])
+    assert csrf != before  # rotated at sign-in: a value seen before signing in is worth nothing after
+    opaque = client.post("/dags/sales/unpause", data={"csrf": csrf, "confirmed": "yes"}, headers={"Origin": "null"})
+    assert opaque.status_code == 403 and "Origin: null" in opaque.text
+    stale = client.post("/dags/sales/unpause", data={"csrf": before, "confirmed": "yes"})
+    assert stale.status_code == 403
+    done = client.post("/dags/sales/unpause", data={"csrf": csrf, "confirmed": "yes"})
+    assert done.status_code == 303, done.text
+    assert not paused(db, "sales")
+
+    again = make_client(db, world)  # another sign-in of the same token: values of its own
+    assert sign_in(again, world["token"]) != csrf
+    other_server = create_app(db, ApiSettings(log_folder=str(world["logs"]), ui_secret="s" * 40))
+    assert TestClient(other_server, cookies=dict(client.cookies), follow_redirects=False).post(
+        "/dags/sales/pause", data={"csrf": csrf, "confirmed": "yes"}).status_code == 403  # another secret
+
+
+def test_event_streams_uncapped(db, world):
+    """The finding: 200 anonymous event streams were all accepted. Now each client, and the server, has a cap."""
+    app = create_app(db, ApiSettings(log_folder=str(world["logs"]), anonymous_read=True, max_event_streams=3,
+                                     max_event_streams_per_client=2))
+    feed = app.state.dagline_live
+    feed.closed = True  # as at a server's stop: an admitted stream says hello and ends (a test reads it whole)
+    client = TestClient(app, follow_redirects=False)
+    admitted = client.get("/ui/events")
+    assert admitted.status_code == 200 and "event: hello" in admitted.text
+    # it ended: its slot is free again
+    assert feed.open_streams == 0
+    assert feed.admit("address:testclient") is None and feed.admit("address:testclient") is None
+    refused = client.get("/ui/events")
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "30"
+    assert "for this client" in refused.text
+    assert feed.admit("address:elsewhere") is None  # the third stream on the server
+    signed_in = TestClient(app, follow_redirects=False)
+    sign_in(signed_in, world["reader"])
+    full = signed_in.get("/ui/events")
+    assert full.status_code == 429 and "on this server" in full.text
+    feed.release("address:testclient")
+    assert signed_in.get("/ui/events").status_code == 200
+
+
+def test_login_why_shows_arbitrary_text(db, world):
+    """The finding: `/login?why=...` showed whatever text the link carried. Now only fixed codes choose a message."""
+    client = make_client(db, world)
+    phishing = client.get("/login", params={"why": "Your session expired: call +1 555 0100 with your token"})
+    assert phishing.status_code == 200 and "555 0100" not in phishing.text
+    assert 'class="problem"' not in phishing.text
+    first_visit = client.get("/login")
+    assert 'class="problem"' not in first_visit.text  # a first visit shows no error
+    expired = client.get("/login", params={"why": "expired"})
+    assert "unknown, revoked or expired" in expired.text
+    redirect = client.get("/dags/sales/grid")
+    assert redirect.status_code == 303 and redirect.headers["location"].endswith("&why=required")
+    assert "Sign in with an API token" in client.get(redirect.headers["location"]).text
+    revoked = client.get("/", headers={"Authorization": "Bearer dgl_1_" + "x" * 43})
+    assert revoked.headers["location"].endswith("&why=expired")
+
+
+def test_api_docs_load_a_floating_version_cdn_script(db, world):
+    """The finding: /api/docs loaded a floating-version script from a CDN on the UI's origin. Now there is
+    no such page (ADR 63); the OpenAPI document is served, under the same security headers."""
+    client = make_client(db, world, anonymous_read=True)
+    docs = client.get("/api/docs")
+    assert docs.status_code == 404 and "cdn" not in docs.text.lower()
+    document = client.get("/api/openapi.json")
+    assert document.status_code == 200 and "/api/v1/signals" in document.json()["paths"]
+    assert "/api/docs" not in client.get("/").text
+
+
+@pytest.mark.parametrize("path", ["/api/v1/health", "/api/openapi.json", "/api/v1/signals", "/api/v1/nope", "/",
+                                  "/login", "/ui/static/dagline.css", "/runs/1/logs/extract/1"])
+def test_security_headers_on_every_answer(db, world, path):
+    client = make_client(db, world)
+    answer = client.get(path)
+    headers = answer.headers
+    assert "default-src 'self'" in headers["content-security-policy"], (path, answer.status_code)
+    assert "frame-ancestors 'none'" in headers["content-security-policy"]
+    assert headers["x-content-type-options"] == "nosniff"
+    assert headers["referrer-policy"] == "same-origin" and headers["x-frame-options"] == "DENY"
