@@ -126,9 +126,13 @@ def test_the_csrf_double_submit_cookie_is_not_bound_to_anything(db, world):
 
     again = make_client(db, world)  # another sign-in of the same token: values of its own
     assert sign_in(again, world["token"]) != csrf
+    replica = create_app(db, ApiSettings(log_folder=str(world["logs"])))  # shares the key stored in the database
+    assert TestClient(replica, cookies=dict(client.cookies), follow_redirects=False).post(
+        "/dags/sales/pause", data={"csrf": csrf, "confirmed": "yes"}).status_code == 303
+    assert paused(db, "sales")
     other_server = create_app(db, ApiSettings(log_folder=str(world["logs"]), ui_secret="s" * 40))
     assert TestClient(other_server, cookies=dict(client.cookies), follow_redirects=False).post(
-        "/dags/sales/pause", data={"csrf": csrf, "confirmed": "yes"}).status_code == 403  # another secret
+        "/dags/sales/unpause", data={"csrf": csrf, "confirmed": "yes"}).status_code == 403  # another secret
 
 
 def test_event_streams_uncapped(db, world):
@@ -167,7 +171,7 @@ def test_login_why_shows_arbitrary_text(db, world):
     assert "unknown, revoked or expired" in expired.text
     redirect = client.get("/dags/sales/grid")
     assert redirect.status_code == 303 and redirect.headers["location"].endswith("&why=required")
-    assert "Sign in with an API token" in client.get(redirect.headers["location"]).text
+    assert "sign in with an API token" in client.get(redirect.headers["location"]).text
     revoked = client.get("/", headers={"Authorization": "Bearer dgl_1_" + "x" * 43})
     assert revoked.headers["location"].endswith("&why=expired")
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import secrets
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -29,6 +28,7 @@ from dagline.clock import Clock, SystemClock
 from dagline.db.engine import Database
 from dagline.db.faults import first_line, is_transient, run_again_on_conflict
 from dagline.errors import DaglineError, DatabaseUnreachable
+from dagline.store.secrets import shared_secret
 from dagline.store.tokens import Principal, authenticate
 from dagline.web import mount as mount_web_ui
 
@@ -42,11 +42,19 @@ class ApiState:
     database: Database
     settings: ApiSettings
     clock: Clock
-    csrf_key: bytes = dataclasses.field(default_factory=lambda: secrets.token_bytes(32))  # see `web.access`
+    _csrf_key: bytes | None = None
 
-    def __post_init__(self):
-        if self.settings.ui_secret:
-            self.csrf_key = hashlib.sha256(b"dagline-ui\0" + self.settings.ui_secret.encode()).digest()
+    @property
+    def csrf_key(self) -> bytes:
+        """The key of the web UI's CSRF values (`web.access`): from `DAGLINE_UI_SECRET`, else the secret
+        the replicas share in the database (made at first use; read once per process)."""
+        if self._csrf_key is None:
+            secret = self.settings.ui_secret
+            if not secret:
+                with self.database.begin() as conn:
+                    secret = shared_secret(conn, "ui-csrf", now=self.clock.now())
+            self._csrf_key = hashlib.sha256(b"dagline-ui\0" + secret.encode()).digest()
+        return self._csrf_key
 
     @staticmethod
     def bearer(request: Request) -> str | None:

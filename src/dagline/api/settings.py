@@ -5,11 +5,10 @@ one batch (`DAGLINE_API_MAX_BATCH`); a single signal's value is at most 64 KiB o
 body limit. Anything larger is answered 413 before anything is stored. The web UI reads task logs from
 `log_folder` (`--log-folder`, else `$DAGLINE_LOG_FOLDER`, else `./logs`).
 
-The web UI's own: `DAGLINE_UI_SECRET` signs its CSRF values (ADR 61; at least 32 characters; every
-replica behind one address needs the same; unset, each process makes a random one, so a form only
-posts back to the process that served it), and at most `DAGLINE_UI_MAX_EVENT_STREAMS` (100) live event
-streams are open at once, `DAGLINE_UI_MAX_EVENT_STREAMS_PER_CLIENT` (8) per client; beyond, 429 with
-`Retry-After` (ADR 62).
+The web UI's own: `DAGLINE_UI_SECRET` signs its CSRF values (ADR 61; at least 32 characters; unset,
+a secret stored in the database at first use, which every replica shares), and at most
+`DAGLINE_UI_MAX_EVENT_STREAMS` (100) live event streams are open at once,
+`DAGLINE_UI_MAX_EVENT_STREAMS_PER_CLIENT` (8) per client; beyond, 429 with `Retry-After` (ADR 62).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ class ApiSettings:
     max_body_bytes: int = 2 * 1024 * 1024
     max_batch: int = 1000
     log_folder: str | None = None      # where the web UI reads task logs (default: $DAGLINE_LOG_FOLDER, ./logs)
-    ui_secret: str | None = None       # signs the web UI's CSRF values (None: a random one per process)
+    ui_secret: str | None = None       # signs the web UI's CSRF values (None: one shared in the database)
     max_event_streams: int = 100       # live event streams open at once (the web UI's pages)
     max_event_streams_per_client: int = 8  # of them, per client (a sign-in token, else an address)
 

@@ -296,6 +296,17 @@ class TryLaunch(Base):
     error: Mapped[str | None] = mapped_column(Text)
 
 
+class ServerSecret(Base):
+    """A secret every replica shares without configuration, made at first use (the web UI's CSRF key
+    when `DAGLINE_UI_SECRET` is not set: ADR 61)."""
+
+    __tablename__ = "server_secret"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    secret: Mapped[str] = mapped_column(String(128), nullable=False)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
 class Replica(Base):
     """A scheduler replica: registered at start (`running`), heartbeating while it runs, then `stopped`
     (a graceful stop) or `dead` (marked by a peer that saw its heartbeat go stale). Every time here is the
@@ -493,6 +504,7 @@ backfill_t = Backfill.__table__
 dag_run_t = DagRun.__table__
 ti_t = TaskInstance.__table__
 try_launch_t = TryLaunch.__table__
+server_secret_t = ServerSecret.__table__
 replica_t = Replica.__table__
 event_t = Event.__table__
 callback_outbox_t = CallbackOutbox.__table__

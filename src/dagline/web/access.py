@@ -49,7 +49,7 @@ class SignInNeeded(AccessRefused):
 
 
 SIGN_IN_MESSAGES = {  # the only texts a link can put on the sign-in page (`/login?why=CODE`)
-    "required": "Sign in with an API token to see this page.",
+    "required": "To see this page, sign in with an API token (`dagline tokens create NAME --scope read`).",
     "expired": "Your token is unknown, revoked or expired: sign in with a valid one.",
     "act": "Sign in with a token that may do this (scope 'operate', or 'signals:send' to send signals).",
 }

@@ -1,5 +1,6 @@
 """try launches: the `try_launch` table, one row per launched try with its Spark job as rendered at
-launch (or the error that kept it from launching), so pages show what ran without rendering (ADR 60).
+launch (or the error that kept it from launching), so pages show what ran without rendering (ADR 60);
+and `server_secret`, secrets every replica shares without configuration (the web UI's CSRF key, ADR 61).
 
 A plain CREATE TABLE on both databases. Tries launched before this revision have no row: the run page
 says so.
@@ -31,7 +32,14 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['ti_id'], ['task_instance.id'], name=op.f('fk_try_launch_ti_id_task_instance')),
     sa.PrimaryKeyConstraint('ti_id', 'try_number', name=op.f('pk_try_launch'))
     )
+    op.create_table('server_secret',
+    sa.Column('name', sa.String(length=64), nullable=False),
+    sa.Column('secret', sa.String(length=128), nullable=False),
+    sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
+    sa.PrimaryKeyConstraint('name', name=op.f('pk_server_secret'))
+    )
 
 
 def downgrade() -> None:
+    op.drop_table('server_secret')
     op.drop_table('try_launch')
