@@ -17,6 +17,7 @@ from dagline.store.runs import trigger_run
 from dagline.store.tokens import create_token
 from tests.helpers.cli import cli, snapshot
 from tests.helpers.harness import apply, write_dag
+from tests.helpers.web_session import sign_in
 
 NOW = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)
 OVER_INT64 = str(2**63)  # 9223372036854775808: one more than a BIGINT holds
@@ -104,12 +105,6 @@ def test_lone_surrogate_in_dags_trigger_conf_exits_2_and_stores_no_run(db, scene
     assert snapshot(db) == before
 
 
-def sign_in(api: TestClient, token: str) -> str:
-    api.get("/login")
-    csrf = api.cookies["dagline_csrf"]
-    answer = api.post("/login", data={"token": token, "csrf": csrf, "next": "/"})
-    assert answer.status_code == 303, answer.text
-    return csrf
 
 
 def test_lone_surrogate_in_the_web_trigger_form_is_refused_and_the_run_page_keeps_working(db, scene):

@@ -21,6 +21,7 @@ from dagline.store.pools import set_pool
 from dagline.times import parse_instant
 from dagline.web.live import LiveFeed
 from tests.helpers import web_scenario as scene
+from tests.helpers.web_session import csrf_field, sign_in
 
 
 @pytest.fixture
@@ -35,13 +36,8 @@ def make_client(db, world, **settings) -> TestClient:
     return TestClient(app, follow_redirects=False)
 
 
-def sign_in(client: TestClient, token: str) -> str:
-    """Sign in through the form; returns the CSRF value of this browser."""
-    client.get("/login")
-    csrf = client.cookies["dagline_csrf"]
-    answer = client.post("/login", data={"token": token, "csrf": csrf, "next": "/"})
-    assert answer.status_code == 303 and answer.headers["location"] == "/", answer.text
-    return csrf
+
+
 
 
 def runs_of(db, dag_id: str) -> list:
@@ -57,8 +53,7 @@ def test_pages_need_a_token_unless_anonymous_reads_are_on(db, world):
     assert closed.get("/api/v1/signals").status_code == 401  # the API on the same app keeps its rules
     bad = closed.get("/", headers={"Authorization": "Bearer dgl_1_" + "x" * 43})
     assert bad.status_code == 303
-    closed.cookies.set("dagline_csrf", "z" * 30)
-    login = closed.post("/login", data={"token": "dgl_9_" + "y" * 43, "csrf": "z" * 30})
+    login = closed.post("/login", data={"token": "dgl_9_" + "y" * 43, "csrf": csrf_field(closed.get("/login").text)})
     assert login.status_code == 401 and "unknown, revoked or expired token" in login.text
 
     sign_in(closed, world["reader"])

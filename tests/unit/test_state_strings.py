@@ -55,8 +55,9 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("k8s/resources.py", "backfill"): (1, "the Backfill CRD's singular name"),
     ("k8s/sparkapp.py", "pending"): (1, "OUTCOME_PENDING, a value of the dagline.io/outcome label"),
     ("spec/checks.py", "none"): (1, "a message word: '(params are: none)'"),
-    ("web/respond.py", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
-                       "frame-ancestors 'none'; form-action 'self'"): (1, "a Content-Security-Policy keyword"),
+    ("api/headers.py", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+                       "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"):
+        (1, "a Content-Security-Policy keyword"),
     ("store/backfills.py", "backfill"): (3, "the event log's entity (the backfill table)"),
     ("store/dags.py", "backfill"): (1, "the event log's entity (the backfill table)"),
     ("cli/progress.py", "failed"): (2, "the field of a backfill's status: its runs that failed"),

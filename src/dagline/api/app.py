@@ -16,6 +16,7 @@ times), and a database that cannot be reached is 503 (the client retries, with t
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 
 from fastapi import FastAPI, Request
@@ -24,12 +25,14 @@ from fastapi.responses import JSONResponse
 
 from dagline.api import errors, schema
 from dagline.api.boundary import InputBoundary
+from dagline.api.headers import SecurityHeaders
 from dagline.api.settings import ApiSettings
 from dagline.api.signals import router as signals_router
 from dagline.clock import Clock, SystemClock
 from dagline.db.engine import Database
 from dagline.db.faults import first_line, is_transient, run_again_on_conflict
 from dagline.errors import DaglineError, DatabaseUnreachable
+from dagline.store.secrets import shared_secret
 from dagline.store.tokens import Principal, authenticate
 from dagline.web import mount as mount_web_ui
 
@@ -43,6 +46,19 @@ class ApiState:
     database: Database
     settings: ApiSettings
     clock: Clock
+    _csrf_key: bytes | None = None
+
+    @property
+    def csrf_key(self) -> bytes:
+        """The key of the web UI's CSRF values (`web.access`): from `DAGLINE_UI_SECRET`, else the secret
+        the replicas share in the database (made at first use; read once per process)."""
+        if self._csrf_key is None:
+            secret = self.settings.ui_secret
+            if not secret:
+                with self.database.begin() as conn:
+                    secret = shared_secret(conn, "ui-csrf", now=self.clock.now())
+            self._csrf_key = hashlib.sha256(b"dagline-ui\0" + secret.encode()).digest()
+        return self._csrf_key
 
     @staticmethod
     def bearer(request: Request) -> str | None:
@@ -75,14 +91,15 @@ class ApiState:
 
 def create_app(database: Database, settings: ApiSettings | None = None, *, clock: Clock | None = None) -> FastAPI:
     """The dagline HTTP API on `database`, and the web UI on the same app (`dagline.web`)."""
-    app = FastAPI(title="dagline", version="1", docs_url="/api/docs", openapi_url="/api/openapi.json",
-                  redoc_url=None)
+    # no /api/docs: Swagger UI would load a script from a CDN on the UI's origin (ADR 63); the document is served
+    app = FastAPI(title="dagline", version="1", docs_url=None, openapi_url="/api/openapi.json", redoc_url=None)
     app.state.dagline = ApiState(database, settings or ApiSettings(), clock or SystemClock())
     app.add_exception_handler(DaglineError, errors.answer)  # by its http_status, reason and field
     app.add_exception_handler(RequestValidationError, errors.invalid_request)  # the same shape as ours
     app.include_router(signals_router)
     mount_web_ui(app)
-    app.add_middleware(InputBoundary)  # outermost of ours: NUL and lone surrogates in the URL, before routing
+    app.add_middleware(InputBoundary)  # NUL and lone surrogates in the URL, before routing
+    app.add_middleware(SecurityHeaders)  # outermost: every answer, JSON, errors and refused URLs included
 
     @app.get("/api/v1/health", summary="Liveness", response_model=schema.Health, responses=schema.errors(422))
     def health():
@@ -90,6 +107,6 @@ def create_app(database: Database, settings: ApiSettings | None = None, *, clock
 
     @app.exception_handler(404)
     async def not_found(_request: Request, _exc):
-        return JSONResponse({"error": "no such path (see /api/docs)", "field": None}, status_code=404)
+        return JSONResponse({"error": "no such path (see /api/openapi.json)", "field": None}, status_code=404)
 
     return app

@@ -57,16 +57,24 @@ def dags():
 def dags_apply(obj: Context, paths, now):
     """Load DAG spec files or folders; a new version only when a spec changed.
 
+    A task's local mainApplicationFile must resolve (symlinks included) inside its DAG file's folder or
+    a folder of DAGLINE_JOBS_FOLDER; a URI must be s3a://, gs://, abfss://, hdfs:// or https://.
+
     All or nothing: every file is validated before anything is written, so one invalid file (named,
     with its field) applies nothing, exit 2. (Airflow's DAG processor loads the files it can; dagline
     gets that isolation at scheduling time instead: a DAG it cannot schedule is an import error.)"""
     from dagline.scheduler.deliveries import CallbackSettings
     from dagline.spec import load_dag_paths
+    from dagline.spec.app_files import check_application_files, jobs_folders
     from dagline.spec.checks import refused_webhook_urls
-    from dagline.store.dags import apply_dags
+    from dagline.store.dags import apply_dags, local_folder
 
     loaded = load_dag_paths(list(paths), warn=lambda message: click.echo(f"warning: {message}", err=True),
                             spark_policy=spark_policy())
+    jobs = jobs_folders()
+    for item in loaded:  # a job file outside its home refuses the whole batch, like any invalid spec
+        check_application_files(item.dag, dag_folder=local_folder(item.source_path), jobs=jobs,
+                                source=item.source_path)
     egress = CallbackSettings.from_env().egress
     results = apply_dags(obj.db(), loaded, now=make_clock(now).now())
     for item in loaded:  # applied all the same: the allow-list may change, and urlFrom values are judged at delivery

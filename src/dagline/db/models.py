@@ -6,7 +6,8 @@ Invariants are also constraints, so a bug in Python cannot break them silently:
 - one task instance per `(dag_run_id, task_id)`; one version row per `(dag_id, version)`;
 - one outbox row per callback delivery id (`callback_outbox.delivery_id`);
 - one signal per `(key, sender_id)` (a sender's retry is the same signal), at most 64 KiB of value;
-- at most one action per `(signal, rule, run, task)`: the exactly-once guard of signal reactions.
+- at most one action per `(signal, rule, run, task)`: the exactly-once guard of signal reactions;
+- one launch record per try (`try_launch`: `(ti_id, try_number)`).
 Every stored time is UTC (`UTCDateTime` returns aware datetimes on both databases).
 """
 
@@ -281,6 +282,33 @@ class TaskInstance(Base):
     )
 
 
+class TryLaunch(Base):
+    """What one try was launched with: its Spark job as rendered at launch (application, arguments,
+    conf), or why it could not be launched (`error`: a template that did not render). Written by the
+    replica that launched it; pages show it from here and never render (ADR 60)."""
+
+    __tablename__ = "try_launch"
+
+    ti_id: Mapped[int] = mapped_column(Id, ForeignKey("task_instance.id"), primary_key=True)
+    try_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    launched_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    main_application_file: Mapped[str | None] = mapped_column(Text)
+    arguments: Mapped[list | None] = mapped_column(JSON)
+    conf: Mapped[dict | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class ServerSecret(Base):
+    """A secret every replica shares without configuration, made at first use (the web UI's CSRF key
+    when `DAGLINE_UI_SECRET` is not set: ADR 61)."""
+
+    __tablename__ = "server_secret"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    secret: Mapped[str] = mapped_column(String(128), nullable=False)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
 class Replica(Base):
     """A scheduler replica: registered at start (`running`), heartbeating while it runs, then `stopped`
     (a graceful stop) or `dead` (marked by a peer that saw its heartbeat go stale). Every time here is the
@@ -477,6 +505,8 @@ pool_t = Pool.__table__
 backfill_t = Backfill.__table__
 dag_run_t = DagRun.__table__
 ti_t = TaskInstance.__table__
+try_launch_t = TryLaunch.__table__
+server_secret_t = ServerSecret.__table__
 replica_t = Replica.__table__
 event_t = Event.__table__
 callback_outbox_t = CallbackOutbox.__table__

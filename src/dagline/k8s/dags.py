@@ -28,6 +28,7 @@ from dagline.errors import InvalidInput
 from dagline.k8s import conditions
 from dagline.k8s.conditions import Outcome
 from dagline.spec import Dag, LoadedDag, parse_dag_document
+from dagline.spec.app_files import check_application_files
 from dagline.spec.dag import deprecated_spellings
 from dagline.store.dags import apply_dags, dag_sources, dags_with_current_version, deactivate
 from dagline.store.read_models import latest_runs, version_numbers
@@ -73,6 +74,7 @@ def apply_dag_object(db: Database, body: Mapping[str, Any], *, now: dt.datetime,
     try:
         dag = Dag.from_document(parse_dag_document(document, source=f"{namespace}/{name}",
                                                          spark_policy=spark_policy))
+        check_application_files(dag, dag_folder=None, source=f"{namespace}/{name}")  # URIs only (ADR 64)
     except InvalidInput as exc:
         outcome = _refused(db, namespace, name, "Invalid", describe(exc), now=now, previous=previous)
     else:

@@ -7,6 +7,10 @@ needs (in the caller's transaction), `render_launches` renders in the replica's 
 transaction open), and the caller records the failures in a transaction of its own
 (`executor_events.fail_unlaunchable`).
 
+What each try was launched with (its rendered job, or the error that kept it from launching) is
+stored (`launch_records`, `store.launches.record_launches`), in the next transaction the replica
+commits anyway: the run page shows it from there and never renders (ADR 60).
+
 A try started by a signal renders `{{ signal.key }}`, `{{ signal.value }}`, `{{ signal.seq }}` and
 `{{ signal.source }}` from that signal (`task_instance.signal_seq`); any other try of a run a signal
 created (a DAG's `triggers:`, its `trigger` signal action) renders the signal that created the run; in
@@ -34,7 +38,7 @@ from dagline.scheduler.isolation import describe, is_dags_fault
 from dagline.scheduler.renderer import Renderer, RenderFailed, RenderInterrupted, RenderRequest
 from dagline.spec import Task
 from dagline.store.dags import DagCache
-from dagline.store.launches import runs_and_signals_of_tries
+from dagline.store.launches import LaunchRecord, runs_and_signals_of_tries
 from dagline.store.tokens import issue_try_tokens
 from dagline.times import duration_seconds
 
@@ -141,6 +145,15 @@ def render_launches(gathered: Gathered, renderer: Renderer) -> Rendered:
             stop_grace_s=p.task.stop_grace_period.total_seconds(), env=p.env,
         ))
     return result
+
+
+def launch_records(launches: Sequence[TaskLaunch], broken: Sequence[tuple[QueuedTI, str]], *,
+                   at: dt.datetime) -> list[LaunchRecord]:
+    """The `try_launch` rows of launched tries (their rendered job) and of tries that could not launch (why)."""
+    records = [LaunchRecord(launch.ti_id, launch.key.try_number, at, launch.job.main_application_file,
+                            list(launch.job.arguments), dict(launch.job.conf)) for launch in launches]
+    records += [LaunchRecord(q.ti_id, q.try_number, at, error=why) for q, why in broken]
+    return records
 
 
 def spark_job(task: Task, rendered: dict[str, str]) -> SparkJob:

@@ -19,7 +19,16 @@ from sqlalchemy.engine import Connection
 
 from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
-from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, signal_action_t, signal_listener_t, ti_t
+from dagline.db.models import (
+    backfill_t,
+    dag_run_t,
+    dag_t,
+    dag_version_t,
+    signal_action_t,
+    signal_listener_t,
+    ti_t,
+    try_launch_t,
+)
 from dagline.db.transitions import record_events
 from dagline.domain.states import TIState
 from dagline.store.dags import require_dag
@@ -61,6 +70,8 @@ def delete_dag(db: Database, dag_id: str, *, now: dt.datetime, who: str = "cli")
         lock_dag(conn, dag_id)
         removed = footprint(conn, dag_id)
         runs = select(dag_run_t.c.id).where(dag_run_t.c.dag_id == dag_id)
+        tis = select(ti_t.c.id).where(ti_t.c.dag_run_id.in_(runs))
+        conn.execute(delete(try_launch_t).where(try_launch_t.c.ti_id.in_(tis)))
         conn.execute(delete(ti_t).where(ti_t.c.dag_run_id.in_(runs)))
         conn.execute(update(dag_run_t).where(dag_run_t.c.dag_id == dag_id).values(previous_run_id=None))
         conn.execute(delete(dag_run_t).where(dag_run_t.c.dag_id == dag_id))

@@ -119,7 +119,10 @@ def list_tasks(conn: Connection, run_pk: int) -> list[dict]:
     """Task instances of a run; `message` is why its latest state change happened, when one was given
     (a failure's exit code and last log line, a timeout, a cancelled backfill...); `signal_seq` the
     signal that started its latest try (if one did); `stop_requested_at` when its try was asked to stop."""
-    rows = conn.execute(select(ti_t).where(ti_t.c.dag_run_id == run_pk).order_by(ti_t.c.id)).all()
+    c = ti_t.c  # only the columns shown: fewer conversions on a page of 1,000 tasks
+    rows = conn.execute(select(c.id, c.task_id, c.state, c.try_number, c.max_tries, c.pool, c.start_date, c.end_date,
+                               c.external_id, c.deadline_at, c.deadline_missed_at, c.signal_seq, c.stop_requested_at)
+                        .where(c.dag_run_id == run_pk).order_by(c.id)).all()
     latest: dict[int, str | None] = {}
     for ev in conn.execute(select(event_t.c.ti_id, event_t.c.detail)
                            .where(event_t.c.entity == "task_instance", event_t.c.dag_run_id == run_pk)

@@ -6,14 +6,22 @@ scope each page and action needs, and the CSRF check of every form.
   `signals:send` (send a signal); anonymous visitors never act.
 - Signing in stores the token in an HttpOnly cookie (`SameSite=Lax`, `Secure` over HTTPS); every
   request checks it again (`api_tokens.authenticate`), so a revoked token signs out at once.
-- CSRF: a random `dagline_csrf` cookie (HttpOnly, `SameSite=Strict`) whose value every form carries in
-  a hidden field; a POST whose field does not match the cookie, or whose `Origin` names another host,
-  is refused with nothing done. The cookie needs no server-side state, so any replica checks it.
+- CSRF (ADR 61): a random `dagline_csrf` cookie (HttpOnly, `SameSite=Strict`), made anew at every
+  sign-in and sign-out, and a form field that is an HMAC, keyed with the server's secret
+  (`DAGLINE_UI_SECRET`), of that cookie and the sign-in token the request presents. A cookie planted by
+  someone else, with a field of their choosing, does not match: they know neither the secret nor the
+  token. A POST whose field does not match, whose `Origin` is `null` or names another host, or that the
+  browser says is cross-site (`Sec-Fetch-Site`), is refused with nothing done. No server-side state:
+  every replica that shares the secret checks it.
+- Sign-in messages are chosen by a fixed code in the link (`/login?why=expired`): a link cannot put
+  words of its own on the sign-in page.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
 import hmac
 import secrets
 from urllib.parse import urlsplit
@@ -30,9 +38,26 @@ SCOPE_WORDS = {READ: "read the pages", OPERATE: "act on DAGs and runs", SEND: "s
 
 
 class SignInNeeded(AccessRefused):
-    """No usable token: the page sends the visitor to the sign-in form (an API client gets 401)."""
+    """No usable token: the page sends the visitor to the sign-in form (an API client gets 401), which
+    says why by `code` (a key of `SIGN_IN_MESSAGES`)."""
 
     http_status = 401
+
+    def __init__(self, message: str, *, code: str = "required"):
+        super().__init__(message)
+        self.code = code
+
+
+SIGN_IN_MESSAGES = {  # the only texts a link can put on the sign-in page (`/login?why=CODE`)
+    "required": "To see this page, sign in with an API token (`dagline tokens create NAME --scope read`).",
+    "expired": "Your token is unknown, revoked or expired: sign in with a valid one.",
+    "act": "Sign in with a token that may do this (scope 'operate', or 'signals:send' to send signals).",
+}
+
+
+def sign_in_message(code: str | None) -> str:
+    """The sign-in page's message for a code; nothing for no code or an unknown one."""
+    return SIGN_IN_MESSAGES.get(code or "", "")
 
 
 class NotAllowed(AccessRefused):
@@ -71,6 +96,14 @@ def presented_token(request: Request) -> str | None:
     return request.cookies.get(TOKEN_COOKIE) or None
 
 
+def client_key(request: Request) -> str:
+    """Who a request comes from, for per-client caps: its sign-in token (hashed), else its address."""
+    token = presented_token(request)
+    if token:
+        return "token:" + hashlib.sha256(token.encode()).hexdigest()[:32]
+    return "address:" + (request.client.host if request.client else "unknown")
+
+
 def identify(conn, token: str | None, *, anonymous_read: bool, now) -> Viewer:
     """The viewer of a page; raises SignInNeeded or NotAllowed."""
     if token is None:
@@ -80,7 +113,7 @@ def identify(conn, token: str | None, *, anonymous_read: bool, now) -> Viewer:
     try:
         principal = authenticate(conn, token, now=now)
     except Unauthorized as exc:
-        raise SignInNeeded(str(exc)) from None
+        raise SignInNeeded(str(exc), code="expired") from None
     if not principal.allows(READ):
         raise NotAllowed(f"token {principal.name!r} may not read: it needs the scope 'read' "
                          f"(it has {' '.join(sorted(principal.scopes))!r})")
@@ -90,32 +123,59 @@ def identify(conn, token: str | None, *, anonymous_read: bool, now) -> Viewer:
 def require(viewer: Viewer, scope: str) -> None:
     """Refuse an action this viewer may not take (SignInNeeded for anonymous visitors)."""
     if viewer.principal is None:
-        raise SignInNeeded(f"sign in with a token that may {SCOPE_WORDS.get(scope, scope)} (scope {scope!r})")
+        raise SignInNeeded(f"sign in with a token that may {SCOPE_WORDS.get(scope, scope)} (scope {scope!r})",
+                           code="act")
     try:
         viewer.principal.require(scope)
     except Forbidden as exc:
         raise NotAllowed(str(exc)) from None
 
 
-def csrf_value(request: Request) -> str:
-    """This browser's CSRF value: its cookie's, or a new one (set on the response by the page)."""
+def _browser_nonce(request: Request) -> str:
+    """This browser's CSRF cookie: the one it sent, or a new one (set on the response by `set_cookies`)."""
+    made = getattr(request.state, "new_csrf", None)
+    if made is not None:
+        return made
     current = request.cookies.get(CSRF_COOKIE)
     if current and 20 <= len(current) <= 100:
         return current
-    made = getattr(request.state, "new_csrf", None)
-    if made is None:
-        made = secrets.token_urlsafe(32)
-        request.state.new_csrf = made
+    return rotate_csrf(request)
+
+
+def rotate_csrf(request: Request) -> str:
+    """A new CSRF cookie for this browser (at sign-in and sign-out): forms of earlier pages stop working."""
+    made = secrets.token_urlsafe(32)
+    request.state.new_csrf = made
     return made
+
+
+def _signature(key: bytes, nonce: str, token: str | None) -> str:
+    digest = hmac.new(key, b"dagline-csrf\0" + nonce.encode() + b"\0" + (token or "").encode(), hashlib.sha256)
+    return base64.urlsafe_b64encode(digest.digest()).decode().rstrip("=")
+
+
+def _key(request: Request) -> bytes:
+    return request.app.state.dagline.csrf_key
+
+
+def csrf_value(request: Request, token: str | None = None) -> str:
+    """The CSRF field of this browser's forms: bound to its cookie and to the token it signs in with
+    (`token`, default: the one this request presents)."""
+    return _signature(_key(request), _browser_nonce(request), token if token is not None else presented_token(request))
 
 
 def check_csrf(request: Request, form) -> None:
     cookie = request.cookies.get(CSRF_COOKIE) or ""
-    sent = form.get(CSRF_FIELD) or ""
-    if not cookie or not sent or not hmac.compare_digest(cookie.encode(), str(sent).encode()):
-        raise CsrfRefused("the form's CSRF field does not match this browser's cookie: reload the page and try again")
+    sent = str(form.get(CSRF_FIELD) or "")
+    expected = _signature(_key(request), cookie, presented_token(request)) if cookie else ""
+    if not expected or not sent or not hmac.compare_digest(expected.encode(), sent.encode()):
+        raise CsrfRefused("the form's CSRF field does not match this browser's sign-in: reload the page and try again")
     origin = request.headers.get("origin")
-    if origin and origin != "null":
+    if origin == "null":  # a sandboxed frame, a data: URL, a file: page: never one of these pages
+        raise CsrfRefused("a form sent from an opaque origin (Origin: null): refused")
+    if request.headers.get("sec-fetch-site", "").lower() == "cross-site":
+        raise CsrfRefused("a form sent from another site: refused")
+    if origin:
         host = request.headers.get("x-forwarded-host") or request.headers.get("host") or ""
         if urlsplit(origin).netloc.lower() != host.split(",")[0].strip().lower():
             raise CsrfRefused(f"a form sent from {origin} to {host}: refused")

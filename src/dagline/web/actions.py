@@ -332,6 +332,8 @@ async def login(request: Request):
     response = redirect_with_notice(request, target, f"signed in as {viewer.name}")
     response.set_cookie(access.TOKEN_COOKIE, token, httponly=True, samesite="lax", secure=access.is_https(request),
                         path="/", max_age=30 * 24 * 3600)
+    access.rotate_csrf(request)  # every sign-in gets CSRF values of its own
+    access.set_cookies(request, response)
     return response
 
 
@@ -344,4 +346,6 @@ async def logout(request: Request):
         return html(request, Page("problem.html", {"title": "Refused", "message": str(exc), "field": None}, 403), None)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(access.TOKEN_COOKIE, path="/")
+    access.rotate_csrf(request)
+    access.set_cookies(request, response)
     return response

@@ -13,6 +13,10 @@ from closing it, and ends when the server stops. A page carries the counter it w
 its stream's first event (`hello`) the counter then: if they differ (a change committed between
 rendering and listening), the page refreshes once; so does a browser that reconnects (perhaps to
 another replica), for what it may have missed.
+
+Streams are capped (ADR 62): at most `max_streams` open at once in this process, `max_per_client` per
+client (its sign-in token, else its address); `admit` refuses one more, and the page answers 429 with
+`Retry-After` (the browser's page still works; it only stops updating live).
 """
 
 from __future__ import annotations
@@ -33,9 +37,12 @@ COALESCE_S = 0.25
 
 
 class LiveFeed:
-    def __init__(self, database, *, poll_s: float = 1.0):
+    def __init__(self, database, *, poll_s: float = 1.0, max_streams: int = 100, max_per_client: int = 8):
         self.database = database
         self.poll_s = poll_s
+        self.max_streams = max_streams
+        self.max_per_client = max_per_client
+        self._open: dict[str, int] = {}  # client -> open streams
         self.version = 0
         self.closed = False
         self._lock = threading.Lock()
@@ -99,6 +106,29 @@ class LiveFeed:
                 self.unsubscribe(loop, event)
 
     # -- streams --------------------------------------------------------------------------------
+    def admit(self, client: str) -> str | None:
+        """Count one more stream of `client`; or why not (None: admitted; then `release` it once)."""
+        with self._lock:
+            if sum(self._open.values()) >= self.max_streams:
+                return f"{self.max_streams} live event streams are open on this server"
+            if self._open.get(client, 0) >= self.max_per_client:
+                return f"{self.max_per_client} live event streams are open for this client"
+            self._open[client] = self._open.get(client, 0) + 1
+        return None
+
+    def release(self, client: str) -> None:
+        with self._lock:
+            left = self._open.get(client, 0) - 1
+            if left > 0:
+                self._open[client] = left
+            else:
+                self._open.pop(client, None)
+
+    @property
+    def open_streams(self) -> int:
+        with self._lock:
+            return sum(self._open.values())
+
     def subscribe(self, loop, event) -> None:
         with self._lock:
             self._subscribers.add((loop, event))
@@ -107,8 +137,16 @@ class LiveFeed:
         with self._lock:
             self._subscribers.discard((loop, event))
 
-    async def stream(self):
-        """The body of one event stream."""
+    async def stream(self, client: str | None = None):
+        """The body of one event stream (`client`: admitted by `admit`, released when it ends)."""
+        try:
+            async for part in self._stream():
+                yield part
+        finally:
+            if client is not None:
+                self.release(client)
+
+    async def _stream(self):
         self.ensure_started()
         loop = asyncio.get_running_loop()
         event = asyncio.Event()

@@ -15,8 +15,10 @@ from dagline.domain.states import Reprocess, TIState
 from dagline.errors import DaglineError, InvalidInput, OperationFailed
 from dagline.executors.base import TaskKey
 from dagline.limits import MAX_ROW_ID
+from dagline.scheduler.launches import signal_for_templates
 from dagline.store import pages as q
 from dagline.store import read_models as cli_queries
+from dagline.store.launches import launches_of_task
 from dagline.store.pools import list_pools
 from dagline.store.tries import task_try
 from dagline.store.waiting import task_reasons
@@ -27,6 +29,7 @@ from dagline.web.respond import NotFound, Page, html, in_transaction, serve_page
 router = APIRouter(include_in_schema=False)
 GRID_CHOICES = (25, 50, 100, 365, 1000)
 MAX_TRY_NUMBER = 1_000_000  # beyond any task's tries (`MAX_RETRIES` + 1)
+STREAM_RETRY_AFTER_S = 30  # a refused event stream: when to try again
 
 
 def _int(request: Request, name: str, default: int, lo: int, hi: int) -> int:
@@ -164,12 +167,11 @@ async def run_page(request: Request, run_ref: str):
             t["reason"] = reasons.get(t["task_id"])
         tries = q.tries(conn, run.id, detail["tasks"], now=now)
         dag_row = _dag(conn, run.dag_id)
-        dag = q.version(conn, run.dag_version_id)
         task_ids = [t["task_id"] for t in detail["tasks"]]
         task = chosen_task if chosen_task in task_ids else (task_ids[0] if task_ids else None)
         current = next((t for t in detail["tasks"] if t["task_id"] == task), None)
         try_number = chosen_try or (current["try_number"] if current else 0)
-        rendered = _rendered_job(conn, dag, run, task, try_number) if task else None
+        rendered = _launched_job(conn, run, current, task, try_number) if task else None
         log = None
         stored = task_try(conn, run.id, task) if task and try_number else None
         if stored is not None:
@@ -193,24 +195,22 @@ async def run_page(request: Request, run_ref: str):
     return await serve_page(request, work, then=read_log)
 
 
-def _rendered_job(conn, dag, run, task_id: str, try_number: int) -> dict:
-    """The Spark job a try of this task gets (its arguments and conf rendered as the scheduler renders
-    them, with the signal that started the try); `error` when a template fails."""
-    from dagline.scheduler.launches import render_job, signal_for_templates
-
-    task = dag.tasks.get(task_id)
-    if task is None:
-        return {"error": f"task {task_id!r} is not in this run's DAG version"}
+def _launched_job(conn, run, current: dict | None, task_id: str, try_number: int) -> dict:
+    """The Spark job a try of this task was launched with, as stored at its launch (never rendered
+    here: ADR 60), or why it could not launch; for a try not launched yet, that its job is rendered
+    at launch."""
     row = q.starting_signal(conn, run.id, task_id)
     signal = signal_for_templates(row) if row is not None else None
-    try:
-        job = render_job(task, dag, run_id=run.run_id, logical_date=run.logical_date,
-                         data_interval=(run.data_interval_start, run.data_interval_end),
-                         try_number=max(1, try_number), conf=run.conf or {}, signal=signal)
-    except ValueError as exc:
-        return {"error": f"template error: {exc}"}
-    return {"main_application_file": job.main_application_file, "arguments": list(job.arguments),
-            "conf": dict(job.conf), "try_number": max(1, try_number), "signal": signal, "error": None}
+    shown = max(1, try_number)
+    record = launches_of_task(conn, run.id, task_id).get(shown)
+    if record is None:
+        launched = current is not None and shown <= current["try_number"] and \
+            not (shown == current["try_number"] and current["state"] == TIState.QUEUED)
+        return {"try_number": shown, "signal": signal, "pending": not launched, "missing": launched,
+                "error": None}
+    return {"main_application_file": record.main_application_file, "arguments": record.arguments or [],
+            "conf": record.conf or {}, "try_number": shown, "signal": signal, "error": record.error,
+            "pending": False, "missing": False, "launched_at": record.launched_at}
 
 
 @router.get("/runs/{run_ref}/logs/{task_id}/{try_number}")
@@ -285,7 +285,7 @@ async def pools_page(request: Request):
 @router.get("/login")
 async def login_form(request: Request):
     page = Page("login.html", {"title": "Sign in", "next": access.safe_next(request.query_params.get("next")),
-                               "why": request.query_params.get("why", "")[:300]})
+                               "why": access.sign_in_message(request.query_params.get("why"))})
     return html(request, page, None)
 
 
@@ -297,6 +297,11 @@ async def events(request: Request):
     except (access.SignInNeeded, access.NotAllowed) as exc:
         return PlainTextResponse(str(exc), status_code=401)
     feed = request.app.state.dagline_live
-    return StreamingResponse(feed.stream(), media_type="text/event-stream",
+    client = access.client_key(request)
+    refused = feed.admit(client)
+    if refused is not None:  # the page works without it; the browser tries again later
+        return PlainTextResponse(f"{refused}: try again later", status_code=429,
+                                 headers={"Retry-After": str(STREAM_RETRY_AFTER_S), "Cache-Control": "no-store"})
+    return StreamingResponse(feed.stream(client), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 

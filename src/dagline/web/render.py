@@ -10,6 +10,7 @@ import json
 from zoneinfo import ZoneInfo
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2.utils import url_quote
 from markupsafe import Markup, escape
 
 from dagline.domain.states import RunState, RunType, TIState
@@ -108,6 +109,65 @@ def grid_head(runs: list[dict], zone: str, *, types: bool = True) -> Markup:
     return Markup("".join(parts))
 
 
+def state_badge(value: str | None) -> str:
+    """The `state` macro of _macros.html, in Python (for rows built without a template loop)."""
+    return f'<span class="state {state_class(value)}">{escape(value) if value else "-"}</span>'
+
+
+def task_rows(tasks: list[dict], run_pk: int, dag_id: str, chosen: str | None, zone: str) -> Markup:
+    """The run page's task table rows, built in Python like `grid_row` (a run of 1,000 tasks renders in
+    milliseconds, not a third of a second); every stored text goes through `escape` or `url_quote`."""
+    dag_q = url_quote(dag_id)
+    parts = []
+    for t in tasks:
+        task_id = t["task_id"]
+        shown, quoted = escape(task_id), url_quote(task_id)
+        why = ""
+        if t.get("reason"):
+            why += f'<span class="reason">{escape(t["reason"])}</span>'
+        if t.get("message"):
+            why += f'<span class="message">{escape(t["message"])}</span>'
+        here = ' class="chosen"' if task_id == chosen else ""
+        parts.append(
+            f'<tr data-task="{shown}"{here}>\n'
+            f'  <td><input type="checkbox" name="task" value="{shown}" aria-label="select {shown}"></td>\n'
+            f'  <td><a href="/runs/{run_pk}?task={quoted}">{shown}</a>\n'
+            f'    <a class="muted small" href="/dags/{dag_q}/tasks/{quoted}" '
+            f'title="durations across runs">durations</a></td>\n'
+            f'  <td>{state_badge(t["state"])}</td>\n'
+            f'  <td>{t["try_number"]}/{t["max_tries"]}</td>\n'
+            f'  <td>{escape(t["pool"])}</td>\n'
+            f'  <td>{escape(local_time(t["start_date"], zone, seconds=True))}</td>\n'
+            f'  <td>{escape(local_time(t["end_date"], zone, seconds=True))}</td>\n'
+            f'  <td>{escape(duration(t["duration_s"]))}</td>\n'
+            f'  <td class="why">{why}</td>\n</tr>\n')
+    return Markup("".join(parts))
+
+
+def _short(text: str, length: int = 24) -> str:
+    """Jinja's `truncate(24, True, "…")`: kept whole up to 5 characters over."""
+    return text if len(text) <= length + 5 else text[:length - 1] + "…"
+
+
+def gantt_bars(bars: list[dict], run_pk: int, label_w: int) -> Markup:
+    """The Gantt chart's bars (one link per try), built in Python for the same reason as `task_rows`."""
+    parts = []
+    for b in bars:
+        task_id = b["task_id"]
+        title = f"{task_id} try {b['try_number']}: {b['state']}"
+        if b.get("duration_s") is not None:
+            title += f", {duration(b['duration_s'])}"
+        wait = (f'<rect class="wait" x="{b["wait_x"]}" y="{b["y"] + 8}" width="{b["wait_w"]}" height="4"/>\n'
+                if b.get("wait_w") else "")
+        parts.append(
+            f'<a href="/runs/{run_pk}?task={url_quote(task_id)}&amp;try={b["try_number"]}#log">\n'
+            f'<text class="label" x="{label_w - 8}" y="{b["y"] + 14}" text-anchor="end">'
+            f'{escape(_short(task_id))} #{b["try_number"]}</text>\n{wait}'
+            f'<rect class="bar {state_class(b["state"])}" x="{b["x"]}" y="{b["y"] + 2}" width="{b["w"]}" '
+            f'height="16" rx="3"><title>{escape(title)}</title></rect></a>\n')
+    return Markup("".join(parts))
+
+
 def pretty_json(value) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
@@ -123,7 +183,8 @@ def environment() -> Environment:
                       trim_blocks=True, lstrip_blocks=True)
     env.filters.update(local_time=local_time, duration=duration, state_class=state_class, pretty_json=pretty_json,
                        json_attr=_tojson_attr)
-    env.globals.update(grid_row=grid_row, grid_head=grid_head, STATES=STATES)
+    env.globals.update(grid_row=grid_row, grid_head=grid_head, task_rows=task_rows, gantt_bars=gantt_bars,
+                       STATES=STATES)
     return env
 
 

@@ -71,13 +71,7 @@ def html(request: Request, page: Page, viewer: access.Viewer | None) -> Response
         if notice:
             response.delete_cookie(NOTICE_COOKIE, path="/")
     access.set_cookies(request, response)
-    response.headers.setdefault("Cache-Control", "no-store")
-    response.headers.setdefault("X-Frame-Options", "DENY")
-    response.headers.setdefault("X-Content-Type-Options", "nosniff")
-    response.headers.setdefault("Referrer-Policy", "same-origin")
-    response.headers.setdefault("Content-Security-Policy",
-                                "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
-                                "frame-ancestors 'none'; form-action 'self'")
+    response.headers.setdefault("Cache-Control", "no-store")  # the security headers: `api.headers`, on every answer
     return response
 
 
@@ -115,7 +109,7 @@ async def serve_page(request: Request, handler: Callable, *, action: bool = Fals
         if then is not None:
             page = await run_in_threadpool(then, page)
     except access.SignInNeeded as exc:
-        return sign_in_redirect(request, str(exc))
+        return sign_in_redirect(request, exc.code)
     except DaglineError as exc:
         return problem(request, exc)
     return html(request, page, viewer)
@@ -135,15 +129,17 @@ def problem(request: Request, exc: DaglineError) -> Response:
 NotFound = errors.NotFound  # pages raise it for an unknown DAG, run or task: 404
 
 
-def sign_in_redirect(request: Request, why: str) -> Response:
+def sign_in_redirect(request: Request, code: str) -> Response:
+    """To the sign-in form, and back here after it; `code` chooses its message (`access.SIGN_IN_MESSAGES`)."""
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     if request.method != "GET":
         target = request.headers.get("referer", "/")
         target = "/" if "://" in target and not target.startswith(str(request.base_url)) else target
         target = "/" + target.split("://", 1)[-1].split("/", 1)[-1] if "://" in target else target
     # a first visit (a page asked for without any token) is no error: the sign-in page shows no message
-    first_visit = request.method == "GET" and not request.cookies.get(access.TOKEN_COOKIE)
-    reason = "" if first_visit else f"&why={quote(why[:300])}"
+    first_visit = (request.method == "GET" and not request.cookies.get(access.TOKEN_COOKIE)
+                   and "authorization" not in request.headers)
+    reason = "" if first_visit else f"&why={quote(code)}"
     response = RedirectResponse(f"/login?next={quote(access.safe_next(target), safe='/')}{reason}", status_code=303)
     if request.cookies.get(access.TOKEN_COOKIE):
         response.delete_cookie(access.TOKEN_COOKIE, path="/")

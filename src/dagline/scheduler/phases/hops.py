@@ -5,7 +5,9 @@ The critical section of a replica leaving new work to a peer leaves it the task 
 `replica.left_to_peer` says. Launches happen only after the queueing transaction committed. Reports
 whose transaction fails are kept and stored next time (compare-and-set makes storing one twice
 harmless), so none is lost. The transaction storing reports can also take new runs in (`take_in`) and
-queue what they made runnable: one commit per hop of a chain, not three.
+queue what they made runnable: one commit per hop of a chain, not three. What each try was launched
+with (`launches.launch_records`) is stored by the next transaction of the hop (the one failing the tries
+that could not launch, or the one storing reports), not by a commit of its own.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from dagline.db.observe import at_commit
 from dagline.executors.base import TaskLaunch
 from dagline.scheduler.critical_section import queue_task_instances
 from dagline.scheduler.executor_events import apply_reports, fail_unlaunchable
-from dagline.scheduler.launches import gather_launches, render_launches
+from dagline.scheduler.launches import gather_launches, launch_records, render_launches
 from dagline.scheduler.phases.context import Context
 from dagline.scheduler.phases.mini_scheduler import MiniScheduler
 from dagline.scheduler.phases.stats import LoopStats
 from dagline.scheduler.phases.take_in import TakeIn
 from dagline.scheduler.stops import tries_to_stop
+from dagline.store.launches import record_launches
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +38,7 @@ class Hops:
         self.mini = mini
         self.take_in = take_in
         self.pending_reports: list = []  # read from the executor, not yet stored
+        self.pending_launches: list = []  # launch records (`try_launch` rows) not yet stored
         name = ctx.executor.name
         self._launch_failures = metrics.EXECUTOR_LAUNCH_FAILURES.labels(executor=name)
         self._launched = metrics.EXECUTOR_LAUNCHES.labels(executor=name)
@@ -74,11 +78,13 @@ class Hops:
         stats.tis_queued += len(queued)
         ctx.step = "rendering templates"  # outside any transaction: a template may take its whole budget
         rendered = render_launches(pending, ctx.renderer)
+        self.pending_launches += launch_records(rendered.launches, rendered.broken, at=ctx.clock.now())
         if rendered.broken:
             ctx.step = "failing tries whose templates do not render"
 
             def fail(conn):
                 mini = LoopStats()
+                self._record_launches(conn)
                 affected = fail_unlaunchable(conn, rendered.broken, at=now, dags=ctx.dags, who=ctx.who)
                 self.mini.decide(conn, affected, mini, now)
                 at_commit(conn, functools.partial(self._launch_failures.inc, len(rendered.broken)))
@@ -90,10 +96,25 @@ class Hops:
         self.launch(rendered.launches)  # only now: the queueing transaction has committed
         return len(queued)
 
-    def launch(self, launches: list[TaskLaunch]) -> None:
+    def _record_launches(self, conn) -> None:
+        """Store the pending launch records in `conn`'s transaction (kept for the next one if it fails)."""
+        records = list(self.pending_launches)
+        if records:
+            record_launches(conn, records)
+            at_commit(conn, lambda: self._recorded(records))
+
+    def _recorded(self, records: list) -> None:
+        done = {id(r) for r in records}
+        self.pending_launches = [r for r in self.pending_launches if id(r) not in done]
+
+    def launch(self, launches: list[TaskLaunch], *, record: bool = False) -> None:
+        """Hand `launches` to the executor; `record`: their launch records are not pending yet (adopted
+        tries rendered elsewhere than `launch_queued`)."""
         if not launches:
             return
         ctx = self.ctx
+        if record:
+            self.pending_launches += launch_records(launches, [], at=ctx.clock.now())
         with ctx.phase("launch", "launching"):
             if ctx.replica_id is not None:
                 ctx.liveness.check_before_launch()
@@ -113,12 +134,13 @@ class Hops:
         self.pending_reports += ctx.executor.sync()
         reports = self.pending_reports
         take_in = take_in and ctx.test_run_id is None  # a test run's process has nothing else to take in
-        if not reports and not take_in:
+        if not reports and not take_in and not self.pending_launches:
             return 0, None
         now = ctx.clock.now()
 
         def store(conn):
             mini = LoopStats()
+            self._record_launches(conn)
             if reports:
                 affected = apply_reports(conn, reports, dags=ctx.dags, who=ctx.who)
                 self.mini.decide(conn, affected, mini, now, hop=True)

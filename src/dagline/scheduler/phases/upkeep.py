@@ -84,7 +84,7 @@ class Upkeep:
         stats.tis_adopted += settled.count
         metrics.ADOPTED.inc(len(settled.followed) + len(settled.to_launch))
         metrics.ZOMBIES.inc(settled.zombies)
-        self.hops.launch(settled.to_launch)
+        self.hops.launch(settled.to_launch, record=True)
 
     def _declare_silent_peers_dead(self) -> None:
         ctx = self.ctx

@@ -36,11 +36,12 @@ from dagline.domain.states import ReplicaState, TIState
 from dagline.executors.base import Executor, TaskKey, TaskLaunch
 from dagline.scheduler.critical_section import QueuedTI
 from dagline.scheduler.executor_events import fail_unlaunchable
-from dagline.scheduler.launches import DEFAULT_API_URL, gather_launches, render_launches
+from dagline.scheduler.launches import DEFAULT_API_URL, gather_launches, launch_records, render_launches
 from dagline.scheduler.renderer import Renderer
 from dagline.scheduler.replica.resilience import Transactions
 from dagline.scheduler.tries import InFlight
 from dagline.store.dags import DagCache
+from dagline.store.launches import record_launches
 from dagline.store.replicas import live_replicas, orphans_by_replica_kind, own_and_tracked_tries
 
 log = logging.getLogger(__name__)
@@ -179,8 +180,11 @@ class Adopter:
         """Render outside any transaction; tries whose templates no longer render fail (in a transaction)."""
         rendered = render_launches(pending, self.renderer)
         if rendered.broken:
-            self.tx.run(lambda conn: fail_unlaunchable(conn, rendered.broken, at=now, dags=self.dags, who=self.who),
-                        what="fail tries whose templates do not render")
+            def fail(conn):
+                record_launches(conn, launch_records([], rendered.broken, at=now))
+                return fail_unlaunchable(conn, rendered.broken, at=now, dags=self.dags, who=self.who)
+
+            self.tx.run(fail, what="fail tries whose templates do not render")
         return rendered.launches
 
     def _settle(self, rows: Sequence, launches: list[TaskLaunch], now: dt.datetime, *, why: str) -> Settled:
