@@ -128,8 +128,9 @@ class Runtime:
         self.scheduler = None if executor is None else InstrumentedScheduler(
             db, executor, clock=self.clock, settings=scheduler_settings or SchedulerSettings.from_env(),
             health=self.health, callback_settings=CallbackSettings.from_env(),
-            callback_channels={Channel.KUBERNETES_EVENT: kubernetes_event_channel(self.cache, api, reporter=self.who)},
-            secret_reader=SecretReader(secret_reader(self.cache, api)), api_url=settings.try_api_url)
+            callback_channels={Channel.KUBERNETES_EVENT: kubernetes_event_channel(db, self.cache, api,
+                                                                                  reporter=self.who)},
+            secret_reader=SecretReader(secret_reader(db, api)), api_url=settings.try_api_url)
         self.api = None  # the API server, once started
         self.on_fatal: Callable[[], None] | None = None  # called when the scheduler loop dies
         self.failed = False
