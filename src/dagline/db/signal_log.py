@@ -54,12 +54,13 @@ def insert_signal(
     source_dag_run_id: int | None = None,
     source_ti_id: int | None = None,
     same_value=None,
+    namespaces: str | None = None,
 ) -> tuple[int, bool]:
     """Store one signal; returns (seq, created). With a `sender_id` already stored for `key`, returns
     the stored seq and False if `same_value(stored_text)` holds, else raises `SignalConflict`."""
     lock_signal_key(conn, key)
     row = dict(key=key, value=value_text, sender_id=sender_id, source=source, sent_at=sent_at,
-               source_dag_run_id=source_dag_run_id, source_ti_id=source_ti_id,
+               source_dag_run_id=source_dag_run_id, source_ti_id=source_ti_id, namespaces=namespaces,
                handled_at=None if listened(conn, key) else sent_at)
     if sender_id is None:
         seq = conn.execute(insert(signal_t).values(**row).returning(signal_t.c.seq)).scalar_one()

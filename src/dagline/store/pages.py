@@ -23,9 +23,9 @@ MAX_GRID_RUNS = 1000
 TRY_ENDS = TIState.FINISHED | {TIState.UP_FOR_RETRY, TIState.NONE}  # the states a try's event ends it with
 
 
-def dag_list(conn: Connection) -> list[dict]:
-    """`dags list` with each DAG's latest run (id and state) and its import error."""
-    rows = read_models.list_dags(conn)
+def dag_list(conn: Connection, *, namespace: str | None = None) -> list[dict]:
+    """`dags list` with each DAG's latest run (id and state) and its import error (of `namespace`, if given)."""
+    rows = read_models.list_dags(conn, namespace=namespace)
     latest = read_models.latest_runs(conn, [r["dag_id"] for r in rows])
     for r in rows:
         run = latest.get(r["dag_id"])
@@ -221,11 +221,12 @@ def backfills(conn: Connection) -> list[dict]:
     return rows
 
 
-def signal_log(conn: Connection, limit: int = 100) -> list[dict]:
-    """The newest signals first, each with its actions; every action names its run's numeric id."""
+def signal_log(conn: Connection, limit: int = 100, *, namespaces=None) -> list[dict]:
+    """The newest signals first, each with its actions; every action names its run's numeric id. With
+    `namespaces`, only the signals sent within them."""
     from dagline.store.signals import list_signals
 
-    signals = list(reversed(list_signals(conn, limit=limit)))
+    signals = list(reversed(list_signals(conn, limit=limit, namespaces=namespaces)))
     keys = {(a["dag_id"], a["run_id"]) for s in signals for a in s["actions"]}
     pks = {k: r.id for k, r in read_models.runs_by_run_id(conn, sorted(keys)).items()} if keys else {}
     for s in signals:

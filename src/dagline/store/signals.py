@@ -41,9 +41,11 @@ def send_signal(
     now: dt.datetime,
     source_dag_run_id: int | None = None,
     source_ti_id: int | None = None,
+    namespaces: Iterable[str] | None = None,
 ) -> tuple[int, bool]:
     """Store a signal; returns (seq, created). Raises InvalidInput (bad key, id or value; nothing
-    stored) or SignalConflict (same key and id, another value)."""
+    stored) or SignalConflict (same key and id, another value). `namespaces`: the only namespaces
+    whose DAGs it reaches (None: every one)."""
     validate_key(key)
     validate_sender_id(sender_id)
     if not isinstance(source, str) or not source or len(source) > 250:
@@ -51,7 +53,8 @@ def send_signal(
     text = encode_value(value)
     return insert_signal(conn, key=key, value_text=text, sender_id=sender_id, source=source, sent_at=now,
                          source_dag_run_id=source_dag_run_id, source_ti_id=source_ti_id,
-                         same_value=lambda stored: same_value(stored, value))
+                         same_value=lambda stored: same_value(stored, value),
+                         namespaces=" ".join(sorted(namespaces)) if namespaces else None)
 
 
 def listeners(conn: Connection, key: str, *, namespaces: Iterable[str] | None = None) -> list[dict]:
