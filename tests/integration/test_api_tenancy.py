@@ -48,7 +48,7 @@ def teams(db, tmp_path):
     file; one finished run each; a token per team and an unlimited one."""
     loaded = []
     for name, namespace in (("a-sales", A), ("b-sales", B), ("local", None)):
-        [item] = load_dag_paths([write_dag(tmp_path / name, _dag(name))])
+        [item] = load_dag_paths([write_dag(tmp_path, _dag(name), name=f"{name}.yaml")])
         loaded.append(LoadedDag(item.dag, f"k8s://{namespace}/{name}") if namespace else item)
     apply_dags(db, loaded, now=NOW)
     runs = {name: trigger_run(db, name, now=NOW, logical_date=NOW, conf={}, who="test")
@@ -86,7 +86,7 @@ def test_a_namespace_token_reads_only_its_namespaces_dags_runs_and_logs(db, team
     index = client.get("/")
     assert index.status_code == 200 and "a-sales" in index.text and A in index.text
     assert "b-sales" not in index.text and ">local<" not in index.text
-    for path in ("/dags/a-sales/grid", f"/runs/{a_run.id}", f"/runs/{a_run.run_id}/logs/load/1"):
+    for path in ("/dags/a-sales/grid", f"/runs/{a_run.id}", f"/runs/{a_run.id}/logs/load/1"):
         assert client.get(path).status_code == 200, path
     nowhere = client.get("/dags/nowhere/grid")
     for dag_id, run in (("b-sales", b_run), ("local", local_run)):
@@ -94,7 +94,7 @@ def test_a_namespace_token_reads_only_its_namespaces_dags_runs_and_logs(db, team
         assert hidden.status_code == 404
         assert hidden.text.replace(dag_id, "X") == nowhere.text.replace("nowhere", "X")  # same as unknown
         for path in (f"/dags/{dag_id}/graph", f"/dags/{dag_id}/timeline", f"/dags/{dag_id}/tasks/load",
-                     f"/runs/{run.id}", f"/runs/{run.run_id}", f"/runs/{run.id}/logs/load/1"):
+                     f"/runs/{run.id}", f"/runs/{run.id}/logs/load/1"):
             assert client.get(path).status_code == 404, path
     # the unlimited token still sees every DAG
     everything, _ = _client(db, teams, "all")
