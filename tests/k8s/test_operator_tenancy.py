@@ -81,8 +81,11 @@ def test_dagrun_and_backfill_objects_of_one_namespace_cannot_touch_another_names
 
 def test_a_pool_object_limits_only_its_namespace_and_never_the_platforms_default_pool(kube, run_kopf, pg_db):
     _two_teams(kube)
-    set_pool(pg_db, "shared", 10, now=START, who="platform")  # a platform pool (`dagline pools set`)
-    with replica(run_kopf, pg_db, namespace=None):
+    set_pool(pg_db, "taken", 3, now=START, namespace=A)  # a-team's, until a platform value takes it back
+    # the chart's `pools` values: the platform's pools, set when the replica starts
+    with replica(run_kopf, pg_db, namespace=None, platform_pools=(("default", 64), ("shared", 10), ("taken", 2))):
+        assert (_pool(pg_db, "default").slots, _pool(pg_db, "shared").slots) == (64, 10)
+        assert (_pool(pg_db, "taken").slots, _pool(pg_db, "taken").namespace) == (2, None)
         kube.create("pools", A, pool_manifest("default", 1))
         refused = _refusal(kube, "pools", A, "default")
         assert refused["reason"] == "Reserved" and "platform" in refused["message"]
@@ -104,7 +107,7 @@ def test_a_pool_object_limits_only_its_namespace_and_never_the_platforms_default
         assert _refusal(kube, "pools", A, "later")["reason"] == "PoolInUse"
         kube.delete("pools", A, "default")
         kube.wait_gone("pools", A, "default")
-    assert _pool(pg_db, "default").slots == 128 and _pool(pg_db, "default").namespace is None
+    assert _pool(pg_db, "default").slots == 64 and _pool(pg_db, "default").namespace is None
     assert (_pool(pg_db, "shared").slots, _pool(pg_db, "shared").namespace) == (10, None)
     assert (_pool(pg_db, "spark").slots, _pool(pg_db, "spark").namespace) == (1, A)
     assert _pool(pg_db, "later") is None
