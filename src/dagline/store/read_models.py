@@ -30,12 +30,12 @@ def list_dags(conn: Connection, *, namespace: str | None = None) -> list[dict]:
         .where(dag_t.c.is_active.is_(True), *([dag_t.c.namespace == namespace] if namespace else []))
         .order_by(dag_t.c.dag_id)).all()
     return [{
-        "dag_id": r.dag_id, "namespace": r.namespace, "paused": r.is_paused, "schedule": r.schedule,
-        "timezone": r.timezone,
+        "dag_id": r.dag_id, "paused": r.is_paused, "schedule": r.schedule, "timezone": r.timezone,
         "version": r.version,
         "next_run_after": isoformat(r.next_dagrun_create_after or r.next_dagrun_data_interval_end),
         "last_run_state": last_state.get(r.dag_id),
         "import_error": r.import_error,
+        "namespace": r.namespace,  # the namespace owning it; null for a DAG applied from a file
     } for r in rows]
 
 
