@@ -128,9 +128,13 @@ def test_signals_of_a_namespace_token_reach_and_show_only_its_namespace(db, team
     assert [r.run_type for r in _runs(db, "a-sales")] == ["manual", "signal"]
     assert [r.run_type for r in _runs(db, "b-sales")] == ["manual"]  # team-b's trigger did not fire
     assert [r.run_type for r in _runs(db, "local")] == ["manual"]
-    assert [s["seq"] for s in a_client.get("/api/v1/signals").json()["signals"]] == [seq]
+    seen_by_a = a_client.get("/api/v1/signals").json()["signals"]
+    assert [s["seq"] for s in seen_by_a if s["key"] == "orders.ready"] == [seq]
+    assert {s["key"] for s in seen_by_a} - {"orders.ready"} <= {f"dagline.task.a-sales.load.{state}"
+                                                               for state in ("running", "success", "failed")}
     assert [a["dag_id"] for a in a_client.get(f"/api/v1/signals/{seq}").json()["actions"]] == ["a-sales"]
-    assert b_client.get("/api/v1/signals").json()["signals"] == []
+    seen_by_b = b_client.get("/api/v1/signals").json()["signals"]  # its own DAG's task signals only
+    assert seen_by_b and all(s["key"].startswith("dagline.task.b-sales.") for s in seen_by_b)
     hidden, missing = b_client.get(f"/api/v1/signals/{seq}"), b_client.get("/api/v1/signals/999")
     assert hidden.status_code == missing.status_code == 404
     assert "orders.ready" not in b_client.get("/signals").text
@@ -141,3 +145,16 @@ def test_a_token_limited_to_a_bad_namespace_is_refused_and_nothing_stored(db):
         with pytest.raises(InvalidInput) as refused:
             create_token(conn, "bad", ("read",), now=NOW, namespaces=["Team_B"])
     assert refused.value.field == "--namespace" and "'Team_B' is not a namespace name" in refused.value.reason
+
+
+def test_task_state_signals_of_a_namespaces_dag_reach_only_that_namespace(db, teams, tmp_path):
+    """dagline's own `dagline.task.<dag>.<task>.<state>` signals carry the namespace owning the DAG."""
+    watcher = _dag("b-watch").replace("orders.ready", "dagline.task.a-sales.load.success")
+    [item] = load_dag_paths([write_dag(tmp_path, watcher, name="b-watch.yaml")])
+    apply_dags(db, [LoadedDag(item.dag, f"k8s://{B}/b-watch")], now=NOW)
+    [own] = load_dag_paths([write_dag(tmp_path, watcher.replace("b-watch", "a-watch"), name="a-watch.yaml")])
+    apply_dags(db, [LoadedDag(own.dag, f"k8s://{A}/a-watch")], now=NOW)
+    trigger_run(db, "a-sales", now=NOW, logical_date=NOW + dt.timedelta(days=1), conf={}, who="test")
+    schedule(db, (NOW + dt.timedelta(days=1)).isoformat())
+    assert [r.run_type for r in _runs(db, "a-watch")] == ["signal"]  # its own namespace's task: heard
+    assert _runs(db, "b-watch") == []  # team-b cannot watch a-team's tasks
