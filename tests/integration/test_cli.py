@@ -22,7 +22,8 @@ from tests.helpers.polling import wait_for
 def test_apply_list_show_and_json_fields(db, applied):
     rows = json.loads(cli(db, "dags", "list", "--json").output)
     assert list(rows[0]) == ["dag_id", "paused", "schedule", "timezone", "version", "next_run_after", "last_run_state",
-                             "import_error"]
+                             "import_error", "namespace"]
+    assert rows[0]["namespace"] is None  # a DAG applied from a file belongs to no namespace
     assert rows[0]["next_run_after"] == "2026-03-02T00:00:00+00:00"
     shown = json.loads(cli(db, "dags", "show", "sales", "--json").output)
     assert shown["spec"]["tasks"][1]["upstream"] == ["extract"]
@@ -67,7 +68,7 @@ def test_trigger_schedule_list_runs_and_tasks(db, applied):
     runs = json.loads(cli(db, "runs", "list", "sales", "--json").output)
     assert list(runs[0]) == ["id", "dag_id", "run_id", "logical_date", "data_interval_start", "data_interval_end",
                              "run_type", "state", "previous_run_id", "dag_version", "backfill_id", "start_date",
-                             "end_date", "is_test", "duration_s", "deadline", "deadline_missed_at"]
+                             "end_date", "is_test", "duration_s", "deadline", "deadline_missed_at", "namespace"]
     assert [(r["run_type"], r["state"]) for r in runs] == [("scheduled", "success"), ("scheduled", "success"),
                                                           ("manual", "queued")]
     tasks = json.loads(cli(db, "tasks", "list", runs[0]["run_id"], "--json").output)

@@ -1,5 +1,5 @@
 """Names the database keeps in one namespace (DAGs, pools) declared in several Kubernetes namespaces,
-and Pool objects: slots set, handed over, removed."""
+and Pool objects: slots set, handed over to the next namespace, removed; `default` is never theirs."""
 
 from __future__ import annotations
 
@@ -61,15 +61,16 @@ def test_pool_objects_set_slots_hand_a_name_over_and_remove_the_pool(kube, run_k
                                 until=lambda p: condition(p, "Invalid"))
         assert condition(refused, "Invalid")["reason"] == "NameTaken" and _pool(pg_db, "spark").slots == 6
         kube.delete("pools", NS, "spark")
-        kube.wait_for(lambda: _pool(pg_db, "spark").slots, until=lambda slots: slots == 2, what="handed over")
+        kube.wait_for(lambda: _pool(pg_db, "spark"), until=lambda row: row is not None and row.slots == 2
+                      and row.namespace == "team-b", what="handed over to team-b")
         kube.wait_for(lambda: kube.get("pools", "team-b", "spark"), until=is_ready, what="second Pool Ready")
         kube.delete("pools", "team-b", "spark")
         kube.wait_for(lambda: _pool(pg_db, "spark"), until=lambda row: row is None, what="pool removed")
-        # The default pool stays whatever happens to its object.
+        # The default pool is the platform's: a Pool object never sets it (test_operator_tenancy.py).
         kube.create("pools", NS, pool_manifest("default", 8))
-        kube.wait_for(lambda: _pool(pg_db, "default").slots, until=lambda slots: slots == 8, what="default resized")
+        refused = kube.wait_for(lambda: kube.get("pools", NS, "default"), what="default refused",
+                                until=lambda p: condition(p, "Invalid"))
+        assert condition(refused, "Invalid")["reason"] == "Reserved"
         kube.delete("pools", NS, "default")
         kube.wait_gone("pools", NS, "default")
-        events = kube.wait_for(lambda: kube.events(NS, involving="default"), what="an Event")
-        assert ("Warning", "DefaultPoolKept") in [(e["type"], e["reason"]) for e in events]
-    assert _pool(pg_db, "default").slots == 8
+    assert _pool(pg_db, "default").slots == 128

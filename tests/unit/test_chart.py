@@ -294,7 +294,7 @@ def test_values_reach_the_environment():
                   "pendingTimeout": 600},
         "health": {"port": 8181}, "dagrunHistoryLimit": 10, "replicaCount": 3,
         "database": {"secretName": "pg", "secretKey": "dsn"},
-        "extraEnv": [{"name": "TZ", "value": "UTC"}],
+        "extraEnv": [{"name": "TZ", "value": "UTC"}], "pools": {"default": 256, "spark": 32},
     })
     deployment = one(manifests, "Deployment")
     [container] = deployment["spec"]["template"]["spec"]["containers"]
@@ -306,6 +306,7 @@ def test_values_reach_the_environment():
     assert (env["DAGLINE_HEALTH_PORT"], env["DAGLINE_DAGRUN_HISTORY_LIMIT"]) == ("8181", "10")
     assert env["DAGLINE_DB_URL"] == {"secretKeyRef": {"name": "pg", "key": "dsn"}}
     assert env["TZ"] == "UTC"
+    assert json.loads(env["DAGLINE_PLATFORM_POOLS"]) == {"default": 256, "spark": 32}  # the platform's pools
     assert deployment["spec"]["replicas"] == 3
     assert {"name": "health", "containerPort": 8181, "protocol": "TCP"} in container["ports"]
 

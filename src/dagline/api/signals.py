@@ -9,6 +9,9 @@ nothing: one conflicting or invalid signal stores none. The answer: 201 if any s
 if all were already stored (a sender's retry with the same ids), each signal with its `seq`,
 `created`, and a `warning` when no DAG listens to its key.
 
+A token limited to namespaces (docs/adr/0050) sends signals that reach only those namespaces' DAGs
+(the `warning` counts only their listeners), and reads only signals sent within them (another's: 404).
+
 GET answers `{"signals": [...]}`, the signals after `since` (of `key`), the newest `limit` (100 by
 default, at most 10,000), each with the actions it caused, as `dagline signals list --json` does.
 """
@@ -88,12 +91,12 @@ def parse_signals(body: bytes, *, max_batch: int) -> tuple[list[dict], bool]:
 def store_signals(conn, principal, signals: list[dict], *, now) -> list[dict]:
     """Store the signals in this transaction (`signal_batches.send_signals`); one answer per signal."""
     try:
-        stored = send_signals(conn, signals, source=principal.source, now=now,
+        stored = send_signals(conn, signals, source=principal.source, now=now, namespaces=principal.namespaces,
                               source_dag_run_id=principal.dag_run_id, source_ti_id=principal.ti_id)
     except SignalConflict as exc:
         index = getattr(exc, "index", 0)
         raise conflict(str(exc), field=f"[{index}].id" if len(signals) > 1 else "id") from None
-    heard = {key: bool(listeners(conn, key)) for key in {s["key"] for s in signals}}
+    heard = {key: bool(listeners(conn, key, namespaces=principal.namespaces)) for key in {s["key"] for s in signals}}
     out = []
     for s, (seq, created) in zip(signals, stored, strict=True):
         row: dict[str, Any] = {"seq": seq, "key": s["key"], "id": s["id"], "created": created}
@@ -154,8 +157,8 @@ async def get_signals(request: Request):
 
     def work():
         with api.database.begin() as conn:
-            api.principal(conn, token, READ, anonymous_ok=api.settings.anonymous_read)
-            return list_signals(conn, key=key, since=since, limit=limit)
+            who = api.principal(conn, token, READ, anonymous_ok=api.settings.anonymous_read)
+            return list_signals(conn, key=key, since=since, limit=limit, namespaces=who.namespaces)
 
     return {"signals": await run_in_threadpool(api.in_transaction, work)}
 
@@ -171,9 +174,9 @@ async def get_signal(request: Request):
 
     def work():
         with api.database.begin() as conn:
-            api.principal(conn, token, READ, anonymous_ok=api.settings.anonymous_read)
-            try:
-                return show_signal(conn, seq)
+            who = api.principal(conn, token, READ, anonymous_ok=api.settings.anonymous_read)
+            try:  # another namespace's signal is not found: a limited token learns nothing of it
+                return show_signal(conn, seq, namespaces=who.namespaces)
             except NotFound as exc:
                 raise ApiError(404, str(exc), field="seq") from None
 

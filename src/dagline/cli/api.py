@@ -51,23 +51,29 @@ def tokens():
 @click.argument("name")
 @click.option("--scope", "scopes", multiple=True, metavar="SCOPE",
               help="signals:send (the default), read, operate or admin; repeat for several.")
+@click.option("--namespace", "namespaces", multiple=True, metavar="NS",
+              help="Limit the token to this Kubernetes namespace's DAGs, runs, logs and signals; repeat for several "
+                   "(default: every namespace).")
 @now_option
 @json_option
 @click.pass_obj
-def tokens_create(obj: Context, name, scopes, now, as_json):
+def tokens_create(obj: Context, name, scopes, namespaces, now, as_json):
     """Create a token and print its secret (the only time it is shown: store it now)."""
-    from dagline.store.tokens import SEND, create_token, validate_name, validate_scopes
+    from dagline.store.tokens import SEND, create_token, validate_name, validate_namespaces, validate_scopes
 
     validate_name(name)
     scope_set = validate_scopes(scopes or (SEND,))
+    limited = validate_namespaces(namespaces)
     with obj.db().begin() as conn:
-        token = create_token(conn, name, scope_set, now=make_clock(now).now())
+        token = create_token(conn, name, scope_set, now=make_clock(now).now(), namespaces=limited)
+    listed = sorted(limited) if limited else None
     if as_json:
-        emit_json({"name": name, "scope": " ".join(sorted(scope_set)), "token": token})
+        emit_json({"name": name, "scope": " ".join(sorted(scope_set)), "namespaces": listed, "token": token})
         return
     click.echo(token)
-    click.echo(f"token {name!r} ({' '.join(sorted(scope_set))}) created: this is the only time its secret is "
-               "shown; send it as 'Authorization: Bearer <token>'", err=True)
+    click.echo(f"token {name!r} ({' '.join(sorted(scope_set))}"
+               f"{'; namespaces ' + ', '.join(listed) if listed else ''}) created: this is the only time its secret "
+               "is shown; send it as 'Authorization: Bearer <token>'", err=True)
 
 
 @tokens.command("list")
@@ -82,7 +88,8 @@ def tokens_list(obj: Context, as_json):
     if as_json:
         emit_json(rows)
     else:
-        print_table(rows, ["name", "scope", "created_at", "last_used_at"])
+        print_table([{**r, "namespaces": " ".join(r["namespaces"] or ["(all)"])} for r in rows],
+                    ["name", "scope", "namespaces", "created_at", "last_used_at"])
 
 
 @tokens.command("revoke")

@@ -304,6 +304,20 @@ limit_option = click.option("--limit", type=Integer(min=1, max=MAX_ROW_ID), defa
                             help="Show at most N rows (the most recent N where rows are in time order).")
 
 
+def one_namespace(_ctx, param, value):
+    if value is None:
+        return None
+    from dagline.store.tokens import validate_namespaces
+
+    [checked] = validate_namespaces([value], field=f"--{param.name}")
+    return checked
+
+
+namespace_option = click.option(
+    "--namespace", default=None, metavar="NS", callback=one_namespace,
+    help="Only what this Kubernetes namespace owns (DAGs applied from files belong to none).")
+
+
 def confirm(question: str, *, yes: bool, refusal: str) -> None:
     """Ask `question` on the terminal (or read the answer from stdin) unless `--yes` was given. No
     answer at all (no terminal, stdin empty or closed) refuses with `refusal`; any answer but yes

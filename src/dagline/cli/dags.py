@@ -17,6 +17,7 @@ from dagline.cli.base import (
     limit_option,
     main,
     make_clock,
+    namespace_option,
     now_option,
     read_conf,
     read_instant,
@@ -97,16 +98,17 @@ def dags_apply(obj: Context, paths, now):
 
 
 @dags.command("list")
+@namespace_option
 @limit_option
 @json_option
 @click.pass_obj
-def dags_list(obj: Context, limit, as_json):
-    """The DAGs, their schedule and where they stand (times in each DAG's zone; JSON in UTC)."""
+def dags_list(obj: Context, namespace, limit, as_json):
+    """The DAGs, their namespace, their schedule and where they stand (times in each DAG's zone; JSON in UTC)."""
     from dagline.store.read_models import list_dags
 
     with obj.db().begin() as conn:
-        rows = list_dags(conn)
-    columns = ["dag_id", "paused", "schedule", "timezone", "version", "next_run_after", "last_run_state"]
+        rows = list_dags(conn, namespace=namespace)
+    columns = ["dag_id", "namespace", "paused", "schedule", "timezone", "version", "next_run_after", "last_run_state"]
     if not as_json and any(r["import_error"] for r in rows):  # why the scheduler cannot handle a DAG
         columns.append("import_error")
         rows = [{**r, "import_error": _first_line(r["import_error"])} for r in rows]

@@ -20,7 +20,9 @@ from dagline.cli.base import (
     log_folder_option,
     main,
     make_clock,
+    namespace_option,
     now_option,
+    one_namespace,
     print_table,
     show_rows,
 )
@@ -40,10 +42,11 @@ def runs():
 @click.argument("dag_id", required=False)
 @click.option("--dag", "dag_option", default=None, metavar="DAG_ID", help="Only this DAG's runs (as DAG_ID).")
 @click.option("--state", default=None, type=click.Choice([s.value for s in RunState]))
+@namespace_option
 @limit_option
 @json_option
 @click.pass_obj
-def runs_list(obj: Context, dag_id, dag_option, state, limit, as_json):
+def runs_list(obj: Context, dag_id, dag_option, state, namespace, limit, as_json):
     """Runs in logical-date order (per DAG); `--limit N`: the latest N. The table shows the logical date
     in the DAG's zone, the run's duration, and `manual (test)` for `dags test` runs (JSON: `is_test`)."""
     from dagline.store.dags import require_dag
@@ -55,7 +58,7 @@ def runs_list(obj: Context, dag_id, dag_option, state, limit, as_json):
     with obj.db().begin() as conn:
         if dag_id is not None:
             require_dag(conn, dag_id, active=False)
-        rows = list_runs(conn, dag_id, state, limit=limit)
+        rows = list_runs(conn, dag_id, state, limit=limit, namespace=namespace)
         zones = dag_timezones(conn, [r["dag_id"] for r in rows])
     if not as_json:
         rows = [{**r, "run_type": r["run_type"] + (" (test)" if r["is_test"] else ""),
@@ -285,14 +288,18 @@ def pools():
 @click.argument("name")
 @click.argument("slots", type=Integer())
 @click.option("--description", default=None)
+@click.option("--namespace", default=None, metavar="NS", callback=one_namespace,
+              help="Hand the pool to this namespace (its Pool object then sets it; only its DAGs may use it).")
 @now_option
 @click.pass_obj
-def pools_set(obj: Context, name, slots, description, now):
-    """Create or resize a pool."""
+def pools_set(obj: Context, name, slots, description, namespace, now):
+    """Create or resize a pool: a platform pool, shared by every namespace, unless `--namespace` gives
+    it to one (without it, a pool keeps its owner)."""
     from dagline.store.pools import set_pool
 
-    action = set_pool(obj.db(), name, slots, now=make_clock(now).now(), description=description)
-    click.echo(f"pool {name}: {action} ({counted(slots, 'slot')})")
+    owner = {} if namespace is None else {"namespace": namespace}
+    action = set_pool(obj.db(), name, slots, now=make_clock(now).now(), description=description, **owner)
+    click.echo(f"pool {name}: {action} ({counted(slots, 'slot')})" + (f", namespace {namespace}" if namespace else ""))
 
 
 @pools.command("list")
@@ -305,7 +312,7 @@ def pools_list(obj: Context, limit, as_json):
 
     with obj.db().begin() as conn:
         rows = list_pools(conn)
-    show_rows(rows, ["name", "slots", "used_slots", "description"], as_json, limit=limit)
+    show_rows(rows, ["name", "namespace", "slots", "used_slots", "description"], as_json, limit=limit)
 
 
 @pools.command("delete")

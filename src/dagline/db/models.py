@@ -126,6 +126,9 @@ class Dag(Base):
     schedule: Mapped[str | None] = mapped_column(String(100))
     timezone: Mapped[str] = mapped_column(String(64), nullable=False, default="UTC")
     source_path: Mapped[str | None] = mapped_column(Text)
+    # The Kubernetes namespace whose DAG object defines it (its owner: runs, pools, Secrets, Events and
+    # tokens are checked against it); None for a DAG applied from a file, which belongs to no namespace.
+    namespace: Mapped[str | None] = mapped_column(String(63), index=True)
     next_dagrun: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     next_dagrun_data_interval_start: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     next_dagrun_data_interval_end: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
@@ -162,6 +165,9 @@ class Pool(Base):
     name: Mapped[str] = mapped_column(String(256), primary_key=True)
     slots: Mapped[int] = mapped_column(Integer, nullable=False)
     description: Mapped[str | None] = mapped_column(Text)
+    # The namespace whose Pool object owns it (only that namespace's DAGs may use it); None: a
+    # platform pool (`default`, `dagline pools set`, the chart), shared by every namespace.
+    namespace: Mapped[str | None] = mapped_column(String(63))
 
     __table_args__ = (CheckConstraint("slots >= 0", name="slots_not_negative"),)
 
@@ -410,6 +416,8 @@ class Signal(Base):
     source_ti_id: Mapped[int | None] = mapped_column(Id)
     sent_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     handled_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    # Space-separated namespaces whose DAGs it reaches (its sender's token was limited to them); None: all.
+    namespaces: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         UniqueConstraint("key", "sender_id"),
@@ -495,6 +503,8 @@ class ApiToken(Base):
     dag_run_id: Mapped[int | None] = mapped_column(Id)
     ti_id: Mapped[int | None] = mapped_column(Id)
     try_number: Mapped[int | None] = mapped_column(Integer)
+    # Space-separated namespaces the token is limited to; None: every namespace (and DAGs of none).
+    namespaces: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (Index(None, "ti_id", "try_number"),)
 

@@ -27,7 +27,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 from dagline.db.claims import lock_signal_key
-from dagline.db.models import UTCDateTime, dag_run_t, signal_listener_t, signal_t, ti_t
+from dagline.db.models import UTCDateTime, dag_run_t, dag_t, signal_listener_t, signal_t, ti_t
 from dagline.db.notify import SIGNALS_ONLY, announce
 from dagline.domain.signal_keys import TASK_PREFIX, TASK_SIGNAL_STATES
 from dagline.errors import OperationFailed
@@ -54,12 +54,13 @@ def insert_signal(
     source_dag_run_id: int | None = None,
     source_ti_id: int | None = None,
     same_value=None,
+    namespaces: str | None = None,
 ) -> tuple[int, bool]:
     """Store one signal; returns (seq, created). With a `sender_id` already stored for `key`, returns
     the stored seq and False if `same_value(stored_text)` holds, else raises `SignalConflict`."""
     lock_signal_key(conn, key)
     row = dict(key=key, value=value_text, sender_id=sender_id, source=source, sent_at=sent_at,
-               source_dag_run_id=source_dag_run_id, source_ti_id=source_ti_id,
+               source_dag_run_id=source_dag_run_id, source_ti_id=source_ti_id, namespaces=namespaces,
                handled_at=None if listened(conn, key) else sent_at)
     if sender_id is None:
         seq = conn.execute(insert(signal_t).values(**row).returning(signal_t.c.seq)).scalar_one()
@@ -88,7 +89,8 @@ def _announce(conn: Connection, row: dict) -> None:
 def record_task_state_signals(conn: Connection, rows: Sequence[Any], *, to: str, at: dt.datetime) -> None:
     """dagline's own signals for task instances that just entered `to`: key
     `dagline.task.<dag_id>.<task_id>.<state>`, value `{"run_id": ..., "try_number": ...}` (the run's run
-    id string), source `dagline`. One `INSERT ... SELECT` per call, whatever the number of rows: the
+    id string), source `dagline`, reaching only the DAGs of the namespace owning the DAG (if it has
+    one: docs/adr/0050). One `INSERT ... SELECT` per call, whatever the number of rows: the
     key, the value and whether any rule listens (else the signal is stored already handled) are all
     computed by the database. Only the states in `TASK_SIGNAL_STATES` are signals. Unlike a sender's
     signals, their commit order is not serialised per key (no `lock_signal_key`: these are written
@@ -139,10 +141,12 @@ def _task_state_insert(postgresql: bool, count: int):
     else:
         value = func.json_object("run_id", run.run_id, "try_number", ti.try_number)
     heard = exists().where(signal_listener_t.c.key == key)
-    columns = ["key", "value", "source", "sent_at", "source_dag_run_id", "source_ti_id", "handled_at"]
+    # the namespace owning the DAG (null for a file's DAG): its task signals reach only that namespace's DAGs
+    owner = select(dag_t.c.namespace).where(dag_t.c.dag_id == ti.dag_id).scalar_subquery()
+    columns = ["key", "value", "source", "sent_at", "source_dag_run_id", "source_ti_id", "handled_at", "namespaces"]
     return insert(signal_t).from_select(columns, select(
         key, value, literal(DAGLINE_SOURCE), passages.c.at, ti.dag_run_id, ti.id,
-        case((heard, null()), else_=passages.c.at),
+        case((heard, null()), else_=passages.c.at), owner,
     ).select_from(ti_t.join(dag_run_t, run.id == ti.dag_run_id).join(passages, literal(True)))
         .where(ti.id.in_(bindparam("ids", expanding=True))).order_by(passages.c.ord, ti.id))
 

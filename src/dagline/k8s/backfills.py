@@ -7,6 +7,8 @@ changes after creation are ignored (the plan was made once: create another Backf
 A spec that cannot be run is `Invalid` (condition and Warning Event): bad dates or options for good;
 an unknown, deleted or paused DAG until it is there (the status sync tries again). Deleting the object
 cancels the backfill: its runs that have not started fail, running ones finish.
+A Backfill object acts only on DAGs of its own namespace (docs/adr/0050): one naming a DAG another
+namespace owns, or a file's DAG, is `Invalid` with reason `OtherNamespace` and creates nothing.
 
 Phases: `Pending` (no run started yet), `Running`, `Paused`, `Succeeded`, `Failed` (a run failed),
 `Cancelled`, `Invalid`.
@@ -31,6 +33,7 @@ from dagline.store.dags import dag_timezone_and_activity
 from dagline.store.read_models import backfill_run_counts
 
 WAITING_FOR_DAG = "DagNotReady"   # a reason the status sync tries again
+OTHER_NAMESPACE = "OtherNamespace"
 _CLI_FIELDS = {"--start": "spec.start", "--end": "spec.end", "--reprocess": "spec.reprocess",
                "--max-active-runs": "spec.maxActiveRuns", "--run-backwards": "spec.runBackwards"}
 
@@ -53,6 +56,10 @@ def ensure_backfill(db: Database, body: Mapping[str, Any], *, now: dt.datetime, 
         return _invalid("Invalid", f"{format_path(['spec', *error['loc']])}: {error['msg']}", now, previous)
     with db.begin() as conn:
         dag = dag_timezone_and_activity(conn, spec.dag, with_paused=True)
+    namespace = meta.get("namespace") or "default"
+    if dag is not None and dag.namespace != namespace:
+        return _invalid(OTHER_NAMESPACE, f"spec.dag: DAG {spec.dag!r} is not a DAG of namespace {namespace!r}: a "
+                        "Backfill acts only on DAGs of its own namespace; nothing was created", now, previous)
     if dag is None or not dag.is_active or dag.is_paused:
         why = "is not applied" if dag is None else "was deleted" if not dag.is_active else "is paused"
         return _invalid(WAITING_FOR_DAG, f"spec.dag: DAG {spec.dag!r} {why}; the backfill starts once it is "

@@ -11,6 +11,11 @@ Type `Warning` for failure and deadline_miss, `Normal` for success and retry; re
 `read_secret(dag_id, name, key)` reads a webhook's `secretKeyRef` from the namespace of the DAG's
 object (as a Pod reads Secrets of its own namespace); the chart grants `get` on the Secrets it lists
 (`callbacks.secretNames`) and nothing else.
+
+Both find the DAG's namespace in the database (`dag.namespace`, the namespace of the object that
+defines the DAG), never by the name alone: a same-named DAG object of another namespace (refused,
+or not yet handled) gets neither the owner's Secrets nor its Events. A DAG applied from a file has no
+namespace: its Secrets cannot be read and its Events have no object (docs/adr/0050).
 """
 
 from __future__ import annotations
@@ -22,12 +27,14 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dagline.db.engine import Database
 from dagline.domain.callbacks import CallbackEvent, summary
 from dagline.k8s import dagruns
 from dagline.k8s.cache import ObjectCache
 from dagline.k8s.client import DEFAULT_TIMEOUT
 from dagline.k8s.conditions import k8s_time
 from dagline.scheduler.channels import Callback, DeliveryFailed
+from dagline.store.dags import dag_namespaces
 from dagline.times import parse_instant
 
 _REASONS = {
@@ -42,14 +49,16 @@ def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
     return body.get("metadata") or {}
 
 
-def dag_object(cache: ObjectCache, dag_id: str) -> dict[str, Any] | None:
-    """The DAG object that defines `dag_id` (not one refused because another namespace owns the name)."""
-    candidates = [o for o in cache.objects("dags") if _meta(o).get("name") == dag_id]
-    for body in candidates:
-        conditions = (body.get("status") or {}).get("conditions") or []
-        if not any(c.get("reason") == "NameTaken" for c in conditions):
-            return body
-    return None
+def owner_namespace(db: Database, dag_id: str) -> str | None:
+    """The namespace owning the stored DAG (None: unknown, or a file's DAG)."""
+    with db.begin() as conn:
+        return dag_namespaces(conn, [dag_id]).get(dag_id)
+
+
+def dag_object(db: Database, cache: ObjectCache, dag_id: str) -> dict[str, Any] | None:
+    """The DAG object that defines `dag_id`: the one of that name in the namespace owning the DAG."""
+    namespace = owner_namespace(db, dag_id)
+    return None if namespace is None else cache.get("dags", namespace, dag_id)
 
 
 def dagrun_object(cache: ObjectCache, namespace: str, dag_id: str, run_id: str) -> dict[str, Any] | None:
@@ -81,7 +90,7 @@ def event_manifest(involved: Mapping[str, Any], callback: Callback, *, suffix: s
     }
 
 
-def kubernetes_event_channel(cache: ObjectCache, api_client, *, reporter: str):
+def kubernetes_event_channel(db: Database, cache: ObjectCache, api_client, *, reporter: str):
     core = client.CoreV1Api(api_client)
 
     def create(manifest: dict[str, Any]) -> None:
@@ -95,9 +104,9 @@ def kubernetes_event_channel(cache: ObjectCache, api_client, *, reporter: str):
 
     def deliver(callback: Callback) -> None:
         body = callback.payload
-        dag = dag_object(cache, body["dag_id"])
+        dag = dag_object(db, cache, body["dag_id"])
         if dag is None:
-            raise DeliveryFailed(f"no DAG object named {body['dag_id']!r} is known to this replica")
+            raise DeliveryFailed(f"no DAG object defining {body['dag_id']!r} in its namespace is known to this replica")
         create(event_manifest(dag, callback, suffix="", reporter=reporter))
         run = dagrun_object(cache, _meta(dag)["namespace"], body["dag_id"], body["run_id"])
         if run is not None:
@@ -106,15 +115,15 @@ def kubernetes_event_channel(cache: ObjectCache, api_client, *, reporter: str):
     return deliver
 
 
-def secret_reader(cache: ObjectCache, api_client):
-    """`read_secret(dag_id, name, key)` for `SecretReader`: the Secret in the DAG object's namespace."""
+def secret_reader(db: Database, api_client):
+    """`read_secret(dag_id, name, key)` for `SecretReader`: the Secret in the namespace owning the DAG."""
     core = client.CoreV1Api(api_client)
 
     def read(dag_id: str, name: str, key: str) -> str:
-        dag = dag_object(cache, dag_id)
-        if dag is None:
-            raise DeliveryFailed(f"no DAG object named {dag_id!r}: its namespace (where the Secret is) is unknown")
-        namespace = _meta(dag)["namespace"]
+        namespace = owner_namespace(db, dag_id)
+        if namespace is None:
+            raise DeliveryFailed(f"DAG {dag_id!r} belongs to no namespace (applied from a file, or gone): "
+                                 "no Secret is read for it")
         try:
             secret = core.read_namespaced_secret(name, namespace, _request_timeout=DEFAULT_TIMEOUT)
         except ApiException as exc:

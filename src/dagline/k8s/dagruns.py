@@ -9,6 +9,11 @@ status and a Warning Event; an unknown DAG is tried again by the status sync, so
 applied together work whatever the order. The spec is read once, at creation; deleting the object
 leaves the run (the database keeps every run's history).
 
+A DagRun object acts only on DAGs of its own namespace (docs/adr/0050): naming a DAG another namespace
+owns (or one applied from a file, which belongs to no namespace) is refused (`OtherNamespace`,
+condition and Warning Event, not tried again), and nothing is triggered or shown; the same holds for
+an object naming another namespace's run with `spec.runId`.
+
 Objects dagline creates for the other runs carry the managed-by label, `spec.runId`, and an owner
 reference to their DAG object (deleting the DAG collects them). Their name is `<dag>-<hash of run id>`,
 so two replicas creating one conflict (409) instead of duplicating it.
@@ -37,6 +42,7 @@ from dagline.store.runs import trigger_run
 from dagline.times import isoformat, parse_instant
 
 UNKNOWN_DAG = "UnknownDag"   # a reason the status sync tries again
+OTHER_NAMESPACE = "OtherNamespace"
 _OBJECT_RUN_ID = re.compile(r"manual__[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # fullmatch
 def object_run_id(uid: str) -> str:
     """The run id of the manual run a user's DagRun object triggers."""
@@ -50,6 +56,10 @@ def is_object_run(run_id: str) -> bool:
 
 def is_managed(body: Mapping[str, Any]) -> bool:
     return ((body.get("metadata") or {}).get("labels") or {}).get(LABEL_MANAGED) == MANAGED_BY
+
+
+def namespace_of(body: Mapping[str, Any]) -> str:
+    return (body.get("metadata") or {}).get("namespace") or "default"
 
 
 def run_of_object(body: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -68,12 +78,16 @@ def trigger_from_object(db: Database, body: Mapping[str, Any], *, now: dt.dateti
     except ValidationError as exc:
         error = exc.errors()[0]
         return _refused("Invalid", f"{format_path(['spec', *error['loc']])}: {error['msg']}", now, previous)
-    if spec.run_id:
-        return Outcome()  # names an existing run: the status sync mirrors it
-    run_id = object_run_id(meta["uid"])
+    namespace = meta.get("namespace") or "default"
+    run_id = spec.run_id or object_run_id(meta["uid"])
     with db.begin() as conn:
         run = runs_by_run_id(conn, [(spec.dag, run_id)]).get((spec.dag, run_id))
         dag = dag_timezone_and_activity(conn, spec.dag)
+    if dag is not None and dag.namespace != namespace:
+        return _refused(OTHER_NAMESPACE, f"spec.dag: DAG {spec.dag!r} is not a DAG of namespace {namespace!r}: a "
+                        "DagRun acts only on DAGs of its own namespace; nothing was triggered", now, previous)
+    if spec.run_id:
+        return Outcome()  # names an existing run: the status sync mirrors it
     if run is None:  # not triggered yet (a run, once triggered, is shown even if its DAG was deleted since)
         if dag is None or not dag.is_active:
             why = "is applied" if dag is None else "is active (it was deleted)"

@@ -10,6 +10,9 @@ its source (`k8s://<namespace>/<name>`); while that DAG is active, an object of 
 another namespace is refused (reason `NameTaken`, naming the owner's namespace). Once the owner is
 deleted, the other object is applied at its next change or status sync.
 
+Pools: a task may name a platform pool (shared) or a pool of this namespace's Pool objects; naming
+another namespace's pool is refused (`PoolNotOwned`) with nothing written (docs/adr/0050).
+
 Deleting the object deactivates the DAG (`dagstore.deactivate`): no new runs, queued runs cancelled,
 running runs finish on their version.
 """
@@ -30,11 +33,13 @@ from dagline.k8s.conditions import Outcome
 from dagline.spec import Dag, LoadedDag, parse_dag_document
 from dagline.spec.app_files import check_application_files
 from dagline.spec.dag import deprecated_spellings
-from dagline.store.dags import apply_dags, dag_sources, dags_with_current_version, deactivate
+from dagline.store.dags import K8S_SOURCE, apply_dags, dag_sources, dags_with_current_version, deactivate
+from dagline.store.dags import source_namespace as store_source_namespace
+from dagline.store.pools import pool_namespaces
 from dagline.store.read_models import latest_runs, version_numbers
 from dagline.times import isoformat
 
-SOURCE_SCHEME = "k8s://"
+SOURCE_SCHEME = K8S_SOURCE
 DERIVED_FIELDS = ("version", "versionHash", "active", "paused", "nextRun", "lastRunId", "lastRunState")
 
 
@@ -51,9 +56,15 @@ def object_source(namespace: str, name: str) -> str:
 
 def source_namespace(source_path: str | None) -> str | None:
     """The namespace of the object a DAG row came from; None for a file (`dagline dags apply`)."""
-    if not source_path or not source_path.startswith(SOURCE_SCHEME):
-        return None
-    return source_path[len(SOURCE_SCHEME):].split("/", 1)[0]
+    return store_source_namespace(source_path)
+
+
+def foreign_pools(db: Database, dag: Dag, namespace: str) -> list[str]:
+    """`pool (namespace)` of the pools the DAG's tasks name that another namespace owns."""
+    with db.begin() as conn:
+        owners = pool_namespaces(conn, sorted({t.pool for t in dag.tasks.values()}))
+    return [f"{name} (namespace {owner!r})" for name, owner in sorted(owners.items())
+            if owner is not None and owner != namespace]
 
 
 def describe(exc: InvalidInput) -> str:
@@ -78,6 +89,13 @@ def apply_dag_object(db: Database, body: Mapping[str, Any], *, now: dt.datetime,
     except InvalidInput as exc:
         outcome = _refused(db, namespace, name, "Invalid", describe(exc), now=now, previous=previous)
     else:
+        outcome = None
+        foreign = foreign_pools(db, dag, namespace)
+        if foreign:
+            outcome = _refused(db, namespace, name, "PoolNotOwned", f"spec.tasks: pool(s) {', '.join(foreign)} belong "
+                               "to another namespace: a DAG may use the platform's pools and its own namespace's",
+                               now=now, previous=previous)
+    if outcome is None:
         def guard(row) -> None:
             owner = source_namespace(row.source_path) if row is not None and row.is_active else None
             if owner is not None and owner != namespace:

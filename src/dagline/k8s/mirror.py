@@ -36,6 +36,7 @@ from dagline.k8s.conditions import as_merge_patch, reason_of
 from dagline.k8s.objects import DaglineObjects
 from dagline.k8s.resources import ANNOTATION_HISTORY_LIMIT
 from dagline.store.backfills import backfills_by_request_id
+from dagline.store.dags import dag_namespaces
 from dagline.store.read_models import backfill_run_counts, runs_by_run_id, runs_to_show, task_counts, version_numbers
 
 log = logging.getLogger(__name__)
@@ -162,6 +163,7 @@ class StatusSync:
             shown = runs_to_show(conn, {dag_id: history_limit(o, self.default_limit) for dag_id, o in owners.items()})
             users = [o for o in dagrun_objects if not dagruns.is_managed(o) and not _deleting(o)]
             user_runs = runs_by_run_id(conn, [dagruns.run_of_object(o) for o in users if all(dagruns.run_of_object(o))])
+            owning = dag_namespaces(conn, sorted({dag_id for dag_id, _ in user_runs}))
             runs = [r for rows in shown.values() for r in rows] + list(user_runs.values())
             counts = task_counts(conn, sorted({r.id for r in runs}))
             numbers = version_numbers(conn, sorted({r.dag_id for r in runs}))
@@ -206,6 +208,8 @@ class StatusSync:
                     self.stats.dagruns_deleted += 1
         for body in users:
             run = user_runs.get(dagruns.run_of_object(body))
+            if run is not None and owning.get(run.dag_id) != dagruns.namespace_of(body):
+                run = None  # a same-named object of another namespace is shown nothing
             if run is not None:
                 self._patch("dagruns", body, fields(run))
             elif reason_of(body.get("status")) == dagruns.UNKNOWN_DAG:
@@ -247,6 +251,8 @@ class StatusSync:
             return
         stored = pools.stored_pools(self.db)
         for name, group in by_name.items():
+            if name in pools.RESERVED_POOLS:
+                continue  # refused once by its handler: the platform's pool is not shown in a namespace
             owner = pools.pool_owner(group)
             for body in group:
                 if _deleting(body):
@@ -257,7 +263,7 @@ class StatusSync:
                     pool = stored.get(name, {"slots": None, "used_slots": 0, "description": None})
                     slots, used = pool["slots"], pool["used_slots"]
                     description = spec.get("description")
-                    if (slots != spec.get("slots") or reason_of(body.get("status")) == "NameTaken"
+                    if (slots != spec.get("slots") or reason_of(body.get("status")) in pools.RETRIED_REASONS
                             or (description is not None and pool["description"] != description)):
                         outcome = pools.apply_pool_object(self.db, body, others, now=self.clock.now(), who=self.who)
                         self._patch("pools", body, outcome.status, always=True)

@@ -129,8 +129,9 @@ class Runtime:
         self.scheduler = None if executor is None else InstrumentedScheduler(
             db, executor, clock=self.clock, settings=scheduler_settings or SchedulerSettings.from_env(),
             health=self.health, callback_settings=CallbackSettings.from_env(),
-            callback_channels={Channel.KUBERNETES_EVENT: kubernetes_event_channel(self.cache, api, reporter=self.who)},
-            secret_reader=SecretReader(secret_reader(self.cache, api)), api_url=settings.try_api_url)
+            callback_channels={Channel.KUBERNETES_EVENT: kubernetes_event_channel(db, self.cache, api,
+                                                                                  reporter=self.who)},
+            secret_reader=SecretReader(secret_reader(db, api)), api_url=settings.try_api_url)
         self.api = None  # the API server, once started
         self.on_fatal: Callable[[], None] | None = None  # called when the scheduler loop dies
         self.failed = False
@@ -159,6 +160,7 @@ class Runtime:
         from dagline.k8s.probes import ProbeServers
 
         logformat.configure(self.settings.log_format)  # after kopf set up its logging, so it holds
+        self.set_platform_pools()
         metrics.watch_database(database_collector(self.db))  # the database gauges on /metrics
         self.servers = ProbeServers(self).start()
         if self.settings.api_port >= 0:
@@ -173,6 +175,16 @@ class Runtime:
         log.info("operator replica %s: health on :%s, metrics on :%s, API on :%s, scheduler %s", self.who,
                  self.servers.health_port, self.servers.metrics_port, self.api.port if self.api else "-",
                  "off" if self.scheduler is None else f"with the {self.scheduler.executor.name} executor")
+
+    def set_platform_pools(self) -> None:
+        """The platform's shared pools from the chart's values (`DAGLINE_PLATFORM_POOLS`): set, and taken
+        back from any namespace that owned one of those names (the platform admin's values win)."""
+        from dagline.store.pools import set_pool
+
+        for name, slots in self.settings.platform_pools:
+            action = set_pool(self.db, name, slots, now=self.clock.now(), who=self.who, namespace=None)
+            if action != "unchanged":
+                log.info("platform pool %s: %s (%s slots)", name, action, slots)
 
     def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()

@@ -16,6 +16,10 @@
 | `DAGLINE_API_URL` | `http://127.0.0.1:<api port>` | the API's address as tries reach it (the chart sets it) |
 | `DAGLINE_API_ANONYMOUS_READ` | false | allow GET without a token |
 | `DAGLINE_SPARK_ALLOWED_CONF` | empty | Spark conf keys (or prefixes ending `*`) the Spark policy allows after all |
+| `DAGLINE_PLATFORM_POOLS` | `{}` | JSON `{"name": slots}`: the platform's shared pools (the chart's `pools`) |
+
+The platform's pools (`default` among them) are set at every replica's start and belong to no
+namespace: only the chart's values change them, never a Pool object (docs/adr/0050).
 
 Callback delivery reads `DAGLINE_CALLBACK_*` (`dagline.scheduler.deliveries.CallbackSettings`).
 
@@ -25,6 +29,7 @@ A bad value is an `InvalidInput` naming the variable.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -34,6 +39,7 @@ from dagline.errors import InvalidInput
 from dagline.executors import registry
 from dagline.limits import MAX_SETTING_SECONDS
 
+_POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,255}")  # used with fullmatch
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # used with fullmatch
 
 
@@ -52,6 +58,7 @@ class OperatorSettings:
     api_port: int = 8793          # -1: no API in this replica
     api_url: str | None = None    # None: http://127.0.0.1:<api_port>
     spark_allowed_conf: str = ""  # DAGLINE_SPARK_ALLOWED_CONF (`dagline.domain.spark_policy`)
+    platform_pools: tuple[tuple[str, int], ...] = ()  # (name, slots) of the platform's shared pools
 
     @property
     def spark_policy(self) -> SparkPolicy:
@@ -87,6 +94,12 @@ class OperatorSettings:
         registry.kind(self.executor, field="DAGLINE_EXECUTOR")  # a known name, or an error listing them
         if self.log_format not in ("text", "json"):
             raise InvalidInput(f"must be text or json, got {self.log_format!r}", field="DAGLINE_LOG_FORMAT")
+        for name, slots in self.platform_pools:
+            if not isinstance(name, str) or not _POOL_NAME.fullmatch(name):
+                raise InvalidInput(f"{name!r} is not a pool name", field="DAGLINE_PLATFORM_POOLS")
+            if isinstance(slots, bool) or not isinstance(slots, int) or slots < 0:
+                raise InvalidInput(f"pool {name!r}: slots must be a whole number, 0 or more, got {slots!r}",
+                                   field="DAGLINE_PLATFORM_POOLS")
         if self.parallelism < 1:
             raise InvalidInput(f"must be at least 1, got {self.parallelism}", field="DAGLINE_PARALLELISM")
 
@@ -123,8 +136,22 @@ class OperatorSettings:
             "api_port": number("DAGLINE_API_PORT", int),
             "api_url": text("DAGLINE_API_URL"),
             "spark_allowed_conf": text(ALLOWED_CONF_SETTING),
+            "platform_pools": _pools(text("DAGLINE_PLATFORM_POOLS")),
 
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**{key: value for key, value in values.items() if value is not None})
 
+
+def _pools(raw: str | None) -> tuple[tuple[str, int], ...] | None:
+    """`DAGLINE_PLATFORM_POOLS`: a JSON object of pool name -> slots."""
+    if raw is None:
+        return None
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        raise InvalidInput(f"must be a JSON object of pool name -> slots, got {raw[:100]!r}",
+                           field="DAGLINE_PLATFORM_POOLS") from None
+    if not isinstance(found, dict):
+        raise InvalidInput("must be a JSON object of pool name -> slots", field="DAGLINE_PLATFORM_POOLS")
+    return tuple(sorted(found.items()))

@@ -49,7 +49,7 @@ from dagline.db.transitions import request_stop
 from dagline.domain.states import RunState, RunType, SignalAction, SignalActionStatus, TIState
 from dagline.scheduler.examine import examine_runs
 from dagline.scheduler.signal_starts import STARTING, StartActions, action_row, insert_actions, supersede_pending
-from dagline.store.dags import DagCache
+from dagline.store.dags import DagCache, dag_namespaces
 from dagline.store.runs import run_named
 from dagline.store.signal_actions import (
     action_exists,
@@ -85,14 +85,19 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
     result.signals = len(signals)
 
     triggers, rules = _listeners(conn, sorted({s.key for s in signals}))
+    if any(s.namespaces for s in signals):  # a namespace-limited sender's signals reach only its namespaces' DAGs
+        owners = dag_namespaces(conn, sorted({r.dag_id for rows in (*triggers.values(), *rules.values())
+                                              for r in rows}))
+        triggers = _reaching(triggers, signals, owners)
+        rules = _reaching(rules, signals, owners)
 
-    run_ids = sorted({r.run_pk for s in signals for r in rules.get(s.key, ()) if _in_scope(r, s)})
+    run_ids = sorted({r.run_pk for s in signals for r in _for(rules, s) if _in_scope(r, s)})
     locked = {}
     for run_pk in run_ids:  # id order: see the module docstring
         run = lock_run_for_signal(conn, run_pk)
         if run is not None and run.state == RunState.RUNNING:
             locked[run_pk] = run
-    trigger_dags = sorted({t.dag_id for s in signals for t in triggers.get(s.key, ())})
+    trigger_dags = sorted({t.dag_id for s in signals for t in _for(triggers, s)})
     for dag_id in trigger_dags:
         lock_dag(conn, dag_id)
 
@@ -103,11 +108,11 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
 
     starts = StartActions(conn, now)  # written per task instance, a few statements for a whole claim
     for s in signals:
-        for listener in triggers.get(s.key, ()):
+        for listener in _for(triggers, s):
             if _trigger(conn, s, listener, now=now, dags=dags, who=who):
                 result.runs_created += 1
                 result.actions += 1
-        for r in rules.get(s.key, ()):
+        for r in _for(rules, s):
             if r.run_pk not in locked or not _in_scope(r, s):
                 continue
             ti = tis.get((r.run_pk, r.task_id))
@@ -139,6 +144,22 @@ def _listeners(conn: Connection, keys: list[str]) -> tuple[dict, dict]:
     for row in listeners(conn, keys):
         (triggers if row.run_pk is None else rules)[row.key].append(row)
     return triggers, rules
+
+
+def _reaching(by_key: dict, signals, owners: dict) -> dict:
+    """key -> listeners, keyed by signal seq where the signal was sent within namespaces: only the
+    listeners of DAGs those namespaces own (docs/adr/0050)."""
+    out = dict(by_key)
+    for s in signals:
+        if s.namespaces:
+            reach = set(s.namespaces.split())
+            out[(s.key, s.seq)] = [r for r in by_key.get(s.key, ()) if owners.get(r.dag_id) in reach]
+    return out
+
+
+def _for(by_key: dict, signal) -> list:
+    """The listeners a signal reaches (see `_reaching`)."""
+    return by_key.get((signal.key, signal.seq), ()) if signal.namespaces else by_key.get(signal.key, ())
 
 
 def _in_scope(rule, signal) -> bool:

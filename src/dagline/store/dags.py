@@ -128,6 +128,9 @@ class ApplyResult:
     cleared_import_error: str | None = None  # the scheduler's import error this apply cleared
 
 
+K8S_SOURCE = "k8s://"  # how a DAG row names the Kubernetes object defining it: k8s://<namespace>/<name>
+
+
 def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: str = "cli",
                guard: Callable[[Any], None] | None = None) -> list[ApplyResult]:
     """Upsert DAGs in one transaction: a new version only when the spec changed. `guard(row)` is called
@@ -194,7 +197,8 @@ def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime
             with conn.begin_nested():
                 conn.execute(insert(dag_t).values(
                     dag_id=dag.dag_id, is_paused=dag.spec.paused, is_active=True, schedule=dag.spec.schedule,
-                    timezone=dag.timezone, source_path=source_path, created_at=now, updated_at=now,
+                    timezone=dag.timezone, source_path=source_path, namespace=source_namespace(source_path),
+                    created_at=now, updated_at=now,
                 ))
         except IntegrityError:
             # Another writer (a second operator replica handling the same object) created it meanwhile:
@@ -233,8 +237,8 @@ def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime
     else:
         version_id = version_row.id
     values = dict(current_version_id=version_id, is_active=True, schedule=dag.spec.schedule,
-                  timezone=dag.timezone, source_path=source_path, updated_at=now, import_error=None,
-                  import_error_at=None)
+                  timezone=dag.timezone, source_path=source_path, namespace=source_namespace(source_path),
+                  updated_at=now, import_error=None, import_error_at=None)
     said_paused = "paused" in dag.spec.model_fields_set  # the default (paused) is for a DAG's first apply only
     if previous is not None and said_paused and previous.spec.get("paused") != dag.spec.paused:
         values["is_paused"] = dag.spec.paused  # the spec's `paused` changed: it wins over the CLI's
@@ -362,11 +366,25 @@ def store_import_error(conn: Connection, dag_id: str, message: str, *, at: dt.da
 
 
 def dag_timezone_and_activity(conn: Connection, dag_id: str, *, with_paused: bool = False):
-    """The stored DAG's (timezone, is_active[, is_paused with `with_paused`]), or None if it was never
-    applied."""
-    columns = (dag_t.c.timezone, dag_t.c.is_active, dag_t.c.is_paused) if with_paused else (
-        dag_t.c.timezone, dag_t.c.is_active)
+    """The stored DAG's (timezone, is_active, namespace[, is_paused with `with_paused`]), or None if it was
+    never applied."""
+    columns = (dag_t.c.timezone, dag_t.c.is_active, dag_t.c.namespace, dag_t.c.is_paused) if with_paused else (
+        dag_t.c.timezone, dag_t.c.is_active, dag_t.c.namespace)
     return conn.execute(select(*columns).where(dag_t.c.dag_id == dag_id)).first()
+
+
+def source_namespace(source_path: str | None) -> str | None:
+    """The namespace owning a DAG applied from `source_path`: that of its DAG object
+    (`k8s://<namespace>/<name>`); None for a file (`dagline dags apply`), which belongs to no namespace."""
+    if not source_path or not source_path.startswith(K8S_SOURCE):
+        return None
+    return source_path[len(K8S_SOURCE):].split("/", 1)[0] or None
+
+
+def dag_namespaces(conn: Connection, dag_ids: Iterable[str]) -> dict[str, str | None]:
+    """dag_id -> the namespace owning the stored DAG (None: a file's DAG), for those of `dag_ids` stored."""
+    rows = conn.execute(select(dag_t.c.dag_id, dag_t.c.namespace).where(dag_t.c.dag_id.in_(list(dag_ids))))
+    return dict(rows.all())
 
 
 def dag_sources(conn: Connection, dag_ids: Iterable[str]) -> dict[str, str | None]:

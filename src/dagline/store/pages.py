@@ -23,9 +23,9 @@ MAX_GRID_RUNS = 1000
 TRY_ENDS = TIState.FINISHED | {TIState.UP_FOR_RETRY, TIState.NONE}  # the states a try's event ends it with
 
 
-def dag_list(conn: Connection) -> list[dict]:
-    """`dags list` with each DAG's latest run (id and state) and its import error."""
-    rows = read_models.list_dags(conn)
+def dag_list(conn: Connection, *, namespace: str | None = None) -> list[dict]:
+    """`dags list` with each DAG's latest run (id and state) and its import error (of `namespace`, if given)."""
+    rows = read_models.list_dags(conn, namespace=namespace)
     latest = read_models.latest_runs(conn, [r["dag_id"] for r in rows])
     for r in rows:
         run = latest.get(r["dag_id"])
@@ -225,13 +225,14 @@ def backfills(conn: Connection) -> list[dict]:
     return rows
 
 
-def signal_log(conn: Connection, limit: int = 100, **filters) -> tuple[list[dict], bool]:
+def signal_log(conn: Connection, limit: int = 100, *, namespaces=None, **filters) -> tuple[list[dict], bool]:
     """One page of the signal log, newest first (`signals.signal_page_rows`: `filters` are its key and
     source prefixes, `internal` and `before`), each signal with its actions; every action names its run's
-    numeric id. Returns (signals, whether older ones match)."""
+    numeric id. With `namespaces`, only the signals sent within them. Returns (signals, whether older
+    ones match)."""
     from dagline.store.signals import signal_page_rows
 
-    signals, more = signal_page_rows(conn, limit=limit, **filters)
+    signals, more = signal_page_rows(conn, limit=limit, namespaces=namespaces, **filters)
     keys = {(a["dag_id"], a["run_id"]) for s in signals for a in s["actions"]}
     pks = {k: r.id for k, r in read_models.runs_by_run_id(conn, sorted(keys)).items()} if keys else {}
     for s in signals:

@@ -1,5 +1,9 @@
 """Pools: named numbers of slots. `default` (128 slots) exists from the first migration and cannot be
-removed; removing another pool makes its tasks wait (as for a pool never created) until it exists again."""
+removed; removing another pool makes its tasks wait (as for a pool never created) until it exists again.
+
+A pool is a platform pool (`namespace` None: `default`, `dagline pools set`, shared by every namespace)
+or owned by the namespace of the Pool object that set it (only that namespace's DAGs may use it; see
+`k8s.pools` and docs/adr/0050)."""
 
 from __future__ import annotations
 
@@ -18,12 +22,20 @@ from dagline.limits import MAX_POOL_SLOTS
 from dagline.spec.fields import check_pool_name
 
 DEFAULT_POOL = "default"
+_KEEP = object()  # `set_pool(namespace=...)` not given: the owner stays (a new pool is a platform pool)
+
+
+class PoolNotOwned(OperationFailed):
+    """A pool owned by another namespace (or by the platform) than the one asking to set it: 409."""
+
+    http_status = 409
 
 
 def set_pool(db: Database, name: str, slots: int, *, now: dt.datetime, description: str | None = None,
-             who: str = "cli") -> str:
+             who: str = "cli", namespace=_KEEP, owned_by=_KEEP) -> str:
     """Create or resize a pool; returns 'created', 'updated' or 'unchanged'. Shrinking below the slots in
-    use takes effect as running tasks end: nothing running is stopped."""
+    use takes effect as running tasks end: nothing running is stopped. `namespace`: its owner from now
+    on (None: the platform); `owned_by`: refuse (PoolNotOwned) unless the existing pool's owner is that."""
     try:
         check_pool_name(name)
     except ValueError as exc:
@@ -33,13 +45,18 @@ def set_pool(db: Database, name: str, slots: int, *, now: dt.datetime, descripti
                            field="SLOTS")
     with db.begin() as conn:
         row = lock_pool(conn, name)
+        if row is not None and owned_by is not _KEEP and row.namespace != owned_by:
+            owner = f"namespace {row.namespace!r}" if row.namespace else "the platform (a shared pool)"
+            raise PoolNotOwned(f"pool {name!r} belongs to {owner}; pool names are global in the database")
+        owner = (None if row is None else row.namespace) if namespace is _KEEP else namespace
         if row is None:
-            conn.execute(insert(pool_t).values(name=name, slots=slots, description=description))
+            conn.execute(insert(pool_t).values(name=name, slots=slots, description=description, namespace=owner))
             action = "created"
-        elif row.slots == slots and (description is None or description == row.description):
+        elif row.slots == slots and (description is None or description == row.description) \
+                and row.namespace == owner:
             return "unchanged"
         else:
-            values = {"slots": slots}
+            values = {"slots": slots, "namespace": owner}
             if description is not None:
                 values["description"] = description
             conn.execute(update(pool_t).where(pool_t.c.name == name).values(**values))
@@ -65,6 +82,26 @@ def pool_users(conn: Connection, name: str) -> tuple[list[str], list[str]]:
         select(ti_t.c.dag_id, ti_t.c.task_id, dag_run_t.c.run_id).join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
         .where(ti_t.c.pool == name, ti_t.c.state.in_(TIState.ACTIVE)).order_by(ti_t.c.id))]
     return tasks, active
+
+
+def pool_namespaces(conn: Connection, names) -> dict[str, str | None]:
+    """Pool name -> the namespace owning it (None: a platform pool), for the pools of `names` that exist."""
+    return dict(conn.execute(select(pool_t.c.name, pool_t.c.namespace).where(pool_t.c.name.in_(list(names)))).all())
+
+
+def pool_users_outside(conn: Connection, name: str, namespace: str) -> list[str]:
+    """`dag.task` of the active DAGs of other namespaces (not files' DAGs) whose current version names the pool."""
+    from dagline.store.dags import DagCache  # dagstore builds on this module's layer
+
+    cache = DagCache()
+    tasks = []
+    for row in conn.execute(select(dag_t.c.dag_id, dag_t.c.current_version_id)
+                            .where(dag_t.c.is_active.is_(True), dag_t.c.namespace.is_not(None),
+                                   dag_t.c.namespace != namespace).order_by(dag_t.c.dag_id)):
+        if row.current_version_id is not None:
+            dag = cache.get(conn, row.current_version_id)
+            tasks += [f"{row.dag_id}.{t.task_id}" for t in dag.tasks.values() if t.pool == name]
+    return tasks
 
 
 def remove_pool(db: Database, name: str, *, now: dt.datetime, who: str = "cli", refuse_in_use: bool = False) -> bool:
@@ -102,6 +139,7 @@ def list_pools(conn: Connection) -> list[dict]:
         select(ti_t.c.pool, func.sum(ti_t.c.pool_slots)).where(ti_t.c.state.in_(TIState.ACTIVE))
         .group_by(ti_t.c.pool)).all())
     return [
-        {"name": r.name, "slots": r.slots, "used_slots": int(used.get(r.name) or 0), "description": r.description}
+        {"name": r.name, "slots": r.slots, "used_slots": int(used.get(r.name) or 0), "description": r.description,
+         "namespace": r.namespace}
         for r in conn.execute(select(pool_t).order_by(pool_t.c.name))
     ]

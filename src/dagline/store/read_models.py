@@ -14,7 +14,8 @@ from dagline.store.timeline import on_timeline
 from dagline.times import isoformat
 
 
-def list_dags(conn: Connection) -> list[dict]:
+def list_dags(conn: Connection, *, namespace: str | None = None) -> list[dict]:
+    """Active DAGs by id (only those `namespace` owns, if given), each with its owner `namespace`."""
     latest = (
         select(dag_run_t.c.dag_id, func.max(dag_run_t.c.logical_date).label("ld"))
         .where(on_timeline()).group_by(dag_run_t.c.dag_id).subquery()
@@ -26,13 +27,15 @@ def list_dags(conn: Connection) -> list[dict]:
     rows = conn.execute(
         select(dag_t, dag_version_t.c.version)
         .join(dag_version_t, dag_version_t.c.id == dag_t.c.current_version_id, isouter=True)
-        .where(dag_t.c.is_active.is_(True)).order_by(dag_t.c.dag_id)).all()
+        .where(dag_t.c.is_active.is_(True), *([dag_t.c.namespace == namespace] if namespace else []))
+        .order_by(dag_t.c.dag_id)).all()
     return [{
         "dag_id": r.dag_id, "paused": r.is_paused, "schedule": r.schedule, "timezone": r.timezone,
         "version": r.version,
         "next_run_after": isoformat(r.next_dagrun_create_after or r.next_dagrun_data_interval_end),
         "last_run_state": last_state.get(r.dag_id),
         "import_error": r.import_error,
+        "namespace": r.namespace,  # the namespace owning it; null for a DAG applied from a file
     } for r in rows]
 
 
@@ -62,9 +65,13 @@ def run_with_version(conn: Connection, run_pk: int):
 
 
 def list_runs(conn: Connection, dag_id: str | None = None, state: str | None = None,
-              backfill_id: int | None = None, limit: int | None = None) -> list[dict]:
-    stmt = select(dag_run_t, dag_version_t.c.version).join(
-        dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id)
+              backfill_id: int | None = None, limit: int | None = None, namespace: str | None = None) -> list[dict]:
+    """Runs by DAG and logical date (of the DAGs `namespace` owns, if given), each with its DAG's `namespace`."""
+    stmt = select(dag_run_t, dag_version_t.c.version, dag_t.c.namespace).join(
+        dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id).join(
+        dag_t, dag_t.c.dag_id == dag_run_t.c.dag_id, isouter=True)
+    if namespace is not None:
+        stmt = stmt.where(dag_t.c.namespace == namespace)
     if dag_id is not None:
         stmt = stmt.where(dag_run_t.c.dag_id == dag_id)
     if state is not None:
@@ -72,7 +79,7 @@ def list_runs(conn: Connection, dag_id: str | None = None, state: str | None = N
     if backfill_id is not None:
         stmt = stmt.where(dag_run_t.c.backfill_id == backfill_id)
     stmt = stmt.order_by(dag_run_t.c.dag_id, dag_run_t.c.logical_date, dag_run_t.c.id)
-    return [run_dict(r) for r in conn.execute(stmt)][-limit if limit else None:]
+    return [{**run_dict(r), "namespace": r.namespace} for r in conn.execute(stmt)][-limit if limit else None:]
 
 
 def run_detail(conn: Connection, run) -> dict:

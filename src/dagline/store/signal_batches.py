@@ -16,7 +16,7 @@ before this commit, so "not stored yet" read here stays true until the insert.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import bindparam, insert, select, tuple_
@@ -32,9 +32,12 @@ from dagline.domain.signal_keys import encode_value, same_value, validate_key, v
 def send_signals(
     conn: Connection, signals: Sequence[dict], *, source: str, now: dt.datetime,
     source_dag_run_id: int | None = None, source_ti_id: int | None = None,
+    namespaces: Iterable[str] | None = None,
 ) -> list[tuple[int, bool]]:
     """Store `signals` ({key, value, id}) in order; returns (seq, created) per signal. Raises
-    InvalidInput (nothing stored) or SignalConflict, whose `index` names the signal at fault."""
+    InvalidInput (nothing stored) or SignalConflict, whose `index` names the signal at fault.
+    `namespaces`: the only namespaces whose DAGs the signals reach (None: every one)."""
+    reach = " ".join(sorted(namespaces)) if namespaces else None
     encoded = []
     for i, s in enumerate(signals):
         validate_key(s["key"], field=f"[{i}].key")
@@ -72,7 +75,7 @@ def send_signals(
             first_in_batch[pair] = i
         new_index.append(i)
         new_rows.append(dict(key=s["key"], value=text, sender_id=s.get("id"), source=source, sent_at=now,
-                             source_dag_run_id=source_dag_run_id, source_ti_id=source_ti_id,
+                             source_dag_run_id=source_dag_run_id, source_ti_id=source_ti_id, namespaces=reach,
                              handled_at=None if s["key"] in heard else now))
     if new_rows:
         seqs = conn.execute(_INSERT, new_rows).scalars().all()

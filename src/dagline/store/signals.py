@@ -10,7 +10,9 @@ Sending is idempotent per `(key, id)`: the same key, id and value again is the s
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import bindparam, delete, exists, func, or_, select
@@ -39,9 +41,11 @@ def send_signal(
     now: dt.datetime,
     source_dag_run_id: int | None = None,
     source_ti_id: int | None = None,
+    namespaces: Iterable[str] | None = None,
 ) -> tuple[int, bool]:
     """Store a signal; returns (seq, created). Raises InvalidInput (bad key, id or value; nothing
-    stored) or SignalConflict (same key and id, another value)."""
+    stored) or SignalConflict (same key and id, another value). `namespaces`: the only namespaces
+    whose DAGs it reaches (None: every one)."""
     validate_key(key)
     validate_sender_id(sender_id)
     if not isinstance(source, str) or not source or len(source) > 250:
@@ -49,13 +53,19 @@ def send_signal(
     text = encode_value(value)
     return insert_signal(conn, key=key, value_text=text, sender_id=sender_id, source=source, sent_at=now,
                          source_dag_run_id=source_dag_run_id, source_ti_id=source_ti_id,
-                         same_value=lambda stored: same_value(stored, value))
+                         same_value=lambda stored: same_value(stored, value),
+                         namespaces=" ".join(sorted(namespaces)) if namespaces else None)
 
 
-def listeners(conn: Connection, key: str) -> list[dict]:
+def listeners(conn: Connection, key: str, *, namespaces: Iterable[str] | None = None) -> list[dict]:
     """The rules that would act on a signal of `key` now: DAG triggers and task rules of the active
-    DAGs' current versions, and task rules of the versions running runs use."""
+    DAGs' current versions, and task rules of the versions running runs use (with `namespaces`, only
+    of the DAGs those namespaces own)."""
     rows = conn.execute(_LISTENERS, {"key": key}).all()
+    if namespaces is not None and rows:
+        owned = dict(conn.execute(select(dag_t.c.dag_id, dag_t.c.namespace)
+                                  .where(dag_t.c.dag_id.in_(sorted({r.dag_id for r in rows})))).all())
+        rows = [r for r in rows if owned.get(r.dag_id) in set(namespaces)]
     return [{"dag_id": r.dag_id, "rule": r.rule, "task_id": r.task_id or None, "action": r.action} for r in rows]
 
 
@@ -113,10 +123,25 @@ def _with_actions(conn: Connection, rows) -> list[dict]:
     return out
 
 
+def reach_values(namespaces: Iterable[str]) -> list[str]:
+    """Every `signal.namespaces` value of signals sent within `namespaces` (each non-empty subset, as
+    stored: sorted, space-separated; a token has at most 8 namespaces, so at most 255 values)."""
+    names = sorted(set(namespaces))
+    return [" ".join(chosen) for size in range(1, len(names) + 1) for chosen in itertools.combinations(names, size)]
+
+
+def _visible(stmt, namespaces: Iterable[str] | None):
+    """Only signals sent within `namespaces` (None: every signal)."""
+    if namespaces is None:
+        return stmt
+    return stmt.where(signal_t.c.namespaces.in_(reach_values(namespaces)))
+
+
 def list_signals(conn: Connection, *, key: str | None = None, since: int | None = None,
-                 limit: int | None = None) -> list[dict]:
-    """Signals in seq order (after `since`, of `key`), the newest `limit` of them, each with its actions."""
-    stmt = select(signal_t)
+                 limit: int | None = None, namespaces: Iterable[str] | None = None) -> list[dict]:
+    """Signals in seq order (after `since`, of `key`), the newest `limit` of them, each with its actions;
+    with `namespaces`, only the signals sent within them (by tokens limited to them)."""
+    stmt = _visible(select(signal_t), namespaces)
     if key is not None:
         stmt = stmt.where(signal_t.c.key == key)
     if since is not None:
@@ -130,12 +155,14 @@ INTERNAL_PREFIX = "dagline."  # the keys dagline sends itself (a task changed st
 
 
 def signal_page_rows(conn: Connection, *, key_prefix: str = "", source_prefix: str = "", internal: bool = False,
-                     before: int | None = None, limit: int = 100) -> tuple[list[dict], bool]:
+                     before: int | None = None, limit: int = 100,
+                     namespaces: Iterable[str] | None = None) -> tuple[list[dict], bool]:
     """One page of the signal log, newest first: the `limit` signals before seq `before` (keyset: a page's
     address stays valid as new signals arrive) whose key and source start with the prefixes given, each
     with its actions; dagline's own `dagline.*` signals only with `internal` (or a key prefix naming
-    them). Returns (signals, whether older ones match)."""
-    stmt = select(signal_t)
+    them); with `namespaces`, only the signals sent within them. Returns (signals, whether older ones
+    match)."""
+    stmt = _visible(select(signal_t), namespaces)
     if key_prefix:
         stmt = stmt.where(signal_t.c.key.startswith(key_prefix, autoescape=True))
     if source_prefix:
@@ -148,8 +175,8 @@ def signal_page_rows(conn: Connection, *, key_prefix: str = "", source_prefix: s
     return _with_actions(conn, rows[:limit]), len(rows) > limit
 
 
-def show_signal(conn: Connection, seq: int) -> dict:
-    row = conn.execute(select(signal_t).where(signal_t.c.seq == seq)).first()
+def show_signal(conn: Connection, seq: int, *, namespaces: Iterable[str] | None = None) -> dict:
+    row = conn.execute(_visible(select(signal_t).where(signal_t.c.seq == seq), namespaces)).first()
     if row is None:
         raise NotFound(f"no signal with seq {seq}")
     return _with_actions(conn, [row])[0]

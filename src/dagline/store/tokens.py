@@ -12,6 +12,13 @@ DAGs and runs: pause, trigger, clear, stop, backfill), `admin` (everything, incl
 versions add). Named tokens are made by
 `dagline tokens create NAME [--scope ...]` (default `signals:send`) and end with `tokens revoke`.
 
+Namespaces (`api_token.namespaces`, docs/adr/0050): a named token may be limited to namespaces
+(`dagline tokens create NAME --namespace a-team`, repeatable). Such a token sees and acts on the DAGs
+those namespaces own (and their runs, logs and backfills) and nothing else: anything of another
+namespace, or a file's DAG (which belongs to none), answers as if it did not exist (404). Its signals
+carry its namespaces and reach only those namespaces' DAGs; it reads only signals sent within them.
+A try's token is limited to the namespace of its DAG (unlimited for a file's DAG).
+
 A try's token (`issue_try_tokens`, called when a try is launched) has the scope `signals:send`,
 names that try (`ti_id`, `try_number`) and is valid only while the task instance is still on that
 try and queued or running: it expires when the try ends, with no clock involved. Signals it sends
@@ -34,7 +41,7 @@ from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.engine import Connection
 
 from dagline.db.bulk import insert_rows
-from dagline.db.models import api_token_t, dag_run_t, ti_t
+from dagline.db.models import api_token_t, dag_run_t, dag_t, ti_t
 from dagline.domain.states import TIState
 from dagline.errors import AccessRefused, InvalidInput, NotFound, OperationFailed
 from dagline.times import isoformat
@@ -72,6 +79,11 @@ class Principal:
     source: str  # the signal source it stands for
     dag_run_id: int | None = None
     ti_id: int | None = None
+    namespaces: frozenset[str] | None = None  # None: every namespace (and the DAGs of none)
+
+    def sees(self, namespace: str | None) -> bool:
+        """Whether this principal may see (and, with the scope, act on) a DAG owned by `namespace`."""
+        return self.namespaces is None or namespace in self.namespaces
 
     def allows(self, scope: str) -> bool:
         return ADMIN in self.scopes or scope in self.scopes
@@ -110,16 +122,41 @@ def validate_name(name: str, *, field: str = "NAME") -> str:
     return name
 
 
-def create_token(conn: Connection, name: str, scopes: Iterable[str], *, now: dt.datetime) -> str:
-    """Store a named token; returns the token (the only time it exists in clear)."""
+_NAMESPACE_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a Kubernetes namespace: a DNS-1123 label
+MAX_TOKEN_NAMESPACES = 8
+
+
+def validate_namespaces(namespaces: Iterable[str] | None, *, field: str = "--namespace") -> frozenset[str] | None:
+    """None (no limit) or the namespaces, each a DNS-1123 label, at most MAX_TOKEN_NAMESPACES."""
+    if namespaces is None:
+        return None
+    found = frozenset(namespaces)
+    if not found:
+        return None
+    for namespace in sorted(found):
+        if not isinstance(namespace, str) or not _NAMESPACE_RE.fullmatch(namespace):
+            raise InvalidInput(f"{namespace!r} is not a namespace name: lowercase letters, digits and '-', at most "
+                               "63 characters, starting and ending with a letter or digit", field=field)
+    if len(found) > MAX_TOKEN_NAMESPACES:
+        raise InvalidInput(f"{len(found)} namespaces; a token may be limited to at most {MAX_TOKEN_NAMESPACES}",
+                           field=field)
+    return found
+
+
+def create_token(conn: Connection, name: str, scopes: Iterable[str], *, now: dt.datetime,
+                 namespaces: Iterable[str] | None = None) -> str:
+    """Store a named token, limited to `namespaces` if given; returns the token (the only time it exists
+    in clear)."""
     validate_name(name)
     scope_set = validate_scopes(scopes)
+    limited = validate_namespaces(namespaces)
     taken = conn.execute(select(api_token_t.c.id).where(api_token_t.c.name == name)).first()
     if taken is not None:
         raise OperationFailed(f"a token named {name!r} exists already (revoke it first, or choose another name)")
     secret = _new_secret()
     token_id = conn.execute(insert(api_token_t).values(
         name=name, secret_hash=hash_secret(secret), scope=" ".join(sorted(scope_set)), created_at=now,
+        namespaces=" ".join(sorted(limited)) if limited else None,
     ).returning(api_token_t.c.id)).scalar_one()
     return _token(token_id, secret)
 
@@ -127,9 +164,10 @@ def create_token(conn: Connection, name: str, scopes: Iterable[str], *, now: dt.
 def list_tokens(conn: Connection) -> list[dict]:
     """Named tokens (never their secrets; try tokens are not listed), oldest first."""
     t = api_token_t.c
-    rows = conn.execute(select(t.name, t.scope, t.created_at, t.last_used_at, t.expires_at, t.revoked_at)
-                        .where(t.ti_id.is_(None)).order_by(t.id)).all()
-    return [{"name": r.name, "scope": r.scope, "created_at": isoformat(r.created_at),
+    rows = conn.execute(select(t.name, t.scope, t.namespaces, t.created_at, t.last_used_at, t.expires_at,
+                               t.revoked_at).where(t.ti_id.is_(None)).order_by(t.id)).all()
+    return [{"name": r.name, "scope": r.scope, "namespaces": r.namespaces.split() if r.namespaces else None,
+             "created_at": isoformat(r.created_at),
              "last_used_at": isoformat(r.last_used_at), "expires_at": isoformat(r.expires_at),
              "revoked_at": isoformat(r.revoked_at)} for r in rows]
 
@@ -162,7 +200,8 @@ def authenticate(conn: Connection, token: str | None, *, now: dt.datetime) -> Pr
         raise Unauthorized(f"token {row.name!r} expired at {isoformat(row.expires_at)}")
     scopes = frozenset(row.scope.split())
     if row.ti_id is None:
-        principal = Principal(row.id, row.name, scopes, source=f"token:{row.name}")
+        principal = Principal(row.id, row.name, scopes, source=f"token:{row.name}",
+                              namespaces=frozenset(row.namespaces.split()) if row.namespaces else None)
     else:
         principal = _try_principal(conn, row)
     if row.last_used_at is None or now - row.last_used_at >= LAST_USED_EVERY:
@@ -176,12 +215,14 @@ _TOKEN_BY_ID = select(api_token_t).where(api_token_t.c.id == bindparam("id"))  #
 def _try_principal(conn: Connection, row) -> Principal:
     ti = conn.execute(
         select(ti_t.c.id, ti_t.c.dag_id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.state, ti_t.c.dag_run_id,
-               dag_run_t.c.run_id)
-        .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id).where(ti_t.c.id == row.ti_id)).first()
+               dag_run_t.c.run_id, dag_t.c.namespace)
+        .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id).join(dag_t, dag_t.c.dag_id == ti_t.c.dag_id, isouter=True)
+        .where(ti_t.c.id == row.ti_id)).first()
     if ti is None or ti.try_number != row.try_number or ti.state not in (TIState.QUEUED, TIState.RUNNING):
         raise Unauthorized("this try's token expired: the try has ended")
     source = f"try:{ti.dag_id}/{ti.run_id}/{ti.task_id}/{ti.try_number}"
-    return Principal(row.id, row.name, frozenset({SEND}), source=source, dag_run_id=ti.dag_run_id, ti_id=ti.id)
+    return Principal(row.id, row.name, frozenset({SEND}), source=source, dag_run_id=ti.dag_run_id, ti_id=ti.id,
+                     namespaces=frozenset({ti.namespace}) if ti.namespace else None)
 
 
 def issue_try_tokens(conn: Connection, tries: Sequence[tuple[int, int]], *, now: dt.datetime) -> dict[int, str]:

@@ -6,6 +6,9 @@ scope each page and action needs, and the CSRF check of every form.
   `signals:send` (send a signal); anonymous visitors never act.
 - Signing in stores the token in an HttpOnly cookie (`SameSite=Lax`, `Secure` over HTTPS); every
   request checks it again (`api_tokens.authenticate`), so a revoked token signs out at once.
+- Namespaces (docs/adr/0050): a token limited to namespaces sees only the DAGs those namespaces own,
+  with their runs, logs and backfills, and the signals sent within them; anything else answers 404
+  (as an unknown DAG or run does, so its existence is not revealed) and listings leave it out.
 - CSRF (ADR 61): a random `dagline_csrf` cookie (HttpOnly, `SameSite=Strict`), made anew at every
   sign-in and sign-out, and a form field that is an HMAC, keyed with the server's secret
   (`DAGLINE_UI_SECRET`), of that cookie and the sign-in token the request presents. A cookie planted by
@@ -28,7 +31,8 @@ from urllib.parse import urlsplit
 
 from fastapi import Request
 
-from dagline.errors import AccessRefused
+from dagline.errors import AccessRefused, NotFound
+from dagline.store.dags import dag_namespaces
 from dagline.store.tokens import OPERATE, READ, SEND, Forbidden, Principal, Unauthorized, authenticate
 
 TOKEN_COOKIE = "dagline_token"
@@ -85,6 +89,35 @@ class Viewer:
     def who(self) -> str:
         """The event log's `who` for this person's actions (the CLI writes `cli`)."""
         return f"web:{self.name}"[:100]
+
+
+def namespaces(viewer: Viewer) -> frozenset[str] | None:
+    """The namespaces this viewer is limited to (None: every namespace, anonymous readers included)."""
+    return viewer.principal.namespaces if viewer.principal is not None else None
+
+
+def sees(viewer: Viewer, namespace: str | None) -> bool:
+    return viewer.principal is None or viewer.principal.sees(namespace)
+
+
+def check_dag(conn, viewer: Viewer, dag_id: str) -> None:
+    """Refuse (404, as for an unknown DAG) a DAG outside the viewer's namespaces."""
+    if namespaces(viewer) is not None and not sees(viewer, dag_namespaces(conn, [dag_id]).get(dag_id)):
+        raise NotFound(f"unknown DAG {dag_id!r} (see `dagline dags list`)")
+
+
+def check_run(conn, viewer: Viewer, run, run_ref: str) -> None:
+    """Refuse (404, as for an unknown run) a run of a DAG outside the viewer's namespaces."""
+    if namespaces(viewer) is not None and not sees(viewer, dag_namespaces(conn, [run.dag_id]).get(run.dag_id)):
+        raise NotFound(f"unknown run {run_ref!r}")
+
+
+def visible(conn, viewer: Viewer, rows: list[dict]) -> list[dict]:
+    """The rows (each with a `dag_id`) of DAGs the viewer may see."""
+    if namespaces(viewer) is None:
+        return rows
+    owners = dag_namespaces(conn, sorted({r["dag_id"] for r in rows}))
+    return [r for r in rows if sees(viewer, owners.get(r["dag_id"]))]
 
 
 def presented_token(request: Request) -> str | None:

@@ -108,9 +108,19 @@ def _now(request: Request):
     return state(request).clock.now()
 
 
-def _dag_zone(request: Request, dag_id: str) -> str:
+def _dag_zone(request: Request, dag_id: str, viewer) -> str:
+    """The DAG's time zone; a DAG outside the viewer's namespaces is unknown (404), nothing done."""
     with state(request).database.begin() as conn:
+        access.check_dag(conn, viewer, dag_id)
         return require_dag(conn, dag_id).timezone
+
+
+def _find_run(request: Request, run_ref: str, viewer):
+    """The run; one of a DAG outside the viewer's namespaces is unknown (404), nothing done."""
+    with state(request).database.begin() as conn:
+        run = find_run(conn, run_ref)
+        access.check_run(conn, viewer, run, run_ref)
+        return run
 
 
 # -- pause / unpause ---------------------------------------------------------------------------
@@ -128,8 +138,8 @@ async def unpause(request: Request, dag_id: str):
 def _pause(request: Request, viewer, fields, dag_id: str, paused: bool) -> Page:
     access.require(viewer, OPERATE)
     word = "pause" if paused else "unpause"
+    _dag_zone(request, dag_id, viewer)  # an unknown DAG (or another namespace's) is refused before anything
     if fields.get("confirmed") != "yes":
-        _dag_zone(request, dag_id)  # an unknown DAG is refused before anything is asked
         what = ("no new runs are created or started; running tasks finish" if paused else
                 "runs are created and started again as the schedule says")
         return _confirm(request, viewer, title=f"{word.title()} {dag_id}", question=f"{word.title()} DAG {dag_id}?",
@@ -152,7 +162,7 @@ async def trigger(request: Request, dag_id: str):
 
 def _trigger(request: Request, viewer, fields, dag_id: str) -> Page:
     access.require(viewer, OPERATE)
-    zone = _dag_zone(request, dag_id)
+    zone = _dag_zone(request, dag_id, viewer)
     conf_text = _one(fields, "conf")
     conf = read_json_object(conf_text, "conf", max_bytes=MAX_JSON_BYTES) if conf_text else None
     date_text = _one(fields, "logical_date")
@@ -184,8 +194,7 @@ def _clear(request: Request, viewer, fields, run_ref: str) -> Page:
     downstream = fields.get("downstream") == "on"
     failed_only = fields.get("failed_only") == "on"
     now = _now(request)
-    with database.begin() as conn:
-        run = find_run(conn, run_ref)
+    run = _find_run(request, run_ref, viewer)
     if fields.get("confirmed") != "yes":
         planned, busy = clear_tasks(database, str(run.id), tasks or None, downstream=downstream,
                                     failed_only=failed_only, now=now, dry_run=True)
@@ -214,8 +223,8 @@ def _stop(request: Request, viewer, fields, run_ref: str) -> Page:
     access.require(viewer, OPERATE)
     database = state(request).database
     if fields.get("confirmed") != "yes":
+        run = _find_run(request, run_ref, viewer)
         with database.begin() as conn:
-            run = find_run(conn, run_ref)
             active = task_instance_states(conn, run.id)
         if run.state not in RunState.ACTIVE:
             raise OperationFailed(f"run {run.run_id!r} is {run.state}: nothing to stop")
@@ -225,8 +234,7 @@ def _stop(request: Request, viewer, fields, run_ref: str) -> Page:
         return _confirm(request, viewer, title=f"Stop {run.run_id}", question=f"Mark run {run.run_id} stopped?",
                         action=f"/runs/{run.id}/stop", fields=fields, preview=preview, danger=True,
                         cancel=f"/runs/{run.id}")
-    with database.begin() as conn:
-        run = find_run(conn, run_ref)
+    run = _find_run(request, run_ref, viewer)
     stopping, skipped = stop_run(database, str(run.id), now=_now(request), who=viewer.who)
     text = (f"run {run.run_id}: stop asked for {', '.join(stopping) or 'no running try'}; "
             f"skipped {', '.join(skipped) or 'nothing'}")
@@ -242,7 +250,7 @@ async def backfill(request: Request, dag_id: str):
 
 def _backfill(request: Request, viewer, fields, dag_id: str) -> Page:
     access.require(viewer, OPERATE)
-    zone = _dag_zone(request, dag_id)
+    zone = _dag_zone(request, dag_id, viewer)
     start, end = _one(fields, "start"), _one(fields, "end")
     if not start:
         raise InvalidInput("give the first logical date", field="start")
@@ -291,7 +299,7 @@ def _send(request: Request, viewer, fields) -> Page:
     validate_sender_id(sender_id, field="id")
     api = state(request)
     with api.database.begin() as conn:
-        heard = listeners(conn, key)
+        heard = listeners(conn, key, namespaces=access.namespaces(viewer))
     if fields.get("confirmed") != "yes":
         who_listens = ", ".join(f"{h['dag_id']} {h['rule']} ({h['action']})" for h in heard) or \
             "no DAG listens to this key: it would be stored, nothing acts on it"
@@ -302,7 +310,8 @@ def _send(request: Request, viewer, fields) -> Page:
     token = access.presented_token(request)
     with api.database.begin() as conn:
         principal = authenticate(conn, token, now=_now(request))  # the signal's source is the token's
-        seq, created = send_signal(conn, key, value, sender_id=sender_id, source=principal.source, now=_now(request))
+        seq, created = send_signal(conn, key, value, sender_id=sender_id, source=principal.source, now=_now(request),
+                                   namespaces=principal.namespaces)
     text = f"signal {key} stored as seq {seq}" if created else f"signal {key} was stored before (seq {seq})"
     return Page(response=redirect_with_notice(request, "/signals", text, "ok" if heard else "warn"))
 

@@ -39,24 +39,29 @@ def _int(request: Request, name: str, default: int, lo: int, hi: int) -> int:
     return min(hi, max(lo, read_integer(raw, name, minimum=MIN_INT64))) if raw else default
 
 
-def _dag(conn, dag_id: str) -> dict:
+def _dag(conn, dag_id: str, viewer) -> dict:
+    access.check_dag(conn, viewer, dag_id)  # another namespace's DAG is unknown to a limited token
     try:
         return q.dag_header(conn, dag_id)
     except OperationFailed as exc:
         raise NotFound(str(exc)) from None
 
 
-def _run(conn, run_ref: str):
+def _run(conn, run_ref: str, viewer):
     run = q.run_for_page(conn, run_ref)
     if run is None:
         raise NotFound(f"unknown run {run_ref!r}")
+    access.check_run(conn, viewer, run, run_ref)
     return run
 
 
 @router.get("/")
 async def index(request: Request):
+    namespace = (request.query_params.get("namespace") or "")[:63] or None  # `?namespace=`: one namespace's DAGs
+
     def work(conn, viewer):
-        return Page("index.html", {"dags": q.dag_list(conn), "title": "DAGs", "live": True})
+        dags = access.visible(conn, viewer, q.dag_list(conn, namespace=namespace))
+        return Page("index.html", {"dags": dags, "namespace": namespace, "title": "DAGs", "live": True})
 
     return await serve_page(request, work)
 
@@ -71,7 +76,7 @@ async def grid_page(request: Request, dag_id: str):
     limit = _int(request, "runs", 25, 1, q.MAX_GRID_RUNS)
 
     def work(conn, viewer):
-        dag_row = _dag(conn, dag_id)
+        dag_row = _dag(conn, dag_id, viewer)
         dag = q.current_dag(conn, dag_id)
         grid = q.grid(conn, dag_id, dag, limit)
         return Page("grid.html", {"dag": dag_row, "grid": grid, "limit": limit, "choices": GRID_CHOICES,
@@ -85,15 +90,15 @@ async def graph_page(request: Request, dag_id: str):
     chosen = request.query_params.get("run")
 
     def work(conn, viewer):
-        dag_row = _dag(conn, dag_id)
+        dag_row = _dag(conn, dag_id, viewer)
         runs = q.recent_runs(conn, dag_id, limit=50)
         run = None
         if chosen:
-            run = _run(conn, chosen)
+            run = _run(conn, chosen, viewer)
             if run.dag_id != dag_id:
                 raise NotFound(f"run {chosen!r} is not a run of {dag_id!r}")
         elif runs:
-            run = _run(conn, str(runs[0]["id"]))
+            run = _run(conn, str(runs[0]["id"]), viewer)
         dag = q.version(conn, run.dag_version_id) if run is not None else q.current_dag(conn, dag_id)
         states = cli_queries.task_states(conn, [run.id]).get(run.id, {}) if run is not None else {}
         upstream = {t.task_id: tuple(t.upstream) for t in dag.tasks.values()} if dag is not None else {}
@@ -109,7 +114,7 @@ async def timeline_page(request: Request, dag_id: str):
     limit = _int(request, "runs", 50, 1, q.MAX_GRID_RUNS)
 
     def work(conn, viewer):
-        dag_row = _dag(conn, dag_id)
+        dag_row = _dag(conn, dag_id, viewer)
         return Page("timeline.html", {"dag": dag_row, "runs": q.timeline(conn, dag_id, limit), "limit": limit,
                                       "title": f"{dag_id}: timeline", "tab": "timeline", "live": True})
 
@@ -121,7 +126,7 @@ async def task_page(request: Request, dag_id: str, task_id: str):
     limit = _int(request, "runs", 100, 1, q.MAX_GRID_RUNS)
 
     def work(conn, viewer):
-        dag_row = _dag(conn, dag_id)
+        dag_row = _dag(conn, dag_id, viewer)
         found = q.durations(conn, dag_id, task_id, limit)
         dag = q.current_dag(conn, dag_id)
         if not found["points"] and (dag is None or task_id not in dag.tasks):
@@ -137,8 +142,8 @@ async def task_page(request: Request, dag_id: str, task_id: str):
 @router.get("/dags/{dag_id}/trigger")
 async def trigger_form(request: Request, dag_id: str):
     def work(conn, viewer):
-        return Page("trigger.html", {"dag": _dag(conn, dag_id), "title": f"{dag_id}: trigger", "tab": None,
-                                     "form": {}})
+        return Page("trigger.html", {"dag": _dag(conn, dag_id, viewer), "title": f"{dag_id}: trigger",
+                                     "tab": None, "form": {}})
 
     return await serve_page(request, work)
 
@@ -146,8 +151,8 @@ async def trigger_form(request: Request, dag_id: str):
 @router.get("/dags/{dag_id}/backfill")
 async def backfill_form(request: Request, dag_id: str):
     def work(conn, viewer):
-        return Page("backfill_form.html", {"dag": _dag(conn, dag_id), "title": f"{dag_id}: backfill", "tab": None,
-                                           "form": {"reprocess": Reprocess.NONE}})
+        return Page("backfill_form.html", {"dag": _dag(conn, dag_id, viewer), "title": f"{dag_id}: backfill",
+                                           "tab": None, "form": {"reprocess": Reprocess.NONE}})
 
     return await serve_page(request, work)
 
@@ -159,14 +164,14 @@ async def run_page(request: Request, run_ref: str):
     chosen_try = _int(request, "try", 0, 0, MAX_TRY_NUMBER)
 
     def work(conn, viewer):
-        run = _run(conn, run_ref)
+        run = _run(conn, run_ref, viewer)
         now = api.clock.now()
         detail = cli_queries.run_detail(conn, run)
         reasons = task_reasons(conn, run, now=now)
         for t in detail["tasks"]:
             t["reason"] = reasons.get(t["task_id"])
         tries = q.tries(conn, run.id, detail["tasks"], now=now)
-        dag_row = _dag(conn, run.dag_id)
+        dag_row = _dag(conn, run.dag_id, viewer)
         task_ids = [t["task_id"] for t in detail["tasks"]]
         task = chosen_task if chosen_task in task_ids else (task_ids[0] if task_ids else None)
         current = next((t for t in detail["tasks"] if t["task_id"] == task), None)
@@ -226,7 +231,7 @@ async def log_text(request: Request, run_ref: str, task_id: str, try_number: str
         return PlainTextResponse(str(exc), status_code=exc.http_status)
 
     def work(conn, viewer):
-        run = _run(conn, run_ref)
+        run = _run(conn, run_ref, viewer)
         ti = task_try(conn, run.id, task_id)
         if ti is None:
             raise NotFound(f"run {run.run_id!r} has no task {task_id!r}")
@@ -248,7 +253,8 @@ async def log_text(request: Request, run_ref: str, task_id: str, try_number: str
 @router.get("/backfills")
 async def backfills_page(request: Request):
     def work(conn, viewer):
-        return Page("backfills.html", {"backfills": q.backfills(conn), "title": "Backfills", "live": True})
+        return Page("backfills.html", {"backfills": access.visible(conn, viewer, q.backfills(conn)),
+                                       "title": "Backfills", "live": True})
 
     return await serve_page(request, work)
 
@@ -266,7 +272,8 @@ async def signals_page(request: Request):
         ("internal", "1" if filters["internal"] else ""), ("limit", str(limit) if limit != 100 else "")) if value]
 
     def work(conn, viewer):
-        signals, more = q.signal_log(conn, limit, before=before or None, **filters)
+        signals, more = q.signal_log(conn, limit, namespaces=access.namespaces(viewer), before=before or None,
+                                     **filters)
         return Page("signals.html", {"signals": signals, "title": "Signals", "live": True, "form": {},
                                      "filters": filters, "before": before, "kept_query": kept,
                                      "older": signals[-1]["seq"] if more else None})
@@ -277,7 +284,8 @@ async def signals_page(request: Request):
 @router.get("/pools")
 async def pools_page(request: Request):
     def work(conn, viewer):
-        return Page("pools.html", {"pools": list_pools(conn), "title": "Pools", "live": True})
+        pools = [p for p in list_pools(conn) if p["namespace"] is None or access.sees(viewer, p["namespace"])]
+        return Page("pools.html", {"pools": pools, "title": "Pools", "live": True})
 
     return await serve_page(request, work)
 
