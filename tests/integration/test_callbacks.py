@@ -40,10 +40,10 @@ spec:
   callbacks:
     - events: [success, failure]
       webhook:
-        urlFrom: {env: HOOK_URL}
-        headers: [{name: Authorization, valueFrom: {env: HOOK_TOKEN}}]
+        urlFrom: {env: SECRET_HOOK_URL}
+        headers: [{name: Authorization, valueFrom: {env: SECRET_HOOK_TOKEN}}]
   defaults:
-    callbacks: [{events: [retry, failure], webhook: {urlFrom: {env: HOOK_URL}}}]
+    callbacks: [{events: [retry, failure], webhook: {urlFrom: {env: SECRET_HOOK_URL}}}]
   tasks:
     - id: flaky
       retries: 1
@@ -53,7 +53,7 @@ spec:
         conf: {dagline.noop.outcome: "{{ 'failed' if try_number == 1 else 'success' }}"}
     - id: quiet
       upstream: [flaky]
-      callbacks: [{events: [success], webhook: {urlFrom: {env: HOOK_URL}}}]
+      callbacks: [{events: [success], webhook: {urlFrom: {env: SECRET_HOOK_URL}}}]
       spark: {mainApplicationFile: q.py}
 """
 
@@ -66,7 +66,7 @@ def receiver():
 
 
 def _scheduler(db, clock, receiver, **settings):
-    secrets = SecretReader(environ={"HOOK_URL": receiver.url, "HOOK_TOKEN": "Bearer s3cret"})
+    secrets = SecretReader(environ={"SECRET_HOOK_URL": receiver.url, "SECRET_HOOK_TOKEN": "Bearer s3cret"})
     return Scheduler(db, NoopExecutor(8, clock=clock), clock=clock, secret_reader=secrets,
                      callback_settings=CallbackSettings(**settings))
 
@@ -160,7 +160,7 @@ def test_a_missing_environment_variable_is_a_failed_attempt_naming_it(db, tmp_pa
     sched = Scheduler(db, NoopExecutor(8, clock=clock), clock=clock, secret_reader=SecretReader(environ={}))
     sched.run(until_idle=True)
     (row,) = _deliveries(db)
-    assert row.state == "pending" and "environment variable HOOK_URL is not set" in row.last_error
+    assert row.state == "pending" and "secret variable SECRET_HOOK_URL is not set" in row.last_error
 
 
 @pytest.mark.parametrize("callback, field, message", [
@@ -222,9 +222,9 @@ metadata: {name: chain}
 spec:
   paused: false
   schedule: null
-  callbacks: [{events: [success], webhook: {urlFrom: {env: HOOK_URL}}}]
+  callbacks: [{events: [success], webhook: {urlFrom: {env: SECRET_HOOK_URL}}}]
   defaults:
-    callbacks: [{events: [success], webhook: {urlFrom: {env: HOOK_URL}}}]
+    callbacks: [{events: [success], webhook: {urlFrom: {env: SECRET_HOOK_URL}}}]
   tasks:
     - {id: a, spark: {mainApplicationFile: a.py}}
     - {id: b, upstream: [a], spark: {mainApplicationFile: b.py}}
@@ -270,9 +270,9 @@ metadata: {name: killed}
 spec:
   paused: false
   schedule: null
-  callbacks: [{events: [success, failure], webhook: {urlFrom: {env: HOOK_URL}}}]
+  callbacks: [{events: [success, failure], webhook: {urlFrom: {env: SECRET_HOOK_URL}}}]
   defaults:
-    callbacks: [{events: [success, failure, retry], webhook: {urlFrom: {env: HOOK_URL}}}]
+    callbacks: [{events: [success, failure, retry], webhook: {urlFrom: {env: SECRET_HOOK_URL}}}]
   tasks:
     - {id: a, spark: {mainApplicationFile: a.py}}
     - {id: b, upstream: [a], spark: {mainApplicationFile: b.py}}
@@ -281,7 +281,7 @@ spec:
 
 
 def _replica(url: str, receiver: Receiver, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "HOOK_URL": receiver.url, "DAGLINE_CALLBACK_LEASE_S": "30"}
+    env = {**os.environ, "SECRET_HOOK_URL": receiver.url, "DAGLINE_CALLBACK_LEASE_S": "30"}
     return subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", url, "scheduler", "--executor", "noop", *args],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
