@@ -29,7 +29,8 @@ from dagline.times import parse_duration, parse_instant
 
 # Fields added after specs were first stored: left out of the normalized form while unset (at their
 # defaults), so a DAG that does not use them keeps the version (hash) it always had.
-_OMITTED_WHEN_UNSET = {"deadline": None, "callbacks": None, "env": None}  # in the DAG, its defaults and its tasks; [] too
+# In the DAG, its defaults and its tasks; [] too.
+_OMITTED_WHEN_UNSET = {"deadline": None, "callbacks": None, "env": None}
 _LATER_DAG_FIELDS = {"triggers": []}
 _LATER_TASK_FIELDS = {"mode": "batch", "stopGracePeriod": None, "on": []}
 
