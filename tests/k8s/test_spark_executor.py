@@ -818,6 +818,70 @@ def test_a_tries_token_reaches_driver_and_executors_through_its_own_secret(kube,
     assert kube.get("secrets", NS, secret_name, missing_ok=True) is None
 
 
+def _driver_and_executor_env(app: dict, secret: dict) -> tuple[dict, dict]:
+    """The environment Spark gives the driver and the executors of this application: every
+    `spark.kubernetes.<role>.secretKeyRef.<VAR>` read from the Secret it names (the only way dagline
+    passes variables), plus `driverEnv` / `executorEnv` literals if there were any."""
+    values = secret_values(secret)
+    conf = app["spec"]["sparkConf"]
+    out = []
+    for role, literal in (("driver", "spark.kubernetes.driverEnv."), ("executor", "spark.executorEnv.")):
+        env = {}
+        for key, ref in conf.items():
+            if key.startswith(f"spark.kubernetes.{role}.secretKeyRef."):
+                secret_name, _, secret_key = ref.partition(":")
+                assert secret_name == secret["metadata"]["name"]  # only the try's own Secret is ever named
+                env[key.rsplit(".", 1)[1]] = values[secret_key]
+            elif key.startswith(literal):
+                env[key[len(literal):]] = conf[key]
+        assert "env" not in app["spec"][role] and "envFrom" not in app["spec"][role]
+        out.append(env)
+    return out[0], out[1]
+
+
+def test_a_tasks_env_reaches_driver_and_executors_with_secrets_of_the_dags_namespace_only(kube, make_executor):
+    """The list of variables a SparkApplication's pods get: dagline's two and the task's `env`, whose
+    secretKeyRef is read from the DAG object's namespace (team-a), not from the Spark namespace nor
+    another team's, by the operator's own reader; nothing of the operator's settings."""
+    import base64
+
+    from dagline.executors.base import TaskVariable
+    from dagline.k8s.cache import ObjectCache
+    from dagline.k8s.callback_events import secret_reader
+
+    for namespace, password in (("team-a", "a-pass"), ("team-b", "b-pass"), (NS, "spark-namespace-pass")):
+        if namespace != NS:
+            kube.create_namespace(namespace)
+        kube.create("secrets", namespace, {"metadata": {"name": "warehouse"},
+                                           "data": {"password": base64.b64encode(password.encode()).decode()}})
+    cache = ObjectCache()
+    cache.put("dags", {"apiVersion": "dagline.io/v1alpha1", "kind": "DAG",
+                       "metadata": {"name": "sales-daily", "namespace": "team-a"}})
+    executor = make_executor()
+    executor.read_secret = secret_reader(cache, load_api_client())  # as the operator's Runtime sets it
+    base = launch_of(ti_id=11)
+    task_env = (TaskVariable("STAGE", "prod"), TaskVariable("DB_PASSWORD", secret=("warehouse", "password")))
+    launch = TaskLaunch(ti_id=11, key=base.key, job=base.job, env=SIGNAL_ENV, task_env=task_env)
+    executor.launch([launch])
+
+    [app] = kube.list(APPS, NS)
+    secret = kube.get("secrets", NS, f"{name_of(launch)}-env")
+    driver, executors = _driver_and_executor_env(app, secret)
+    expected = {"DAGLINE_API_URL": "http://dagline-api.default.svc:8793", "DAGLINE_SIGNAL_TOKEN": "dgl_5_secret",
+                "STAGE": "prod", "DB_PASSWORD": "a-pass"}
+    assert driver == expected and executors == expected
+    assert "a-pass" not in json.dumps(app) and "DAGLINE_DB_URL" not in json.dumps(app)
+
+    # a key the DAG's Secret lacks fails the try, naming the variable and where it looked
+    missing = TaskLaunch(ti_id=12, key=launch_of(task="other").key, job=base.job, env=SIGNAL_ENV,
+                         task_env=(TaskVariable("DB_PASSWORD", secret=("warehouse", "pasword")),))
+    executor.launch([missing])
+    [report] = [r for r in executor.sync() if r.ti_id == 12]
+    assert report.state == "failed"
+    assert "env DB_PASSWORD" in report.message and "team-a/warehouse" in report.message
+    assert kube.get(APPS, NS, name_of(missing), missing_ok=True) is None
+
+
 STREAMING_DAG = """
     apiVersion: dagline.io/v1alpha1
     kind: DAG

@@ -29,7 +29,9 @@ replica dying in between leaves an application the next one can still adopt. No
 `timeToLiveSeconds` is set: the operator would delete an application whose outcome dagline may not
 have read yet. `cancel` deletes at once; `end` stops following and deletes nothing that runs.
 
-Signals. A try with an environment (`DAGLINE_API_URL`, `DAGLINE_SIGNAL_TOKEN`) gets its Secret
+Signals and the task's env. A try with an environment (`DAGLINE_API_URL`, `DAGLINE_SIGNAL_TOKEN`, the
+task's `env`: its `secretKeyRef`s read through `read_secret`, which the operator points at the DAG
+object's namespace; a missing Secret or key fails the try naming the variable) gets its Secret
 (`sparkapp.build_env_secret`) created, or its data replaced, just before its application; once the
 application exists the Secret is made its dependent (an ownerReference: Kubernetes deletes it with
 the application), and it is deleted when the try ends. A Secret that cannot be written for now
@@ -55,12 +57,14 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 
 from dagline.clock import SystemClock
 from dagline.domain.states import TIState
-from dagline.errors import InvalidInput
+from dagline.errors import DaglineError, InvalidInput
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
 from dagline.executors.registry import ExecutorSettings, KindCode, ShownSetting
+from dagline.executors.secret_sources import LocalSecrets
 from dagline.k8s import sparkapp
 from dagline.k8s.client import (
     AlreadyExists,
@@ -211,6 +215,10 @@ class SparkK8sExecutor:
         self._quiet_until = float("-inf")      # monotonic time before which the API is not called again
         self._api_down = False
         self._last_refusal: str | None = None
+        # Reads a task's `secretKeyRef` (dag_id, name, key): the operator sets it to read the DAG object's
+        # namespace; without it (a plain `dagline scheduler --executor spark-k8s`), secret variables.
+        self.read_secret: Callable[[str, str, str], str] | None = None
+        self.local_secrets = LocalSecrets.from_env()
 
     # -- protocol -----------------------------------------------------------------------------
 
@@ -327,7 +335,7 @@ class SparkK8sExecutor:
     def _drop_env_secret(self, launch: TaskLaunch) -> None:
         """Delete a finished try's Secret (its token is dead anyway); on failure the garbage collector
         deletes it with the application."""
-        if not launch.env or not self._api_ready():
+        if not sparkapp.has_env(launch) or not self._api_ready():
             return
         try:
             self._secrets_api().delete(sparkapp.env_secret_name(launch.key))
@@ -345,8 +353,33 @@ class SparkK8sExecutor:
             started_at=started_at,
         )
 
+    def _task_values(self, t: _Try) -> tuple[tuple[str, str], ...] | None:
+        """The task's `env` with its secrets read (from the DAG object's namespace in the operator; from
+        secret variables without one), or None when the try was failed or must wait for the API."""
+        out = []
+        for var in t.launch.task_env:
+            if var.secret is None:
+                out.append((var.name, var.value))
+                continue
+            name, key = var.secret
+            try:
+                value = (self.read_secret(t.launch.key.dag_id, name, key) if self.read_secret is not None
+                         else self.local_secrets.secret_key(name, key))
+            except (DaglineError, LookupError) as exc:  # a missing Secret or key, a refusal: the DAG's to fix
+                self._finish(t, TIState.FAILED, f"env {var.name}: {exc}", cleanup=False)
+                return None
+            except Exception as exc:  # noqa: BLE001 - the API cannot be reached: try again at the next sync
+                t.create_error = str(exc)
+                self._api_error(f"reading Secret {name} for env {var.name}", ApiUnavailable(str(exc)))
+                return None
+            out.append((var.name, value))
+        return tuple(out)
+
     def _create(self, t: _Try) -> None:
-        secret = sparkapp.build_env_secret(t.launch, namespace=self.settings.namespace)
+        task_values = self._task_values(t)
+        if task_values is None:
+            return
+        secret = sparkapp.build_env_secret(t.launch, namespace=self.settings.namespace, task_values=task_values)
         if secret is not None:
             try:
                 self._secrets_api().put(secret)
@@ -356,7 +389,7 @@ class SparkK8sExecutor:
                 return
             except ApiRejected as exc:
                 self._finish(t, TIState.FAILED, f"the Kubernetes API refused the Secret {secret['metadata']['name']} "
-                                          f"holding the try's signal token: {exc}", cleanup=False)
+                                          f"holding the try's environment: {exc}", cleanup=False)
                 return
         try:
             created = self._api().create(t.manifest)
