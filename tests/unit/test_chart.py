@@ -596,3 +596,15 @@ def test_the_dashboard_queries_only_metrics_dagline_exports():
     used = {name for expr in exprs for name in re.findall(r"\b((?:dagline|process)_[a-z_]+)\b", expr)}
     assert used and not used - _exported_metric_names(), used - _exported_metric_names()
     assert all('namespace=~"$namespace"' in expr for expr in exprs)
+
+
+def test_secrets_dags_name_are_granted_get_by_name_in_the_watched_namespace_only():
+    """Task env and callback secretKeyRefs (issue 26, item 2): the operator may read exactly the listed
+    Secrets, in the namespace whose DAGs name them; nothing more in the Spark namespace than before."""
+    manifests = render_chart({"watch": {"namespace": "pipelines"}, "spark": {"namespace": "spark-jobs"},
+                              "secrets": {"names": ["warehouse", "sales-hooks"]},
+                              "callbacks": {"secretNames": ["sales-hooks"]}})
+    expected = ({("cluster", *rule) for rule in DISCOVERY_RULES} | {("pipelines", *rule) for rule in CONTROLLER_RULES}
+                | {("spark-jobs", *rule) for rule in SPARK_RULES}
+                | {("pipelines", "", "secrets/warehouse", "get"), ("pipelines", "", "secrets/sales-hooks", "get")})
+    assert granted(manifests) == expected
