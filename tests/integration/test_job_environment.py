@@ -82,3 +82,22 @@ def test_a_local_job_gets_its_token_and_its_tasks_env_and_nothing_of_the_schedul
     assert taken == sorted(name for name in before if name.upper().startswith(("DAGLINE_", "SECRET_")))
     assert "DAGLINE_DB_URL" in taken and "DAGLINE_API_TOKENS" in taken and "SECRET_PAYROLL__KEY" in taken
     assert not any("db-hunter2" in value or "dgl_admin_token" in value for value in env.values())
+
+
+def test_the_template_renderer_process_holds_none_of_the_schedulers_settings(monkeypatch):
+    """Templates cannot reach os.environ (the sandbox; tests/unit/test_templating.py); the process that
+    renders them does not even hold the database URL or tokens."""
+    from dagline.scheduler.renderer import Renderer, RenderRequest
+
+    for name, value in SCHEDULER_SETTINGS.items():
+        monkeypatch.setenv(name, value)
+    renderer = Renderer()
+    try:
+        assert renderer.render(RenderRequest("t", [("spark.arguments[0]", "{{ ds }}")], {"ds": "2026-05-01"})) == {
+            "spark.arguments[0]": "2026-05-01"}
+        with open(f"/proc/{renderer._proc.pid}/environ", "rb") as f:
+            names = {item.partition(b"=")[0].decode() for item in f.read().split(b"\0") if item}
+    finally:
+        renderer.close()
+    assert "PATH" in names
+    assert not {"DAGLINE_DB_URL", "DAGLINE_API_TOKENS", "DAGLINE_SCHEDULER_POLL_INTERVAL_S", "PGPASSWORD"} & names
