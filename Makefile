@@ -26,8 +26,8 @@ lint: $(STAMP)   # ruff, then the import contracts (pyproject.toml [tool.importl
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
-test: lint   # the pinned helm, Debian's current Chromium (at or above a floor), then the suite
-	$(PY) tests/tools/fetch_helm.py
+test: lint   # the pinned helm and kubectl, Debian's current Chromium (at or above a floor), then the suite
+	$(PY) tests/tools/fetch_k8s_tools.py
 	$(PY) tests/tools/install_chromium.py
 	$(PY) -m pytest
 
@@ -50,6 +50,17 @@ docs: $(STAMP)   # docs/reference/cli.md and spec.md, generated from the command
 
 clean:
 	rm -rf $(VENV) demo logs dagline.db*
+
+# The chart as an archive a user installs without the source: dist/dagline-<version>.tgz (the pinned helm)
+.PHONY: chart
+chart: $(STAMP)
+	$(PY) tests/tools/fetch_k8s_tools.py
+	.cache/tools/helm-v3.17.1/helm package charts/dagline --destination dist
+
+# operator/requirements.lock: the operator image's dependencies, pinned with hashes (after a dependency change)
+.PHONY: operator-lock
+operator-lock: $(STAMP)
+	$(PY) operator/lock.py
 
 .PHONY: crds
 crds: $(STAMP)   # crds/ and charts/dagline/crds/, generated from the pydantic models

@@ -11,7 +11,8 @@ imports that is not a test itself lives here, so no test module imports another 
 - `polling`: `wait_for(probe, what, timeout=...)`, the one way to wait for another process or thread.
 - `postgres`: `make_pg_database(pg_admin)`, a fresh database cloned from the migrated template; `PG_URL`.
 - `prometheus`: `scrape(port)` a `/metrics` page, `value(page, name, **labels)` of one sample.
-- `receiver`: `Receiver`, a real local HTTP server recording callback deliveries (and holding them).
+- `receiver`: `Receiver`, a real local HTTP(S) server recording callback deliveries (and holding them); its
+  `allowed_networks` is the egress allow-list that admits it (loopback is refused to webhooks by default).
 - `web_scenario`: the scene the web UI's tests look at: `build(db, folder)` and what it is made of.
 - `k8s/`: the Kubernetes stand-ins: `emulator` (the API server, rules in `api_rules`), `cluster` (it in a
   thread, and a client), `kopf_runner` (real kopf in a thread), `spark_operator` (the spark-operator),

@@ -13,7 +13,8 @@ from collections.abc import Callable
 
 
 class Receiver:
-    def __init__(self):
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, tls=None):
+        """`tls`: an `ssl.SSLContext` (server side) to answer https instead of http."""
         self.received: list[tuple[dict, dict]] = []  # (headers, body)
         self.answer: Callable[[dict], int] = lambda body: 200
         self._hold: Callable[[dict], bool] | None = None
@@ -38,9 +39,15 @@ class Receiver:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = http.server.ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_port
+        self.url = f"{'https' if tls is not None else 'http'}://{host}:{self.server.server_port}/hook"
+        # Loopback is refused to webhooks by default (`dagline.domain.egress`): deliveries to this receiver
+        # need this allow-list (DAGLINE_CALLBACK_ALLOWED_NETWORKS), which admits its port and no other.
+        self.allowed_networks = f"{host}/32:{self.server.server_port}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
 

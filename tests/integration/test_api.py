@@ -28,7 +28,7 @@ spec:
   paused: false
   tasks:
     - id: evaluate
-      on: [{signal: model.published, action: start}]
+      onSignal: [{signal: model.published, action: start}]
       spark: {mainApplicationFile: evaluate.py}
 """
 

@@ -68,7 +68,7 @@ def receiver():
 def _scheduler(db, clock, receiver, **settings):
     secrets = SecretReader(environ={"SECRET_HOOK_URL": receiver.url, "SECRET_HOOK_TOKEN": "Bearer s3cret"})
     return Scheduler(db, NoopExecutor(8, clock=clock), clock=clock, secret_reader=secrets,
-                     callback_settings=CallbackSettings(**settings))
+                     callback_settings=CallbackSettings(**{"allowed_networks": receiver.allowed_networks, **settings}))
 
 
 def _deliveries(db):
@@ -281,7 +281,8 @@ spec:
 
 
 def _replica(url: str, receiver: Receiver, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "SECRET_HOOK_URL": receiver.url, "DAGLINE_CALLBACK_LEASE_S": "30"}
+    env = {**os.environ, "SECRET_HOOK_URL": receiver.url, "DAGLINE_CALLBACK_LEASE_S": "30",
+           "DAGLINE_CALLBACK_ALLOWED_NETWORKS": receiver.allowed_networks}
     return subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", url, "scheduler", "--executor", "noop", *args],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
@@ -418,7 +419,8 @@ def test_a_header_from_a_secret_key_ref_is_delivered_from_the_secrets_file(db, t
     clock = FixedClock(t(NOW))
     reader = SecretReader(environ={"SECRET_HOOK_URL": receiver.url, "DAGLINE_SECRETS_FILE": str(secrets),
                                    "DAGLINE_DB_URL": "postgresql://u:hunter2@db/x"})
-    Scheduler(db, NoopExecutor(8, clock=clock), clock=clock, secret_reader=reader).run(until_idle=True)
+    Scheduler(db, NoopExecutor(8, clock=clock), clock=clock, secret_reader=reader,
+              callback_settings=CallbackSettings(allowed_networks=receiver.allowed_networks)).run(until_idle=True)
     [(headers, body)] = receiver.received
     assert headers["Authorization"] == "Bearer from-the-file" and body["event"] == "success"
     assert not any("hunter2" in value for value in headers.values())
@@ -436,7 +438,8 @@ def test_an_env_outside_the_secret_prefix_warns_at_apply_and_its_delivery_fails_
     trigger_run(db, "allowed", logical_date=t(NOW), now=t(NOW))
     clock = FixedClock(t(NOW))
     reader = SecretReader(environ={"HOOK_URL": receiver.url})
-    Scheduler(db, NoopExecutor(8, clock=clock), clock=clock, secret_reader=reader).run(until_idle=True)
+    Scheduler(db, NoopExecutor(8, clock=clock), clock=clock, secret_reader=reader,
+              callback_settings=CallbackSettings(allowed_networks=receiver.allowed_networks)).run(until_idle=True)
     (row,) = _deliveries(db)
     assert row.state == "pending" and "variable HOOK_URL is not a secret variable" in row.last_error
     assert receiver.received == []

@@ -21,7 +21,7 @@ spec:
   tasks:
     - id: serve
       mode: streaming
-      on: [{signal: model.validated, action: restart}]
+      onSignal: [{signal: model.validated, action: restart}]
       spark: {mainApplicationFile: serve.py}
 """
 

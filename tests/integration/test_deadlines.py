@@ -231,7 +231,8 @@ def test_a_real_replicas_metrics_page_counts_the_miss_and_the_callback_deliverie
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "SECRET_HOOK_URL": receiver.url, "DAGLINE_SCHEDULER_POLL_INTERVAL_S": "0.05"}
+    env = {**os.environ, "SECRET_HOOK_URL": receiver.url, "DAGLINE_SCHEDULER_POLL_INTERVAL_S": "0.05",
+           "DAGLINE_CALLBACK_ALLOWED_NETWORKS": receiver.allowed_networks}
     proc = subprocess.Popen(
         [sys.executable, "-m", "dagline.cli", "--db", pg_db.url, "scheduler", "--executor", "noop",
          "--metrics-port", str(port), "--now", "2026-03-02T01:30:00Z"],

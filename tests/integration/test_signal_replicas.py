@@ -51,7 +51,7 @@ spec:
     - id: evaluate
       retries: 3
       retryDelay: PT1S
-      on: [{signal: model.published, action: start, handling: each}]
+      onSignal: [{signal: model.published, action: start, handling: each}]
       spark: {mainApplicationFile: e.py}
 """
 

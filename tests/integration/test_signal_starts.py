@@ -24,7 +24,7 @@ spec:
   paused: false
   tasks:
     - id: evaluate
-      on:
+      onSignal:
         - {signal: eval.each, action: start, handling: each}
         - {signal: eval.latest, action: start, handling: latest}
         - {signal: eval.stop, action: stop}

@@ -139,12 +139,12 @@ spec:
       mode: streaming
       spark: {mainApplicationFile: train.py}
     - id: evaluate
-      on: [{signal: model.published, action: start, handling: %(handling)s}]
+      onSignal: [{signal: model.published, action: start, handling: %(handling)s}]
       retries: 0
       spark: {mainApplicationFile: evaluate.py, arguments: ["{{ signal.value.path }}", "{{ signal.seq }}"]}
     - id: serve
       mode: streaming
-      on:
+      onSignal:
         - {signal: model.validated, action: restart}
         - {signal: serving.off, action: stop}
       spark: {mainApplicationFile: serve.py,

@@ -15,8 +15,10 @@ from tests.helpers.k8s.operator_harness import NS, dag_manifest, dagrun_manifest
 from tests.helpers.receiver import Receiver
 
 
-def test_an_operator_emits_events_on_the_dag_and_dagrun_and_reads_webhook_urls_from_secrets(kube, run_kopf, pg_db):
+def test_an_operator_emits_events_on_the_dag_and_dagrun_and_reads_webhook_urls_from_secrets(kube, run_kopf, pg_db,
+                                                                                            monkeypatch):
     receiver = Receiver()
+    monkeypatch.setenv("DAGLINE_CALLBACK_ALLOWED_NETWORKS", receiver.allowed_networks)  # loopback: allowed here
     clock = FixedClock(dt.datetime(2026, 3, 2, 1, tzinfo=dt.timezone.utc))
     kube.create("secrets", NS, {"metadata": {"name": "hooks"}, "type": "Opaque",
                                 "data": {"url": base64.b64encode(receiver.url.encode()).decode()}})

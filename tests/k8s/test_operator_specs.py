@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import datetime as dt
 
+from sqlalchemy import select
+
 from dagline.clock import FixedClock
+from dagline.db.models import signal_listener_t
 from dagline.executors.noop import NoopExecutor
+from dagline.store.dags import set_paused
 from tests.helpers.k8s.operator_harness import (
     NS,
     backfill_manifest,
@@ -18,6 +22,7 @@ from tests.helpers.k8s.operator_harness import (
     is_ready,
     replica,
     run_rows,
+    task,
 )
 
 MARCH_10 = dt.datetime(2026, 3, 10, 1, tzinfo=dt.timezone.utc)
@@ -31,6 +36,19 @@ def test_spec_paused_pauses_and_unpauses_the_dag(kube, run_kopf, pg_db):
         kube.patch("dags", NS, "daily", {"spec": {"paused": False}})
         kube.wait_for(lambda: dag_row(pg_db, "daily").is_paused, until=lambda paused: paused is False,
                       what="unpaused")
+
+
+def test_a_pause_from_the_cli_shows_in_kubectl_get_dags(kube, run_kopf, pg_db):
+    """The `Paused` printer column reads `status.paused`, which follows the database: a pause from the CLI,
+    API or UI leaves `spec.paused` as the author wrote it, and kubectl still tells the truth."""
+    with replica(run_kopf, pg_db, clock=FixedClock(MARCH_10)):
+        kube.create("dags", NS, dag_manifest("daily", paused=False))
+        ready = kube.wait_for(lambda: kube.get("dags", NS, "daily"), until=is_ready, what="DAG Ready")
+        assert ready["status"]["paused"] is False
+        set_paused(pg_db, "daily", True, now=MARCH_10, who="cli")
+        shown = kube.wait_for(lambda: kube.get("dags", NS, "daily"), what="status.paused true",
+                              until=lambda d: d["status"].get("paused") is True)
+        assert shown["spec"]["paused"] is False
 
 
 def test_a_backfill_and_a_dagrun_applied_before_their_dag_wait_for_it(kube, run_kopf, pg_db):
@@ -83,3 +101,18 @@ def test_spec_paused_pauses_a_backfill_and_resumes_it(kube, run_kopf, pg_db):
         kube.wait_for(lambda: kube.get("backfills", NS, "held"), timeout=10, what="backfill Succeeded",
                       until=lambda b: b["status"].get("phase") == "Succeeded")
     assert backfill_rows(pg_db)[0].is_paused is False
+
+
+def test_signal_rules_under_the_old_on_key_as_kubectl_sends_it_are_kept_with_a_warning(kube, run_kopf, pg_db):
+    """kubectl turns an unquoted `on:` into the key `true`; the CRD declares it, so the DAG is not refused and
+    its rules are not pruned; the operator reads it as `onSignal` and says so in a Warning Event."""
+    rules = [{"signal": "model.published", "action": "start"}]
+    with replica(run_kopf, pg_db, clock=FixedClock(MARCH_10)):
+        kube.create("dags", NS, dag_manifest("daily", schedule=None, tasks=[task("serve", **{"true": rules})]))
+        kube.wait_for(lambda: kube.get("dags", NS, "daily"), until=is_ready, what="DAG Ready")
+        events = kube.wait_for(lambda: kube.events(NS, involving="daily"), what="a Warning Event")
+        assert [(e["type"], e["reason"]) for e in events] == [("Warning", "DeprecatedField")]
+        assert "spec.tasks[0].true (an unquoted `on:`): renamed to onSignal" in events[0]["message"]
+    with pg_db.begin() as conn:
+        stored = conn.execute(select(signal_listener_t.c.key)).scalars().all()
+    assert stored == ["model.published"]

@@ -807,13 +807,14 @@ def test_a_tries_token_reaches_driver_and_executors_through_its_own_secret(kube,
     [owner] = secret["metadata"]["ownerReferences"]  # deleted with the application by Kubernetes
     assert (owner["kind"], owner["name"], owner["uid"]) == ("SparkApplication", name_of(launch), app["metadata"]["uid"])
 
-    # launched again (a queued try re-launched by an adopter, with a new token): the Secret gets the new one
+    # launched again (a queued try re-launched by an adopter, with a new token): the application and its
+    # Secret are kept as they are (Secrets are only ever created; every token of a try is valid until it ends)
     again = TaskLaunch(ti_id=9, key=launch.key, job=launch.job, env=(SIGNAL_ENV[0], ("DAGLINE_SIGNAL_TOKEN", "dgl_6_x")))
     make_executor().launch([again])
-    assert secret_values(kube.get("secrets", NS, secret_name))["DAGLINE_SIGNAL_TOKEN"] == "dgl_6_x"
+    assert secret_values(kube.get("secrets", NS, secret_name))["DAGLINE_SIGNAL_TOKEN"] == "dgl_5_secret"
     assert len(kube.list(APPS, NS)) == 1
 
-    executor.cancel(launch.key)  # a stop
+    executor.cancel(launch.key)  # a stop: the application is deleted, and Kubernetes deletes its Secret
     assert kube.get(APPS, NS, name_of(launch), missing_ok=True) is None
     assert kube.get("secrets", NS, secret_name, missing_ok=True) is None
 
@@ -880,6 +881,15 @@ def test_a_tasks_env_reaches_driver_and_executors_with_secrets_of_the_dags_names
     assert report.state == "failed"
     assert "env DB_PASSWORD" in report.message and "team-a/warehouse" in report.message
     assert kube.get(APPS, NS, name_of(missing), missing_ok=True) is None
+def test_an_adopted_application_whose_secret_was_never_created_gets_it(kube, make_executor):
+    """The replica that created the application died before creating its Secret: the adopter creates it."""
+    launch = TaskLaunch(ti_id=9, key=launch_of(ti_id=9).key, job=launch_of(ti_id=9).job, env=SIGNAL_ENV)
+    make_executor().launch([launch])
+    secret_name = f"{name_of(launch)}-env"
+    kube.delete("secrets", NS, secret_name)
+    make_executor().launch([launch])  # 409 on the application: adopted, and its Secret created, owned by it
+    secret = kube.get("secrets", NS, secret_name)
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == kube.get(APPS, NS, name_of(launch))["metadata"]["uid"]
 
 
 STREAMING_DAG = """

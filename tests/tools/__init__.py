@@ -1,1 +1,1 @@
-"""Tools the test set-up runs: fetching pinned binaries the tests need (see fetch_helm.py)."""
+"""Tools the test set-up runs: fetching pinned binaries the tests need (see fetch_k8s_tools.py)."""

@@ -1,5 +1,5 @@
 """The Helm chart `charts/dagline`, checked with the real `helm` (v3.17.1, fetched pinned by version and
-checksum by tests/tools/fetch_helm.py): `helm lint --strict` and `helm template` with the default values
+checksum by tests/tools/fetch_k8s_tools.py): `helm lint --strict` and `helm template` with the default values
 and the values files in tests/unit/chart_values/ (a production install, one operator for all namespaces,
 identities and migrations left to the platform). The rendered objects are parsed and checked -- kinds,
 names, ports, env vars, probes, the migration hook, RBAC granting exactly the verbs the operator uses
@@ -18,6 +18,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import tomllib
 from typing import Any
@@ -26,7 +27,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.tools.fetch_helm import CACHE, ensure_helm
+from tests.tools.fetch_k8s_tools import CACHE, ensure_helm
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "dagline"
@@ -140,7 +141,9 @@ def test_values_hold_the_documented_defaults():
     assert values["database"] == {"secretName": "dagline-db", "secretKey": "url"}
     assert values["health"]["port"] == 8080 and values["metrics"]["port"] == 9090
     assert values["dagrunHistoryLimit"] == 50
-    assert set(values["spark"]) == {"namespace", "image", "version", "serviceAccount", "pendingTimeout", "retention"}
+    assert set(values["spark"]) == {"namespace", "createNamespace", "image", "version", "serviceAccount",
+                                    "pendingTimeout", "retention", "allowedConf"}
+    assert values["spark"]["allowedConf"] == [] and values["callbacks"]["allowedNetworks"] == []  # nothing widened
     assert values["spark"]["retention"] in ("delete", "keep", "delete-succeeded")
     assert values["podSecurityContext"]["runAsNonRoot"] is True
     readme = (CHART / "README.md").read_text()
@@ -219,6 +222,7 @@ def test_templates_render_the_expected_objects():
         ("ClusterRoleBinding", "dagline-discovery"),
         ("Deployment", "dagline"),
         ("Job", "dagline-db-upgrade"),
+        ("PodDisruptionBudget", "dagline"),
         ("Role", "dagline-controller"),
         ("Role", "dagline-spark"),
         ("RoleBinding", "dagline-controller"),
@@ -230,8 +234,9 @@ def test_templates_render_the_expected_objects():
     for manifest in manifests:
         labels = manifest["metadata"]["labels"]
         assert labels["app.kubernetes.io/instance"] == "dagline" and labels["helm.sh/chart"] == "dagline-0.1.0"
-        if not manifest["kind"].startswith("Cluster"):
-            assert manifest["metadata"]["namespace"] == "dataplat"
+        if not manifest["kind"].startswith("Cluster"):  # the Spark Role lives where Spark runs
+            spark = manifest["metadata"]["name"] == "dagline-spark"
+            assert manifest["metadata"]["namespace"] == ("dataplat-spark" if spark else "dataplat")
 
 
 def test_release_name_prefixes_every_object():
@@ -243,7 +248,7 @@ def test_release_name_prefixes_every_object():
 EXPECTED_ENV = {
     "DAGLINE_DB_URL": {"secretKeyRef": {"name": "dagline-db", "key": "url"}},
     "DAGLINE_NAMESPACE": "dataplat",
-    "DAGLINE_SPARK_NAMESPACE": "dataplat",
+    "DAGLINE_SPARK_NAMESPACE": "dataplat-spark",
     "DAGLINE_SPARK_SPARK_VERSION": "3.5.3",
     "DAGLINE_SPARK_SERVICE_ACCOUNT": "spark-operator-spark",
     "DAGLINE_SPARK_PENDING_TIMEOUT": "PT15M",
@@ -375,7 +380,7 @@ def test_database_is_migrated_once_by_a_hook_job():
 
 def test_service_account_rbac_and_migrations_can_be_left_to_the_platform():
     manifests = render_chart(values_files=("platform-managed.yaml",))
-    assert sorted(m["kind"] for m in manifests) == ["Deployment", "Service", "Service"]
+    assert sorted(m["kind"] for m in manifests) == ["Deployment", "PodDisruptionBudget", "Service", "Service"]
     pod = one(manifests, "Deployment")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "platform-sa"
     assert container_env(pod["containers"][0])["DAGLINE_NAMESPACE"] == "pipelines"
@@ -426,19 +431,19 @@ def test_one_operator_for_all_namespaces_with_spark_elsewhere():
 
 CONTROLLER_RULES = {
     ("dagline.io", resource, verb) for resource in ("dags", "dagruns", "backfills", "pools")
-    for verb in ("get", "list", "watch", "patch")
+    for verb in ("list", "watch", "patch")  # kopf lists and watches; nothing reads one object by name
 } | {
     ("dagline.io", f"{resource}/status", "patch") for resource in ("dags", "dagruns", "backfills", "pools")
 } | {
     ("dagline.io", "dagruns", "create"), ("dagline.io", "dagruns", "delete"), ("", "events", "create"),
 }
 DISCOVERY_RULES = {
-    ("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("get", "list", "watch")
+    ("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("list", "watch")
 } | {("", "namespaces", "list"), ("", "namespaces", "watch")}
 # What dagline.k8s.executor calls: create, get, list (it polls; no watch), patch (labels of kept ones), delete.
 SPARK_RULES = {("sparkoperator.k8s.io", "sparkapplications", verb)
                for verb in ("get", "list", "create", "patch", "delete")} | {
-    ("", "secrets", verb) for verb in ("create", "patch", "delete")}  # each try's signal token: put, own, delete
+    ("", "secrets", "create")}  # each try's signal token, owned by its application: never read, patched or deleted
 
 
 def granted(manifests: list[dict]) -> set[tuple[str, str, str, str]]:
@@ -468,7 +473,7 @@ def granted(manifests: list[dict]) -> set[tuple[str, str, str, str]]:
 def test_rbac_grants_exactly_what_the_operator_uses():
     manifests = render_chart()
     expected = ({("cluster", *rule) for rule in DISCOVERY_RULES} | {("dataplat", *rule) for rule in CONTROLLER_RULES}
-                | {("dataplat", *rule) for rule in SPARK_RULES})
+                | {("dataplat-spark", *rule) for rule in SPARK_RULES})
     assert granted(manifests) == expected
 
 
@@ -479,14 +484,14 @@ def test_rbac_follows_the_watched_and_spark_namespaces():
     assert granted(manifests) == expected
     all_namespaces = render_chart({"watch": {"allNamespaces": True}})
     expected = ({("cluster", *rule) for rule in DISCOVERY_RULES | CONTROLLER_RULES}
-                | {("dataplat", *rule) for rule in SPARK_RULES})
+                | {("dataplat-spark", *rule) for rule in SPARK_RULES})
     assert granted(all_namespaces) == expected
 
 
 def test_callback_secrets_are_granted_by_name_and_only_when_listed():
     manifests = render_chart({"callbacks": {"secretNames": ["sales-hooks", "ops-hooks"]}})
     expected = ({("cluster", *rule) for rule in DISCOVERY_RULES} | {("dataplat", *rule) for rule in CONTROLLER_RULES}
-                | {("dataplat", *rule) for rule in SPARK_RULES}
+                | {("dataplat-spark", *rule) for rule in SPARK_RULES}
                 | {("dataplat", "", "secrets/sales-hooks", "get"), ("dataplat", "", "secrets/ops-hooks", "get")})
     assert granted(manifests) == expected
     # without names, no Secret is readable (the per-try token Secrets are only written)
@@ -499,7 +504,7 @@ def test_callback_secrets_are_granted_by_name_and_only_when_listed():
 def test_a_widened_rule_is_caught():
     manifests = render_chart()
     one(manifests, "Role", "dagline-spark")["rules"][0]["verbs"].append("watch")
-    assert ("dataplat", "sparkoperator.k8s.io", "sparkapplications", "watch") in granted(manifests)
+    assert ("dataplat-spark", "sparkoperator.k8s.io", "sparkapplications", "watch") in granted(manifests)
     assert granted(manifests) != granted(render_chart())
 
 
@@ -608,3 +613,87 @@ def test_secrets_dags_name_are_granted_get_by_name_in_the_watched_namespace_only
                 | {("spark-jobs", *rule) for rule in SPARK_RULES}
                 | {("pipelines", "", "secrets/warehouse", "get"), ("pipelines", "", "secrets/sales-hooks", "get")})
     assert granted(manifests) == expected
+
+
+# --- what mature operators ship: disruption budget, spread, a values schema, a package -------------
+
+
+def test_replicas_survive_a_drain_one_at_a_time_and_spread_over_nodes_and_zones():
+    manifests = render_chart()
+    pods = one(manifests, "Deployment")["spec"]["template"]
+    budget = one(manifests, "PodDisruptionBudget")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pods["metadata"]["labels"].items()
+    spread = pods["spec"]["topologySpreadConstraints"]
+    assert [c["topologyKey"] for c in spread] == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
+    for constraint in spread:
+        assert constraint["whenUnsatisfiable"] == "ScheduleAnyway" and constraint["maxSkew"] == 1
+        assert constraint["labelSelector"]["matchLabels"].items() <= pods["metadata"]["labels"].items()
+
+
+def test_a_single_replica_gets_no_budget_that_would_block_every_drain():
+    assert not [m for m in render_chart({"replicaCount": 1}) if m["kind"] == "PodDisruptionBudget"]
+    strict = render_chart({"topologySpread": {"whenUnsatisfiable": "DoNotSchedule",
+                                              "topologyKeys": ["kubernetes.io/hostname"]}})
+    [constraint] = one(strict, "Deployment")["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert constraint["whenUnsatisfiable"] == "DoNotSchedule"
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"replicaCount": "two"}, "replicaCount: Invalid type. Expected: integer, given: string"),
+    ({"replicas": 3}, "Additional property replicas is not allowed"),
+    ({"logFormat": "xml"}, "logFormat must be one of the following"),
+    ({"spark": {"retention": "forever"}}, "spark.retention must be one of the following"),
+    ({"api": {"port": 0}}, "api.port: Must be greater than or equal to 1"),
+    ({"scheduler": {"paralellism": 8}}, "Additional property paralellism is not allowed"),
+    ({"topologySpread": {"whenUnsatisfiable": "Sometimes"}}, "topologySpread.whenUnsatisfiable must be one of"),
+])
+def test_values_the_schema_refuses(overrides, message):
+    """values.schema.json: a typo or a wrong type stops `helm install`, naming the value."""
+    with _scratch() as tmp:
+        result = helm("template", RELEASE, str(CHART), *_values_args((), overrides, tmp), check=False)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+def test_make_chart_packages_the_chart_with_its_crds_and_schema():
+    """`make chart` is `helm package`: the archive a user installs without the source."""
+    with _scratch() as tmp:
+        helm("package", str(CHART), "--destination", str(tmp))
+        [archive] = list(tmp.glob("dagline-*.tgz"))
+        with tarfile.open(archive) as tar:
+            names = set(tar.getnames())
+    assert {"dagline/Chart.yaml", "dagline/values.yaml", "dagline/values.schema.json",
+            "dagline/crds/dags.dagline.io.yaml", "dagline/templates/pdb.yaml"} <= names
+    assert archive.name == "dagline-0.1.0.tgz"
+
+# --- Spark in a namespace of its own; the Spark policy and webhook egress allow-lists -------------------
+
+
+def test_spark_runs_in_a_namespace_of_its_own_never_beside_the_database_secret():
+    env = container_env(one(render_chart(), "Deployment")["spec"]["template"]["spec"]["containers"][0])
+    assert env["DAGLINE_SPARK_NAMESPACE"] == "dataplat-spark" and env["DAGLINE_DB_URL"]["secretKeyRef"]
+    assert not [m for m in render_chart() if m["kind"] == "Namespace"]  # created by the platform by default
+    [namespace] = [m for m in render_chart({"spark": {"createNamespace": True}}) if m["kind"] == "Namespace"]
+    assert namespace["metadata"]["name"] == "dataplat-spark"
+    refused = helm("template", "dagline", str(CHART), "--namespace", NAMESPACE, "--set", "spark.namespace=dataplat",
+                   check=False)
+    assert refused.returncode != 0 and "release namespace" in refused.stderr and "database Secret" in refused.stderr
+
+
+def test_the_spark_role_may_only_create_secrets():
+    rules = one(render_chart(), "Role", "dagline-spark")["rules"]
+    assert [rule["verbs"] for rule in rules if "secrets" in rule["resources"]] == [["create"]]
+
+
+def test_allowed_spark_conf_and_webhook_networks_reach_the_environment():
+    env = container_env(one(render_chart(), "Deployment")["spec"]["template"]["spec"]["containers"][0])
+    assert "DAGLINE_SPARK_ALLOWED_CONF" not in env and "DAGLINE_CALLBACK_ALLOWED_NETWORKS" not in env
+    manifests = render_chart({"spark": {"allowedConf": ["spark.kubernetes.driver.annotation.*", "spark.kubernetes.namespace"]},
+                              "callbacks": {"allowedNetworks": ["10.20.0.0/16", "10.30.1.5/32:8443"]}})
+    env = container_env(one(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0])
+    assert env["DAGLINE_SPARK_ALLOWED_CONF"] == "spark.kubernetes.driver.annotation.*,spark.kubernetes.namespace"
+    assert env["DAGLINE_CALLBACK_ALLOWED_NETWORKS"] == "10.20.0.0/16,10.30.1.5/32:8443"
+    from dagline.domain.egress import EgressPolicy
+    from dagline.domain.spark_policy import SparkPolicy
+    assert SparkPolicy.parse(env["DAGLINE_SPARK_ALLOWED_CONF"]).refusal("spark.kubernetes.driver.annotation.x") is None
+    assert EgressPolicy.parse(env["DAGLINE_CALLBACK_ALLOWED_NETWORKS"]).refusal("10.30.1.5", 8443) is None

@@ -180,6 +180,22 @@ def test_every_operator_state_has_a_meaning(state, phase):
     assert sparkapp.observe(app(state)).phase == phase
 
 
+# api/v1beta2 ApplicationStateType of kubeflow/spark-operator (main at 38082f33, chart 2.x): every value.
+OPERATOR_STATES = ("", "SUBMITTED", "RUNNING", "COMPLETED", "FAILED", "SUBMISSION_FAILED", "PENDING_RERUN",
+                   "INVALIDATING", "SUCCEEDING", "FAILING", "SUSPENDING", "SUSPENDED", "RESUMING", "UNKNOWN")
+
+
+def test_no_state_of_the_spark_operator_falls_through_to_the_default():
+    assert set(OPERATOR_STATES) == set(sparkapp.STATE_PHASES)
+
+
+@pytest.mark.parametrize("state", ["SUSPENDING", "SUSPENDED", "RESUMING"])
+def test_a_suspended_application_keeps_its_try_launched(state):
+    """Suspended by a queue (Kueue preempting it): neither a failure nor a success; it will be resumed."""
+    observed = sparkapp.observe(app(state))
+    assert observed.phase == Phase.WAITING and observed.message is None
+
+
 def test_a_failure_carries_the_operators_message_and_the_driver_pod():
     seen = sparkapp.observe(app("FAILED", "driver container failed with ExitCode: 1, Reason: Error",
                                 "etl-load-driver"))

@@ -23,13 +23,13 @@ ML = textwrap.dedent("""
           mode: streaming
           spark: {mainApplicationFile: jobs/train.py}
         - id: evaluate
-          on:
+          onSignal:
             - {signal: model.published, action: start, handling: each}
           spark: {mainApplicationFile: jobs/evaluate.py, arguments: ["--model", "{{ signal.value.path }}"]}
         - id: serve
           mode: streaming
           stopGracePeriod: PT10S
-          on:
+          onSignal:
             - {signal: model.validated, action: restart}
             - {signal: serving.off, action: stop, scope: run}
           spark: {mainApplicationFile: jobs/serve.py, arguments: ["--model", "{{ signal.value.path }}"]}
@@ -70,16 +70,16 @@ def test_a_dag_without_signals_keeps_its_version_and_normal_form():
 
 
 @pytest.mark.parametrize("change, field, message", [
-    (("model.published, action: start", "Model.Published, action: start"), "spec.tasks[1].on[0].signal",
+    (("model.published, action: start", "Model.Published, action: start"), "spec.tasks[1].onSignal[0].signal",
      "not a signal key"),
-    (("model.published, action: start", "model.published, action: begin"), "spec.tasks[1].on[0].action", "start"),
-    (("handling: each", "handling: all"), "spec.tasks[1].on[0].handling", "each"),
+    (("model.published, action: start", "model.published, action: begin"), "spec.tasks[1].onSignal[0].action", "start"),
+    (("handling: each", "handling: all"), "spec.tasks[1].onSignal[0].handling", "each"),
     (("features.ready", "dagline.features"), "spec.triggers[0].signal", "dagline.task.<dag_id>.<task_id>.<state>"),
     (("features.ready", "dagline.task.ml.nosuch.success"), "spec.triggers[0].signal", "names task 'nosuch'"),
     (("features.ready", "dagline.task.other.x.queued"), "spec.triggers[0].signal", "state 'queued' is not signalled"),
     (("model.published, action: start", "dagline.task.ml.evaluate.success, action: start"),
-     "spec.tasks[1].on[0].signal", "for ever"),
-    (("serving.off, action: stop", "model.validated, action: stop"), "spec.tasks[2].on[1].signal", "one rule per key"),
+     "spec.tasks[1].onSignal[0].signal", "for ever"),
+    (("serving.off, action: stop", "model.validated, action: stop"), "spec.tasks[2].onSignal[1].signal", "one rule per key"),
     (("stopGracePeriod: PT10S", "stopGracePeriod: 10s"), "spec.tasks[2].stopGracePeriod", "ISO-8601"),
     (("mode: streaming\n      stop", "mode: forever\n      stop"), "spec.tasks[2].mode", "batch"),
 ])
@@ -94,3 +94,22 @@ def test_a_rule_on_another_dags_task_is_accepted_and_one_on_its_own_other_task_t
     dag = _dag(ML.replace("features.ready", "dagline.task.upstream-dag.load.success")
                .replace("serving.off", "dagline.task.ml.train.failed"))
     assert dag.spec.triggers[0].signal == "dagline.task.upstream-dag.load.success"
+
+
+@pytest.mark.parametrize("old", ["on:", "'on':", "true:"])
+def test_the_old_on_key_is_read_as_on_signal_with_a_warning(old):
+    """`on:` was the key before `onSignal:`; PyYAML and kubectl read it unquoted as the boolean true."""
+    warnings: list[str] = []
+    [document] = parse_dag_yaml(ML.replace("onSignal:", old), "dag.yaml", warn=warnings.append)
+    new = _dag(ML)
+    assert Dag.from_document(document).version == new.version  # the same DAG, the same version
+    assert [[r.signal for r in t.on] for t in document.spec.tasks] == [[], ["model.published"],
+                                                                        ["model.validated", "serving.off"]]
+    assert len(warnings) == 2 and all(w.startswith("dag.yaml: spec.tasks[") and "renamed to onSignal" in w
+                                      for w in warnings)
+
+
+def test_no_warning_for_the_new_key():
+    warnings: list[str] = []
+    parse_dag_yaml(ML, "dag.yaml", warn=warnings.append)
+    assert warnings == []

@@ -13,7 +13,7 @@ HELPERS = TESTS / "helpers"
 
 # Modules under tests/ that are neither tests, fixtures nor helpers, each with why it stays where it is.
 NOT_HELPERS = {
-    "tests/tools": "the set-up tools `make test` runs by path (fetch_helm.py, install_chromium.py); the chart and "
+    "tests/tools": "the set-up tools `make test` runs by path (fetch_k8s_tools.py, install_chromium.py); the chart and "
                    "browser tests call them to make sure their binaries are there",
     "tests/unit/airflow_reference": "a data folder: generate.py writes airflow_timetables.json beside it, run by "
                                     "hand in a throwaway virtualenv with Airflow; nothing imports it",

@@ -46,8 +46,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* Where Spark runs: a namespace of its own ("<release namespace>-spark" by default), never the release
+namespace, which holds the database Secret (ADR 0046). */}}
 {{- define "dagline.sparkNamespace" -}}
-{{- default .Release.Namespace .Values.spark.namespace -}}
+{{- $namespace := default (printf "%s-spark" .Release.Namespace) .Values.spark.namespace -}}
+{{- if eq $namespace .Release.Namespace -}}
+{{- fail (printf "spark.namespace: %q is the release namespace, beside the database Secret; Spark jobs run DAG authors' code and must run in a namespace of their own (leave it empty for %q)" $namespace (printf "%s-spark" .Release.Namespace)) -}}
+{{- end -}}
+{{- $namespace -}}
 {{- end -}}
 
 {{/* The database URL, from the Secret named in values (never stored in the chart). */}}

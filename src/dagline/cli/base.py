@@ -43,6 +43,15 @@ class Context:
             self._db = None
 
 
+def spark_policy():
+    """The Spark policy in force (`dagline.domain.spark_policy`): what `DAGLINE_SPARK_ALLOWED_CONF` allows."""
+    import os
+
+    from dagline.domain.spark_policy import ALLOWED_CONF_SETTING, SparkPolicy
+
+    return SparkPolicy.parse(os.environ.get(ALLOWED_CONF_SETTING))
+
+
 def make_clock(now: str | None, timezone: str = "UTC"):
     """The clock `--now` asks for: without an offset, `--now` is read in `timezone` (the DAG's)."""
     if now is None:

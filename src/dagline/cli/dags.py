@@ -20,6 +20,7 @@ from dagline.cli.base import (
     read_conf,
     read_instant,
     show_rows,
+    spark_policy,
 )
 from dagline.db import engine as dbengine
 from dagline.errors import InvalidInput
@@ -58,12 +59,19 @@ def dags_apply(obj: Context, paths, now):
     All or nothing: every file is validated before anything is written, so one invalid file (named,
     with its field) applies nothing, exit 2. (Airflow's DAG processor loads the files it can; dagline
     gets that isolation at scheduling time instead: a DAG it cannot schedule is an import error.)"""
+    from dagline.scheduler.deliveries import CallbackSettings
     from dagline.spec import load_dag_paths
+    from dagline.spec.checks import refused_webhook_urls
     from dagline.store.dags import apply_dags
 
-    loaded = load_dag_paths(list(paths), warn=lambda message: click.echo(f"warning: {message}", err=True))
+    loaded = load_dag_paths(list(paths), warn=lambda message: click.echo(f"warning: {message}", err=True),
+                            spark_policy=spark_policy())
+    egress = CallbackSettings.from_env().egress
     unreadable = _unreadable_env_references(loaded)
     results = apply_dags(obj.db(), loaded, now=make_clock(now).now())
+    for item in loaded:  # applied all the same: the allow-list may change, and urlFrom values are judged at delivery
+        for path, why in refused_webhook_urls(item.dag.spec, egress):
+            click.echo(f"{item.dag.dag_id}: warning: {path}: webhook will be refused: {why}", err=True)
     paused_spec = {item.dag.dag_id: item.dag.spec.paused for item in loaded}  # a new DAG starts as its spec says
     for r in results:
         if r.action == "unchanged":
@@ -208,7 +216,7 @@ def dags_next_runs(obj: Context, dag_ref, after, count, now, as_json):
 
     instant = make_clock(now).now()
     if os.path.exists(dag_ref):
-        loaded = load_dag_paths([dag_ref])
+        loaded = load_dag_paths([dag_ref], spark_policy=spark_policy())
         if len(loaded) != 1:
             raise InvalidInput(f"{dag_ref} holds {len(loaded)} DAGs; give one file or a DAG id", field="DAG_ID_OR_FILE")
         dag = loaded[0].dag

@@ -194,7 +194,8 @@ FIELD_NOTES = {
     "TaskSpec.max_active_tis_per_dag": "unset: `spec.defaults.maxActiveTisPerDag`",
     "TaskSpec.execution_timeout": "unset: `spec.defaults.executionTimeout`",
     "TaskSpec.callbacks": "unset: `spec.defaults.callbacks`",
-    "TaskSpec.on": "an unquoted YAML `on:` (read as `true` by YAML 1.1) is taken back",
+    "TaskSpec.on": "`on:` before; YAML 1.1 parsers and kubectl read an unquoted `on:` as `true`, so it was "
+                   "renamed; `on` and `true` are still read, with a warning",
     "TaskSpec.spark": "the Spark job",
     "SparkSpec.arguments": "arguments of the main file, each a template",
     "SparkSpec.conf": "Spark conf, each value a template (`dagline.noop.outcome: failed` fails a try of the noop "

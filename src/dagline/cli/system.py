@@ -79,6 +79,8 @@ def _source(variable: str | None, *, flag: str | None = None, flag_given: bool =
 
 def settings_in_force(obj: Context) -> list[Setting]:
     from dagline.api.settings import ApiSettings
+    from dagline.cli.base import spark_policy
+    from dagline.domain.spark_policy import ALLOWED_CONF_SETTING
     from dagline.executors import registry, resolve_log_folder
     from dagline.executors.try_files import log_limits
     from dagline.k8s.settings import OperatorSettings
@@ -107,6 +109,9 @@ def settings_in_force(obj: Context) -> list[Setting]:
         variable = f"DAGLINE_CALLBACK_{field.name.upper()}"
         out.append(Setting(f"callback.{field.name}", getattr(callbacks, field.name), _source(variable),
                            "scheduler, operator (callback delivery)", variable))
+    spark_conf = spark_policy()
+    out.append(Setting("spark.allowed_conf", ",".join(spark_conf.allowed), _source(ALLOWED_CONF_SETTING),
+                       "dags apply, operator (Spark policy)", ALLOWED_CONF_SETTING))
     max_bytes, files = log_limits()
     for name, value in (("max_bytes", max_bytes), ("files", files)):
         variable = f"DAGLINE_LOG_{name.upper()}"

@@ -1,4 +1,4 @@
-"""The signal parts of a DAG spec: DAG-level `triggers`, task-level `on` rules, and their checks.
+"""The signal parts of a DAG spec: DAG-level `triggers`, task-level `onSignal` rules, and their checks.
 
 Pydantic models (the CRD schemas are generated from them, through `dagline.spec`) plus the checks
 that span fields: a rule's key must be a valid key (`dagline.task.<dag>.<task>.<state>` for
@@ -75,10 +75,11 @@ def rule_problems(dag_id: str, task_ids: Sequence[str], triggers: Sequence[Signa
     for index, task_id, task_rules in rules:
         seen: dict[str, int] = {}
         for j, rule in enumerate(task_rules):
-            field = f"spec.tasks[{index}].on[{j}].signal"
+            field = f"spec.tasks[{index}].onSignal[{j}].signal"
             target = check_key(rule.signal, field)
             if rule.signal in seen:
-                problems.append((field, f"{rule.signal!r} already has a rule in this task (on[{seen[rule.signal]}]); "
+                first = f"onSignal[{seen[rule.signal]}]"
+                problems.append((field, f"{rule.signal!r} already has a rule in this task ({first}); "
                                         "one rule per key and task"))
             seen.setdefault(rule.signal, j)
             if target and target[0] == dag_id and target[1] == task_id and rule.action != SignalAction.STOP:

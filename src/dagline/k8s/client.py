@@ -163,42 +163,21 @@ class SparkApplications:
 
 
 class Secrets:
-    """Secret calls in one namespace: the per-try Secrets holding a try's signal token."""
+    """Secret calls in one namespace: creating the per-try Secrets holding a try's signal token."""
 
     def __init__(self, api_client: client.ApiClient, namespace: str, *, timeout=DEFAULT_TIMEOUT):
         self.api = client.CoreV1Api(api_client)
         self.namespace = namespace
         self.timeout = timeout
 
-    def put(self, body: dict) -> None:
-        """Create the Secret, or replace the data of the one of that name (a try launched again)."""
-        name = body["metadata"]["name"]
+    def create(self, body: dict) -> bool:
+        """Create the Secret; False when one of that name exists already (it is left as it is). The
+        only Secret call dagline makes in the Spark namespace: the chart grants `create` and no more."""
         try:
             self.api.create_namespaced_secret(self.namespace, body, _request_timeout=self.timeout)
-            return
         except CALL_ERRORS as exc:
             error = sorted_error(exc)
-            if not isinstance(error, AlreadyExists):
-                raise error from None
-        try:
-            self.api.patch_namespaced_secret(name, self.namespace, {"stringData": body["stringData"]},
-                                             _request_timeout=self.timeout)
-        except CALL_ERRORS as exc:
-            raise sorted_error(exc) from None
-
-    def set_owner(self, name: str, owner: dict) -> None:
-        """Make the Secret go with `owner` (Kubernetes' garbage collector deletes it with the application)."""
-        try:
-            self.api.patch_namespaced_secret(name, self.namespace, {"metadata": {"ownerReferences": [owner]}},
-                                             _request_timeout=self.timeout)
-        except CALL_ERRORS as exc:
-            raise sorted_error(exc) from None
-
-    def delete(self, name: str) -> bool:
-        try:
-            self.api.delete_namespaced_secret(name, self.namespace, _request_timeout=self.timeout)
-        except CALL_ERRORS as exc:
-            if isinstance(exc, ApiException) and exc.status == 404:
+            if isinstance(error, AlreadyExists):
                 return False
-            raise sorted_error(exc) from None
+            raise error from None
         return True

@@ -102,6 +102,11 @@ def _convert(node: Mapping[str, Any], defs: Mapping[str, Any], path: str) -> dic
             }
         elif isinstance(extra, Mapping) and extra:
             result["additionalProperties"] = _convert(extra, defs, f"{path}.*")
+        elif extra is False:
+            # A closed model with no fields (`log: {}`): an object that takes nothing. Without
+            # preserve-unknown-fields, `kubectl apply` refuses `log: {level: debug}` (strict field
+            # validation) instead of the operator refusing it later.
+            result["properties"] = {}
         else:
             result["x-kubernetes-preserve-unknown-fields"] = True  # free-form: params, conf
     elif kind is None:
@@ -115,6 +120,16 @@ def structural_schema(model: type[BaseModel], path: str = "") -> dict[str, Any]:
     return _convert(schema, schema.get("$defs", {}), path or model.__name__)
 
 
+def _admit_old_spellings(spec: dict[str, Any]) -> None:
+    """A task's signal rules were `on:` before `onSignal:`. kubectl (go-yaml, YAML 1.1) sends an unquoted
+    `on:` as the key `true`: the schema declares both old keys, so `kubectl apply` (strict) takes objects
+    written before the rename and the apiserver does not prune their rules; the operator reads them as
+    `onSignal` with a warning."""
+    task = spec["properties"]["tasks"]["items"]["properties"]
+    for old in ("on", "true"):
+        task[old] = {**task["onSignal"], "description": f"deprecated spelling of onSignal (`{old}`); use onSignal"}
+
+
 def openapi_schema(kind: Kind) -> dict[str, Any]:
     """The `openAPIV3Schema` of a kind: apiVersion, kind, metadata, spec (required) and status."""
     metadata: dict[str, Any] = {"type": "object"}
@@ -123,6 +138,9 @@ def openapi_schema(kind: Kind) -> dict[str, Any]:
             "type": "string", "maxLength": DAG_NAME_MAX_LENGTH, "pattern": DAG_NAME_PATTERN,
             "description": "the dag_id: a lowercase DNS-1123 label",
         }}
+    spec = structural_schema(kind.spec_model, "spec")
+    if kind.kind == "DAG":
+        _admit_old_spellings(spec)
     status = structural_schema(kind.status_model, "status")
     status.setdefault("description", "Written by the dagline operator from its database; read-only for users.")
     return {
@@ -133,7 +151,7 @@ def openapi_schema(kind: Kind) -> dict[str, Any]:
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
             "metadata": metadata,
-            "spec": structural_schema(kind.spec_model, "spec"),
+            "spec": spec,
             "status": status,
         },
     }

@@ -23,16 +23,18 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from dagline.db.engine import Database
+from dagline.domain.spark_policy import DEFAULT_POLICY, SparkPolicy
 from dagline.errors import InvalidInput
 from dagline.k8s import conditions
 from dagline.k8s.conditions import Outcome
 from dagline.spec import Dag, LoadedDag, parse_dag_document
+from dagline.spec.dag import deprecated_spellings
 from dagline.store.dags import apply_dags, dag_sources, dags_with_current_version, deactivate
 from dagline.store.read_models import latest_runs, version_numbers
 from dagline.times import isoformat
 
 SOURCE_SCHEME = "k8s://"
-DERIVED_FIELDS = ("version", "versionHash", "active", "nextRun", "lastRunId", "lastRunState")
+DERIVED_FIELDS = ("version", "versionHash", "active", "paused", "nextRun", "lastRunId", "lastRunState")
 
 
 class NameTaken(InvalidInput):
@@ -58,8 +60,10 @@ def describe(exc: InvalidInput) -> str:
     return f"{exc.field}: {exc.reason}" if exc.field else exc.reason
 
 
-def apply_dag_object(db: Database, body: Mapping[str, Any], *, now: dt.datetime, who: str) -> Outcome:
-    """Validate and apply a DAG object; the outcome is its whole status (with `observedGeneration`)."""
+def apply_dag_object(db: Database, body: Mapping[str, Any], *, now: dt.datetime, who: str,
+                     spark_policy: SparkPolicy = DEFAULT_POLICY) -> Outcome:
+    """Validate (with the Spark policy the operator's settings allow) and apply a DAG object; the outcome
+    is its whole status (with `observedGeneration`)."""
     meta, status = body.get("metadata") or {}, body.get("status") or {}
     namespace, name = meta.get("namespace") or "default", meta.get("name")
     previous = status.get("conditions")
@@ -67,7 +71,8 @@ def apply_dag_object(db: Database, body: Mapping[str, Any], *, now: dt.datetime,
     document = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": {"name": name},
                 "spec": body.get("spec")}
     try:
-        dag = Dag.from_document(parse_dag_document(document, source=f"{namespace}/{name}"))
+        dag = Dag.from_document(parse_dag_document(document, source=f"{namespace}/{name}",
+                                                         spark_policy=spark_policy))
     except InvalidInput as exc:
         outcome = _refused(db, namespace, name, "Invalid", describe(exc), now=now, previous=previous)
     else:
@@ -89,6 +94,8 @@ def apply_dag_object(db: Database, body: Mapping[str, Any], *, now: dt.datetime,
                                                                          previous=previous)})
             for warning in result.warnings:
                 outcome.warn("PoolMissing", warning)
+            for warning in deprecated_spellings(document):
+                outcome.warn("DeprecatedField", warning)
     outcome.status["observedGeneration"] = meta.get("generation")
     return outcome
 
@@ -136,6 +143,7 @@ def derived_statuses(conn: Connection, dag_ids: Iterable[str]) -> dict[str, dict
         run = last.get(row.dag_id)
         result[row.dag_id] = {
             "version": numbers.get(row.current_version_id), "versionHash": row.version, "active": row.is_active,
+            "paused": row.is_paused,
             "nextRun": isoformat(row.next_dagrun_create_after or row.next_dagrun_data_interval_end)
             if row.is_active else None,
             "lastRunId": run.run_id if run else None, "lastRunState": run.state if run else None,

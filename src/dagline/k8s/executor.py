@@ -31,12 +31,16 @@ have read yet. `cancel` deletes at once; `end` stops following and deletes nothi
 
 Signals and the task's env. A try with an environment (`DAGLINE_API_URL`, `DAGLINE_SIGNAL_TOKEN`, the
 task's `env`: its `secretKeyRef`s read through `read_secret`, which the operator points at the DAG
-object's namespace; a missing Secret or key fails the try naming the variable) gets its Secret
-(`sparkapp.build_env_secret`) created, or its data replaced, just before its application; once the
-application exists the Secret is made its dependent (an ownerReference: Kubernetes deletes it with
-the application), and it is deleted when the try ends. A Secret that cannot be written for now
-(the API is down) delays the create like any create; a refused one (403: the chart's Role lacks
-`secrets`) fails the try with the API's message. `cancel` (a stop: `dagline tasks stop`, a stop or
+object's namespace, before the application is created; a missing Secret or key fails the try naming
+the variable) gets its Secret
+(`sparkapp.build_env_secret`) created right after its application, already owned by it (an
+ownerReference: Kubernetes' garbage collector deletes it with the application). Until it exists the
+driver pod waits (the kubelet retries a missing `secretKeyRef`). The executor only ever *creates*
+Secrets: it never reads, patches or deletes one, so the chart grants `create` on Secrets of the Spark
+namespace and nothing else (ADR 0046). A Secret that cannot be created for now (the API is down) is
+created at a later sync; a refused one (403) fails the try with the API's message and deletes its
+application; one that already exists (the same try's, from a launch whose answer was lost) is kept.
+`cancel` (a stop: `dagline tasks stop`, a stop or
 restart signal, `runs stop`) deletes the application, so the spark-operator deletes the driver pod
 and the driver gets SIGTERM, then its `terminationGracePeriodSeconds` (the task's stopGracePeriod).
 
@@ -178,6 +182,8 @@ class _Try:
     started_at: dt.datetime | None = None  # set when first seen running (and reported)
     state: str = ""                  # the last state seen
     create_error: str | None = None  # why the last create attempt failed (transient)
+    secret_owner: dict | None = None  # the application to own the try's Secret, while it is still to create
+    task_values: tuple[tuple[str, str], ...] | None = None  # the task's env, read (None: not yet)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,6 +256,9 @@ class SparkK8sExecutor:
         for t in [t for t in self._tries.values() if not t.created]:
             if self._api_ready():
                 self._create(t)
+        for t in [t for t in self._tries.values() if t.secret_owner is not None]:
+            if self._api_ready():
+                self._create_env_secret(t)
         if any(t.created for t in self._tries.values()):
             if time.monotonic() - self._last_list >= self.list_interval_s and self._api_ready():
                 self._refresh()
@@ -262,9 +271,8 @@ class SparkK8sExecutor:
         """Delete the try's application (wherever it was launched from); a followed try reports 'failed'."""
         t = self._tries.pop(key, None)
         name = t.name if t is not None else sparkapp.application_name(key)
-        self._delete_now(name, TIState.FAILED)
+        self._delete_now(name, TIState.FAILED)  # its Secret goes with it (ownerReference)
         if t is not None:
-            self._drop_env_secret(t.launch)
             now = self.clock.now()
             self._reports.append(self._report(t.launch, TIState.FAILED, now,
                                               message="cancelled: SparkApplication deleted",
@@ -332,16 +340,6 @@ class SparkK8sExecutor:
             self._secrets = Secrets(self._apps.api.api_client, self.settings.namespace)
         return self._secrets
 
-    def _drop_env_secret(self, launch: TaskLaunch) -> None:
-        """Delete a finished try's Secret (its token is dead anyway); on failure the garbage collector
-        deletes it with the application."""
-        if not sparkapp.has_env(launch) or not self._api_ready():
-            return
-        try:
-            self._secrets_api().delete(sparkapp.env_secret_name(launch.key))
-        except (ApiUnavailable, ApiRejected) as exc:
-            log.debug("could not delete the Secret of %s: %s", launch.key.job_name, exc)
-
     def _external_id(self, name: str) -> str:
         return f"{self.settings.namespace}/{name}"
 
@@ -379,18 +377,7 @@ class SparkK8sExecutor:
         task_values = self._task_values(t)
         if task_values is None:
             return
-        secret = sparkapp.build_env_secret(t.launch, namespace=self.settings.namespace, task_values=task_values)
-        if secret is not None:
-            try:
-                self._secrets_api().put(secret)
-            except ApiUnavailable as exc:
-                t.create_error = str(exc)
-                self._api_error(f"writing Secret {secret['metadata']['name']}", exc)
-                return
-            except ApiRejected as exc:
-                self._finish(t, TIState.FAILED, f"the Kubernetes API refused the Secret {secret['metadata']['name']} "
-                                          f"holding the try's environment: {exc}", cleanup=False)
-                return
+        t.task_values = task_values
         try:
             created = self._api().create(t.manifest)
         except AlreadyExists:
@@ -406,12 +393,50 @@ class SparkK8sExecutor:
             return
         self._api_ok()
         t.created = True
-        owner = sparkapp.owner_reference(created or {})
-        if secret is not None and owner is not None:
+        self._own_env_secret(t, created)
+
+    def _own_env_secret(self, t: _Try, app: dict | None) -> None:
+        """Create the try's Secret, owned by its application `app` (a created or adopted one)."""
+        owner = sparkapp.owner_reference(app or {})
+        if not sparkapp.has_env(t.launch):
+            return
+        if owner is None:  # no uid in the answer: read the application back for it
             try:
-                self._secrets_api().set_owner(secret["metadata"]["name"], owner)
-            except (ApiUnavailable, ApiRejected) as exc:  # it is deleted when the try ends all the same
-                log.debug("could not make Secret %s depend on %s: %s", secret["metadata"]["name"], t.name, exc)
+                owner = sparkapp.owner_reference(self._api().get(t.name) or {})
+            except (ApiUnavailable, ApiRejected) as exc:
+                self._api_error(f"reading SparkApplication {t.name}", exc)
+        if owner is None:
+            log.warning("SparkApplication %s has no uid: its Secret is created without an owner", t.name)
+            owner = {}
+        t.secret_owner = owner
+        self._create_env_secret(t)
+
+    def _create_env_secret(self, t: _Try) -> None:
+        if t.task_values is None:  # an adopted application whose creator died before creating its Secret
+            t.task_values = self._task_values(t)
+            if t.task_values is None:
+                return
+        secret = sparkapp.build_env_secret(t.launch, namespace=self.settings.namespace, owner=t.secret_owner or None,
+                                           task_values=t.task_values)
+        if secret is None:
+            t.secret_owner = None
+            return
+        try:
+            self._secrets_api().create(secret)
+        except ApiUnavailable as exc:
+            self._api_error(f"creating Secret {secret['metadata']['name']}", exc)
+            return  # the next sync creates it
+        except ApiRejected as exc:
+            t.secret_owner = None
+            self._tries.pop(t.launch.key, None)
+            self._delete_now(t.name, TIState.FAILED)
+            now = self.clock.now()
+            self._reports.append(self._report(
+                t.launch, TIState.FAILED, now, started_at=now,
+                message=f"the Kubernetes API refused the Secret {secret['metadata']['name']} holding the try's "
+                        f"environment: {exc}; SparkApplication deleted"))
+            return
+        t.secret_owner = None
 
     def _adopt_existing(self, t: _Try) -> None:
         """409 on create: follow the object if it is this try's, else fail the try (never touch the other)."""
@@ -430,7 +455,9 @@ class SparkK8sExecutor:
         log.info("SparkApplication %s already existed: adopted", t.name)
         t.created = True
         t.launched_at = sparkapp.launched_at(obj) or t.launched_at
-        self._observe(t, obj)
+        self._own_env_secret(t, obj)  # its creator may have died before creating it (an existing one is kept)
+        if t.launch.key in self._tries:
+            self._observe(t, obj)
 
     def _follow(self, launch: TaskLaunch, name: str, obj: dict | None) -> None:
         launched = (sparkapp.launched_at(obj) if obj is not None else None) or self.clock.now()
@@ -494,15 +521,13 @@ class SparkK8sExecutor:
             self._tries.pop(t.launch.key, None)
             # delete even when no create succeeded: one may have, with its answer lost
             self._delete_now(t.name, TIState.FAILED)
-            self._drop_env_secret(t.launch)
             self._reports.append(self._report(t.launch, TIState.FAILED, now, message=message, started_at=now))
 
     def _image(self, t: _Try) -> str:
         return (t.manifest.get("spec") or {}).get("image") or t.launch.job.image or self.settings.image
 
     def _finish(self, t: _Try, state: str, message: str | None, *, cleanup: bool = True) -> None:
-        self._tries.pop(t.launch.key, None)
-        self._drop_env_secret(t.launch)
+        self._tries.pop(t.launch.key, None)  # its Secret goes with its application (ownerReference)
         now = self.clock.now()
         self._reports.append(self._report(t.launch, state, now, message=message, started_at=t.started_at or now))
         if cleanup:

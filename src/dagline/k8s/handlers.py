@@ -123,7 +123,8 @@ async def remember(event: Mapping[str, Any], resource, memo, **_):
 @kopf.on.update(*DAGS, field="spec", registry=registry, backoff=BACKOFF_S)
 def dag_changed(body, patch, memo, **_):
     runtime = _runtime(memo)
-    _report(body, patch, dags.apply_dag_object(runtime.db, _plain(body), now=runtime.clock.now(), who=runtime.who))
+    _report(body, patch, dags.apply_dag_object(runtime.db, _plain(body), now=runtime.clock.now(), who=runtime.who,
+                                               spark_policy=runtime.settings.spark_policy))
 
 
 @kopf.on.delete(*DAGS, registry=registry, backoff=BACKOFF_S)

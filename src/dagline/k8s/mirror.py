@@ -26,6 +26,7 @@ from typing import Any
 
 from dagline.clock import Clock
 from dagline.db.engine import Database
+from dagline.domain.spark_policy import DEFAULT_POLICY, SparkPolicy
 from dagline.domain.states import RunState
 from dagline.errors import Unavailable
 from dagline.k8s import backfills, dagruns, dags, pools
@@ -75,7 +76,8 @@ def _deleting(body: Mapping[str, Any]) -> bool:
 
 class StatusSync:
     def __init__(self, db: Database, cache: ObjectCache, objects: DaglineObjects, *, clock: Clock, who: str,
-                 history_limit: int):
+                 history_limit: int, spark_policy: SparkPolicy = DEFAULT_POLICY):
+        self.spark_policy = spark_policy  # DAG objects applied here are checked as the handlers check them
         self.db = db
         self.cache = cache
         self.objects = objects
@@ -142,7 +144,8 @@ class StatusSync:
             elif reason_of(body.get("status")) == "NameTaken":
                 owner = dags.source_namespace(stored["source"]) if stored and stored["active"] else None
                 if owner is None or owner == namespace:  # the other namespace's DAG is gone
-                    outcome = dags.apply_dag_object(self.db, body, now=self.clock.now(), who=self.who)
+                    outcome = dags.apply_dag_object(self.db, body, now=self.clock.now(), who=self.who,
+                                                    spark_policy=self.spark_policy)
                     self._patch("dags", body, outcome.status, always=True)
 
     # -- DagRuns ------------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ class DagStatus(_Status):
     version: int | None = Field(None, description="the DAG version number the database holds")
     version_hash: str | None = None
     active: bool | None = None
+    paused: bool | None = Field(None, description="paused in the database (spec.paused only seeds a new DAG)")
     next_run: str | None = Field(None, description="when the next scheduled run will be created (UTC)")
     last_run_id: str | None = None
     last_run_state: str | None = None
@@ -134,12 +135,13 @@ AGE = PrinterColumn("Age", ".metadata.creationTimestamp", "date")
 
 DAG = Kind("DAG", "dags", "dag", ("dg",), DagSpec, DagStatus, (
     PrinterColumn("Schedule", ".spec.schedule"),
-    PrinterColumn("Paused", ".spec.paused", "boolean"),
+    # From status: a pause or unpause from the CLI, API or UI changes the database, not `spec.paused`.
+    PrinterColumn("Paused", ".status.paused", "boolean"),
     PrinterColumn("Version", ".status.version", "integer"),
     # A string, not "date": kubectl shows a date column as the age of the time, "<invalid>" for a future one.
     PrinterColumn("Next Run", ".status.nextRun"),
     PrinterColumn("Last Run", ".status.lastRunState"),
-    PrinterColumn("Ready", ".status.conditions[?(@.type==\"Ready\")].status", priority=1),
+    PrinterColumn("Ready", ".status.conditions[?(@.type==\"Ready\")].status"),
     AGE,
 ))
 DAG_RUN = Kind("DagRun", "dagruns", "dagrun", ("dr",), DagRunSpec, DagRunStatus, (

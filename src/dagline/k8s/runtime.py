@@ -124,7 +124,8 @@ class Runtime:
         self.cache = ObjectCache()
         self.health = Health(settings.liveness_timeout_s, scheduler_enabled=executor is not None)
         self.sync = StatusSync(db, self.cache, DaglineObjects(api), clock=self.clock,
-                               who=self.who, history_limit=settings.dagrun_history_limit)
+                               who=self.who, history_limit=settings.dagrun_history_limit,
+                               spark_policy=settings.spark_policy)
         read_secret = secret_reader(self.cache, api)  # Secrets of the DAG object's namespace, nowhere else
         if executor is not None and hasattr(executor, "read_secret"):
             executor.read_secret = read_secret  # spark-k8s: the tasks' env secretKeyRefs

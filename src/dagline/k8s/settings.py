@@ -15,6 +15,7 @@
 | `DAGLINE_API_PORT` | 8793 | the HTTP API (`/api/v1/signals`), served by every replica; 0: a free port; -1: off |
 | `DAGLINE_API_URL` | `http://127.0.0.1:<api port>` | the API's address as tries reach it (the chart sets it) |
 | `DAGLINE_API_ANONYMOUS_READ` | false | allow GET without a token |
+| `DAGLINE_SPARK_ALLOWED_CONF` | empty | Spark conf keys (or prefixes ending `*`) the Spark policy allows after all |
 
 Callback delivery reads `DAGLINE_CALLBACK_*` (`dagline.scheduler.deliveries.CallbackSettings`).
 
@@ -28,6 +29,7 @@ import os
 import re
 from collections.abc import Mapping
 
+from dagline.domain.spark_policy import ALLOWED_CONF_SETTING, SparkPolicy
 from dagline.errors import InvalidInput
 from dagline.executors import registry
 from dagline.limits import MAX_SETTING_SECONDS
@@ -49,6 +51,12 @@ class OperatorSettings:
     log_format: str = "text"
     api_port: int = 8793          # -1: no API in this replica
     api_url: str | None = None    # None: http://127.0.0.1:<api_port>
+    spark_allowed_conf: str = ""  # DAGLINE_SPARK_ALLOWED_CONF (`dagline.domain.spark_policy`)
+
+    @property
+    def spark_policy(self) -> SparkPolicy:
+        """The Spark policy DAG objects are applied with."""
+        return SparkPolicy.parse(self.spark_allowed_conf, field=ALLOWED_CONF_SETTING)
 
     @property
     def try_api_url(self) -> str:
@@ -56,6 +64,7 @@ class OperatorSettings:
         return self.api_url or f"http://127.0.0.1:{self.api_port if self.api_port > 0 else 8793}"
 
     def __post_init__(self):
+        self.spark_policy  # noqa: B018 - a bad list is an error naming the variable, at start
         if self.namespace is not None and not _DNS_LABEL.fullmatch(self.namespace):
             raise InvalidInput(f"{self.namespace!r} is not a namespace name", field="DAGLINE_NAMESPACE")
         for name, env in (("health_port", "DAGLINE_HEALTH_PORT"), ("metrics_port", "DAGLINE_METRICS_PORT")):
@@ -113,6 +122,7 @@ class OperatorSettings:
             "log_format": text("DAGLINE_LOG_FORMAT"),
             "api_port": number("DAGLINE_API_PORT", int),
             "api_url": text("DAGLINE_API_URL"),
+            "spark_allowed_conf": text(ALLOWED_CONF_SETTING),
 
         }
         values.update({key: value for key, value in overrides.items() if value is not None})

@@ -24,7 +24,8 @@ reported outcome (`success` / `failed`) once it kept a finished one; the executo
 `pending` ones, so kept applications cost nothing per sync.
 
 Signals. A try's `DAGLINE_API_URL` and `DAGLINE_SIGNAL_TOKEN` (`TaskLaunch.env`) go into a Secret of
-its own, `<application name>-env` (`build_env_secret`), which the driver and the executors read as
+its own, `<application name>-env` (`build_env_secret`, created after the application and owned by
+it), which the driver and the executors read as
 environment variables through Spark's own `spark.kubernetes.{driver,executor}.secretKeyRef.<VAR>`
 settings: Spark builds the pods with them, so this needs no mutating webhook of the spark-operator,
 and the token never appears in the SparkApplication. The task's own `env` goes the same way: its
@@ -201,19 +202,22 @@ def env_secret_name(key: TaskKey) -> str:
     return f"{application_name(key)}-env"
 
 
-def build_env_secret(launch: TaskLaunch, *, namespace: str,
+def build_env_secret(launch: TaskLaunch, *, namespace: str, owner: dict | None = None,
                      task_values: tuple[tuple[str, str], ...] = ()) -> dict | None:
     """The Secret of a try's environment (`launch.env`, then the task's `env` read: `task_values`), or
-    None when it has none."""
+    None when it has none; `owner` (an `owner_reference`) makes Kubernetes delete it with the application."""
     values = {**dict(launch.env), **dict(task_values)}
     if not values:
         return None
+    metadata = {"name": env_secret_name(launch.key), "namespace": namespace,
+                "labels": {**try_labels(launch.key), LABEL_MANAGED: MANAGED_BY}}
+    if owner:
+        metadata["ownerReferences"] = [owner]
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
-        "metadata": {"name": env_secret_name(launch.key), "namespace": namespace,
-                     "labels": {**try_labels(launch.key), LABEL_MANAGED: MANAGED_BY}},
+        "metadata": metadata,
         "stringData": values,
     }
 
@@ -270,6 +274,12 @@ STATE_PHASES: dict[str, Phase] = {
     "RUNNING": Phase.RUNNING,
     "SUCCEEDING": Phase.RUNNING,        # the driver ended well; the operator is finishing up
     "FAILING": Phase.RUNNING,           # the driver failed; the operator is finishing up
+    # spark-operator 2.x `spec.suspend` (set by a queue such as Kueue when it preempts an application): the
+    # driver is stopped and the application waits to be resumed and resubmitted. The try is not over: it
+    # stays launched, its execution timeout still runs, and the resumed driver runs it again from the start.
+    "SUSPENDING": Phase.WAITING,
+    "SUSPENDED": Phase.WAITING,
+    "RESUMING": Phase.WAITING,
     "COMPLETED": Phase.SUCCESS,
     "FAILED": Phase.FAILED,
     "SUBMISSION_FAILED": Phase.FAILED,

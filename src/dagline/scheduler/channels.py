@@ -10,7 +10,10 @@ Secrets of the DAG's namespace.
 The webhook: `POST <url>` with the JSON body (`dagline.domain.callbacks.payload`) and the headers
 `Content-Type: application/json`, `User-Agent: dagline`, `X-Dagline-Delivery: <delivery id>`,
 `X-Dagline-Event: <event>`, `X-Dagline-Attempt: <n>`, plus the spec's own. Any 2xx answer is a
-delivery; anything else (an error status, a refused connection, a timeout) is a failed attempt.
+delivery; anything else (an error status, a redirect, a refused connection, a timeout) is a failed
+attempt. The destination must pass the egress policy (`dagline.domain.egress`, judged on the address
+connected to: `dagline.scheduler.egress`); a refused one fails for good at once (`DeliveryRefused`),
+its reason recorded as the row's `last_error`.
 """
 
 from __future__ import annotations
@@ -19,23 +22,17 @@ import dataclasses
 import json
 import logging
 import os
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from dagline.domain.callbacks import CallbackEvent, summary
-from dagline.errors import DaglineError
+from dagline.domain.egress import DEFAULT_EGRESS, EgressPolicy
 from dagline.executors.secret_sources import LocalSecrets, SecretNotFound
+from dagline.scheduler.egress import DeliveryFailed, DeliveryRefused, post
+
+__all__ = ["Callback", "DeliveryFailed", "DeliveryRefused", "SecretReader", "log_channel", "webhook_channel"]
 
 callback_log = logging.getLogger("dagline.domain.callbacks")
-
-
-class DeliveryFailed(DaglineError):
-    """An attempt that did not get through; the message says why (it is stored as `last_error`). What
-    dagline called refused or could not be reached: 502."""
-
-    http_status = 502
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +80,10 @@ class SecretReader:
             raise DeliveryFailed(f"{what}: secret {secret['name']}/{secret['key']}: {exc}") from exc
 
 
-def webhook_channel(secrets: SecretReader, *, timeout_s: float) -> Callable[[Callback], None]:
+def webhook_channel(secrets: SecretReader, *, timeout_s: float,
+                    egress: EgressPolicy = DEFAULT_EGRESS) -> Callable[[Callback], None]:
+    """The webhook channel; `egress` says which destinations it may connect to (`dagline.scheduler.egress`)."""
+
     def deliver(callback: Callback) -> None:
         target = callback.target
         dag_id = callback.payload["dag_id"]
@@ -96,15 +96,7 @@ def webhook_channel(secrets: SecretReader, *, timeout_s: float) -> Callable[[Cal
         for header in target.get("headers", []):
             headers[header["name"]] = secrets(header["valueFrom"], f"webhook header {header['name']}", dag_id)
         body = json.dumps(callback.payload, sort_keys=True).encode()
-        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as answer:  # noqa: S310 - http(s) checked in spec
-                answer.read()
-        except urllib.error.HTTPError as exc:
-            raise DeliveryFailed(f"webhook answered {exc.code} {exc.reason}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise DeliveryFailed(f"webhook not reached: {reason}") from None
+        post(url, body, headers, policy=egress, timeout_s=timeout_s)
 
     return deliver
 

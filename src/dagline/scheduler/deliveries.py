@@ -9,13 +9,16 @@ The channels (`channels`: webhook, log; the operator adds Kubernetes Events) run
 outside any transaction. A replica killed mid-delivery leaves its rows pending until their lease
 passes, then any replica sends them again: at least once, a duplicate always with the same delivery id.
 
-Settings come from `DAGLINE_CALLBACK_<FIELD>` environment variables (e.g. `DAGLINE_CALLBACK_MAX_ATTEMPTS`).
+Settings come from `DAGLINE_CALLBACK_<FIELD>` environment variables (e.g. `DAGLINE_CALLBACK_MAX_ATTEMPTS`;
+`DAGLINE_CALLBACK_ALLOWED_NETWORKS` is the webhooks' egress allow-list, `dagline.domain.egress`). A
+delivery the egress policy refuses fails for good at once, its reason kept as the row's `last_error`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import logging
 import queue
 import time
@@ -25,8 +28,9 @@ from dagline import metrics
 from dagline.db.claims import claim_due_callbacks
 from dagline.db.outbox import settle_delivered, settle_failed
 from dagline.domain.callbacks import redelivery_delay
+from dagline.domain.egress import ALLOWED_NETWORKS_SETTING, EgressPolicy
 from dagline.errors import InvalidInput
-from dagline.scheduler.channels import Callback, DeliveryFailed
+from dagline.scheduler.channels import Callback, DeliveryFailed, DeliveryRefused
 from dagline.scheduler.replica.resilience import Transactions
 from dagline.scheduler.settings import env_overrides
 
@@ -44,14 +48,23 @@ class CallbackSettings:
     backoff_base_s: float = 5.0      # wait after the first failed attempt; doubles each time
     backoff_max_s: float = 600.0     # ... up to this
     deadline_check_interval_s: float = 1.0  # how often the loop looks for missed deadlines (an indexed query)
+    allowed_networks: str = ""       # CIDRs (optionally :port) webhooks may reach besides public addresses
 
     def __post_init__(self):
+        self.egress  # noqa: B018 - a bad allow-list is an error naming the variable, at start
         for field in dataclasses.fields(self):
+            if isinstance(field.default, str):
+                continue
             if getattr(self, field.name) <= 0:
                 raise InvalidInput(f"must be positive, got {getattr(self, field.name)!r}", field=_env(field.name))
         if self.lease_s <= self.timeout_s:
             raise InvalidInput(f"must be longer than DAGLINE_CALLBACK_TIMEOUT_S ({self.timeout_s:g}), got "
                                f"{self.lease_s:g}: a slow attempt would be sent twice at once", field=_env("lease_s"))
+
+    @functools.cached_property
+    def egress(self) -> EgressPolicy:
+        """The egress policy of webhooks (`dagline.domain.egress`) with `allowed_networks` allowed."""
+        return EgressPolicy.parse(self.allowed_networks, field=ALLOWED_NETWORKS_SETTING)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> CallbackSettings:
@@ -67,6 +80,7 @@ class _Outcome:
     callback: Callback
     error: str | None
     seconds: float
+    final: bool = False  # no further attempt (a destination the egress policy refuses)
 
 
 class Deliveries:
@@ -113,14 +127,16 @@ class Deliveries:
 
     def _attempt(self, callback: Callback) -> None:
         started = time.monotonic()
-        error = None
+        error, final = None, False
         try:
             self.channels[callback.channel](callback)
+        except DeliveryRefused as exc:
+            error, final = str(exc), True
         except DeliveryFailed as exc:
             error = str(exc)
         except Exception as exc:  # noqa: BLE001 - any failure of a channel is a failed attempt, retried
             error = f"{type(exc).__name__}: {exc}"
-        self._finished.put(_Outcome(callback, error, time.monotonic() - started))
+        self._finished.put(_Outcome(callback, error, time.monotonic() - started, final))
         if self.on_done is not None:
             self.on_done()
 
@@ -141,7 +157,7 @@ class Deliveries:
                 if outcome.error is None:
                     settle_delivered(conn, cb.outbox_id, at=now)
                     continue
-                retry_at = None if cb.attempt >= s.max_attempts else now + redelivery_delay(
+                retry_at = None if outcome.final or cb.attempt >= s.max_attempts else now + redelivery_delay(
                     cb.attempt, base_s=s.backoff_base_s, cap_s=s.backoff_max_s)
                 settle_failed(conn, cb.outbox_id, attempt=cb.attempt, error=outcome.error, retry_at=retry_at)
 
@@ -161,7 +177,7 @@ class Deliveries:
                 self.delivered += 1
             else:
                 self.failed_attempts += 1
-                last = cb.attempt >= s.max_attempts
+                last = outcome.final or cb.attempt >= s.max_attempts
                 log.warning("callback %s (%s, %s) attempt %d failed: %s%s", cb.delivery_id, cb.channel, cb.event,
                             cb.attempt, outcome.error, "; giving up" if last else "; will retry")
         return len(outcomes)

@@ -92,7 +92,8 @@ class Scheduler(Context):
         self.backoff = Backoff(max_s=self.settings.backoff_max_s)
         self.callback_settings = callback_settings or CallbackSettings()
         secrets = secret_reader or SecretReader()
-        self.callback_channels = {"webhook": webhook_channel(secrets, timeout_s=self.callback_settings.timeout_s),
+        self.callback_channels = {"webhook": webhook_channel(secrets, timeout_s=self.callback_settings.timeout_s,
+                                                              egress=self.callback_settings.egress),
                                   "log": log_channel, **(callback_channels or {})}
         self.failed_loops = 0  # iterations ended by a transient database error
         self._lock = SchedulerLock(db)

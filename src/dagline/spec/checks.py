@@ -9,8 +9,10 @@ import difflib
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
 
-from dagline.domain.callbacks import RUN_EVENTS
+from dagline.domain.callbacks import RUN_EVENTS, CallbackSpec
+from dagline.domain.egress import EgressPolicy, literal_url_refusal
 from dagline.domain.signal_rules import rule_problems
+from dagline.domain.spark_policy import DEFAULT_POLICY, SparkPolicy
 from dagline.domain.templating import referenced_params
 from dagline.spec.models import DagSpec
 from dagline.spec.problems import format_path, problems_error
@@ -115,11 +117,37 @@ def _cross_field_problems(spec: DagSpec) -> list[tuple[str, str]]:
     return problems
 
 
-def check_dag_spec(spec: DagSpec, source: str | None = None, dag_id: str | None = None) -> None:
-    """Checks that span fields (task graph, dates, params in templates, signal rules); raise
+def spark_policy_problems(spec: DagSpec, policy: SparkPolicy) -> list[tuple[str, str]]:
+    """Every `spark.conf` key the Spark policy refuses (`dagline.domain.spark_policy`), with its path."""
+    return [(format_path(["spec", "tasks", index, "spark", "conf", key]), f"{key!r}: {why}")
+            for index, task in enumerate(spec.tasks) for key, why in policy.refusals(task.spark.conf)]
+
+
+def check_dag_spec(spec: DagSpec, source: str | None = None, dag_id: str | None = None, *,
+                   spark_policy: SparkPolicy | None = DEFAULT_POLICY) -> None:
+    """Checks that span fields (task graph, dates, params in templates, signal rules) and the Spark
+    policy (None: not checked, for a DAG rebuilt from its stored, already applied spec); raise
     InvalidInput listing all."""
     problems = _cross_field_problems(spec)
+    if spark_policy is not None:
+        problems += spark_policy_problems(spec, spark_policy)
     problems += rule_problems(dag_id or "", [t.id for t in spec.tasks], spec.triggers,
                               [(i, t.id, t.on) for i, t in enumerate(spec.tasks) if t.on])
     if problems:
         raise problems_error(problems, source)
+
+
+def refused_webhook_urls(spec: DagSpec, policy: EgressPolicy) -> list[tuple[str, str]]:
+    """(YAML path, why) of every literal webhook `url` the egress policy would refuse at delivery
+    (`dagline.domain.egress.literal_url_refusal`): `dags apply` warns of them, and applies the DAG."""
+    places: list[tuple[list[str | int], list[CallbackSpec]]] = [
+        (["spec", "callbacks"], spec.callbacks), (["spec", "defaults", "callbacks"], spec.defaults.callbacks)]
+    places += [(["spec", "tasks", i, "callbacks"], task.callbacks or []) for i, task in enumerate(spec.tasks)]
+    found = []
+    for where, callbacks in places:
+        for index, callback in enumerate(callbacks):
+            url = callback.webhook.url if callback.webhook is not None else None
+            why = literal_url_refusal(url, policy) if url else None
+            if why is not None:
+                found.append((format_path([*where, index, "webhook", "url"]), f"{url}: {why}"))
+    return found

@@ -52,8 +52,27 @@ def normalized_spec(spec: DagSpec) -> dict[str, Any]:
     _omit_unset(data, _LATER_DAG_FIELDS)
     _omit_unset(data["defaults"])
     for task in data.get("tasks", []):
+        if "onSignal" in task:  # stored under its first name, so a DAG keeps its version across the rename
+            task["on"] = task.pop("onSignal")
         _omit_unset(task, _LATER_TASK_FIELDS)
     return data
+
+
+def deprecated_spellings(data: Any) -> list[str]:
+    """Warnings for keys of a DAG document that are read under an old name: a task's `on:` (an unquoted
+    `on:` reaches dagline as `true` from YAML 1.1 parsers and kubectl) is now `onSignal:`."""
+    spec = data.get("spec") if isinstance(data, Mapping) else None
+    tasks = spec.get("tasks") if isinstance(spec, Mapping) else None
+    found = []
+    for index, task in enumerate(tasks if isinstance(tasks, list) else []):
+        if not isinstance(task, Mapping):
+            continue
+        for spelling in ("on", True, "true"):
+            if spelling in task:
+                shown = "on" if spelling == "on" else f"{spelling} (an unquoted `on:`)"
+                found.append(f"spec.tasks[{index}].{shown}: renamed to onSignal, because YAML 1.1 parsers and "
+                             "kubectl read an unquoted `on:` as true; read as onSignal for now")
+    return found
 
 
 def version_of(spec_json: Mapping[str, Any]) -> str:
@@ -179,7 +198,7 @@ class Dag:
     @classmethod
     def _build(cls, dag_id: str, spec: DagSpec, *, source: str | None,
                stored: tuple[dict[str, Any], str] | None = None) -> Dag:
-        check_dag_spec(spec, source, dag_id)
+        check_dag_spec(spec, source, dag_id, spark_policy=None)  # the policy is checked where a spec is applied
         upstream = {task.id: task.upstream for task in spec.tasks}
         order, _ = topological_order([task.id for task in spec.tasks], upstream)
         by_id = {task.id: task for task in spec.tasks}

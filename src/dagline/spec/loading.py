@@ -16,11 +16,12 @@ from typing import Any, NamedTuple
 import yaml
 from pydantic import ValidationError
 
+from dagline.domain.spark_policy import DEFAULT_POLICY, SparkPolicy
 from dagline.errors import InvalidInput
 from dagline.limits import MAX_SPEC_FILE_BYTES, MAX_TASKS_PER_DAG
 from dagline.spec.bounds import check_yaml_bounds
 from dagline.spec.checks import check_dag_spec
-from dagline.spec.dag import Dag
+from dagline.spec.dag import Dag, deprecated_spellings
 from dagline.spec.models import DagDocument
 from dagline.spec.problems import dag_label, invalid_input
 
@@ -67,8 +68,10 @@ def _yaml_documents(text: str, source: str) -> list[Any]:
         raise InvalidInput(f"invalid YAML value: {exc}", source=source) from None
 
 
-def parse_dag_document(data: Any, source: str | None = None) -> DagDocument:
-    """Validate one document (a parsed YAML mapping or a resource body) completely."""
+def parse_dag_document(data: Any, source: str | None = None, *,
+                       spark_policy: SparkPolicy = DEFAULT_POLICY) -> DagDocument:
+    """Validate one document (a parsed YAML mapping or a resource body) completely, with the Spark policy
+    (`dagline.domain.spark_policy`; by default nothing the policy refuses is allowed)."""
     if not isinstance(data, Mapping):
         raise InvalidInput(
             f"expected a mapping with apiVersion, kind, metadata and spec, got {type(data).__name__}", source=source
@@ -84,11 +87,12 @@ def parse_dag_document(data: Any, source: str | None = None) -> DagDocument:
         document = DagDocument.model_validate(data)
     except ValidationError as exc:
         raise invalid_input(exc, DagDocument, label) from None
-    check_dag_spec(document.spec, label, document.metadata.name)
+    check_dag_spec(document.spec, label, document.metadata.name, spark_policy=spark_policy)
     return document
 
 
-def parse_dag_yaml(text: str, source: str = "<string>", warn: Warn | None = None) -> list[DagDocument]:
+def parse_dag_yaml(text: str, source: str = "<string>", warn: Warn | None = None, *,
+                   spark_policy: SparkPolicy = DEFAULT_POLICY) -> list[DagDocument]:
     """The DAG documents in a YAML text (several may be separated by `---`).
 
     The text's size, nesting, aliases and strings are bounded (`dagline.limits`) before it is built into
@@ -107,7 +111,9 @@ def parse_dag_yaml(text: str, source: str = "<string>", warn: Warn | None = None
     for index, data in enumerate(documents):
         kind = data.get("kind") if isinstance(data, Mapping) else None
         if kind is None or kind == DAG_KIND:
-            result.append(parse_dag_document(data, source))
+            result.append(parse_dag_document(data, source, spark_policy=spark_policy))
+            for problem in deprecated_spellings(data):
+                (warn or _log.warning)(f"{source}: {problem}")
         elif kind in OTHER_KINDS:
             continue
         elif isinstance(data.get("apiVersion"), str) and not data["apiVersion"].startswith(_API_GROUP):
@@ -175,10 +181,11 @@ def read_spec_file(path: str) -> str:
         raise refuse(f"cannot read the file: {reason}") from None
 
 
-def _load_file(path: str, warn: Warn | None = None) -> list[LoadedDag]:
+def _load_file(path: str, warn: Warn | None = None, spark_policy: SparkPolicy = DEFAULT_POLICY) -> list[LoadedDag]:
     text = read_spec_file(path)
     absolute = os.path.abspath(path)
-    return [LoadedDag(Dag.from_document(document), absolute) for document in parse_dag_yaml(text, path, warn)]
+    return [LoadedDag(Dag.from_document(document), absolute)
+            for document in parse_dag_yaml(text, path, warn, spark_policy=spark_policy)]
 
 
 def _yaml_files(path: str, warn: Warn | None = None) -> list[str]:
@@ -223,25 +230,27 @@ def _refuse_duplicates(loaded: Sequence[LoadedDag]) -> None:
         first[dag_id] = item
 
 
-def load_dag_file(path: str | os.PathLike[str], warn: Warn | None = None) -> list[LoadedDag]:
+def load_dag_file(path: str | os.PathLike[str], warn: Warn | None = None, *,
+                  spark_policy: SparkPolicy = DEFAULT_POLICY) -> list[LoadedDag]:
     """The DAGs of one YAML file, all validated; a file without a DAG document is an error."""
     path = os.fspath(path)
-    loaded = _load_file(path, warn)
+    loaded = _load_file(path, warn, spark_policy)
     if not loaded:
         raise InvalidInput("no DAG document in this file (kind: DAG)", source=path)
     _refuse_duplicates(loaded)
     return loaded
 
 
-def load_dag_paths(paths: Iterable[str | os.PathLike[str]], warn: Warn | None = None) -> list[LoadedDag]:
+def load_dag_paths(paths: Iterable[str | os.PathLike[str]], warn: Warn | None = None, *,
+                   spark_policy: SparkPolicy = DEFAULT_POLICY) -> list[LoadedDag]:
     """The DAGs of files and folders, all validated before any is returned; dag ids must be unique.
-    `warn` hears of what was skipped (default: the log)."""
+    `warn` hears of what was skipped (default: the log); `spark_policy` is what the admin allowed."""
     paths = [os.fspath(path) for path in paths]
     files: dict[str, str] = {}  # absolute -> as given: a file named twice is read once
     for path in paths:
         for file in _yaml_files(path, warn):
             files.setdefault(os.path.abspath(file), file)
-    loaded = [item for file in files.values() for item in _load_file(file, warn)]
+    loaded = [item for file in files.values() for item in _load_file(file, warn, spark_policy)]
     if not loaded:
         raise InvalidInput(f"no DAG found in {', '.join(paths) or 'no paths'}")
     _refuse_duplicates(loaded)

@@ -152,7 +152,8 @@ class TaskSpec(SpecModel):
         "batch", description="streaming: runs until stopped (a stopped try ends success); batch: runs to its end")
     stop_grace_period: IsoDuration | None = Field(
         None, description="ISO-8601 duration between the stop request (SIGTERM) and the kill; default PT30S")
-    on: list[SignalRule] = Field([], description="signal rules acting on this task inside running runs")
+    on: list[SignalRule] = Field([], alias="onSignal",
+                                 description="signal rules acting on this task inside running runs")
     env: list[EnvVar] | None = Field(None, max_length=MAX_TASK_ENV,
                                      description="environment variables of the job (driver and executors): "
                                                  "{name, value} or {name, valueFrom: {secretKeyRef: {name, key}}}")
@@ -163,11 +164,13 @@ class TaskSpec(SpecModel):
     @model_validator(mode="before")
     @classmethod
     def _on_key(cls, data: Any) -> Any:
-        # YAML 1.1 (PyYAML, and kubectl's go-yaml) reads an unquoted `on:` key as the boolean true
-        if isinstance(data, Mapping) and "on" not in data:
-            for spelling in (True, "true"):
+        # The key was `on:` until YAML 1.1 (PyYAML, and kubectl's go-yaml) was seen to read it unquoted as
+        # the boolean true: kubectl sends `true`. Both old spellings are still read, with a warning
+        # (`deprecated_spellings`), so files and objects written before the rename keep working.
+        if isinstance(data, Mapping) and "onSignal" not in data:
+            for spelling in ("on", True, "true"):
                 if spelling in data:
-                    data = {("on" if k == spelling else k): v for k, v in data.items()}
+                    data = {("onSignal" if k == spelling else k): v for k, v in data.items()}
                     break
         return data
 
