@@ -84,6 +84,8 @@ MAX_SPARK_INSTANCES = 10_000
 """`executor.instances`."""
 MAX_SPARK_MEMORY_BYTES = 1024**5
 """`driver.memory`, `executor.memory`: 1 PiB (`1p`); a bare number is MiB, as Spark reads it."""
+MAX_TASK_ENV = 200
+"""Variables in one task's `env` (or the task defaults' `env`)."""
 
 MIN_YEAR = 1900
 MAX_YEAR = 9000

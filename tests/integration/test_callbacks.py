@@ -40,10 +40,10 @@ spec:
   callbacks:
     - events: [success, failure]
       webhook:
-        urlFrom: {env: HOOK_URL}
-        headers: [{name: Authorization, valueFrom: {env: HOOK_TOKEN}}]
+        urlFrom: {env: SECRET_HOOK_URL}
+        headers: [{name: Authorization, valueFrom: {env: SECRET_HOOK_TOKEN}}]
   defaults:
-    callbacks: [{events: [retry, failure], webhook: {urlFrom: {env: HOOK_URL}}}]
+    callbacks: [{events: [retry, failure], webhook: {urlFrom: {env: SECRET_HOOK_URL}}}]
   tasks:
     - id: flaky
       retries: 1
@@ -53,7 +53,7 @@ spec:
         conf: {dagline.noop.outcome: "{{ 'failed' if try_number == 1 else 'success' }}"}
     - id: quiet
       upstream: [flaky]
-      callbacks: [{events: [success], webhook: {urlFrom: {env: HOOK_URL}}}]
+      callbacks: [{events: [success], webhook: {urlFrom: {env: SECRET_HOOK_URL}}}]
       spark: {mainApplicationFile: q.py}
 """
 
@@ -66,7 +66,7 @@ def receiver():
 
 
 def _scheduler(db, clock, receiver, **settings):
-    secrets = SecretReader(environ={"HOOK_URL": receiver.url, "HOOK_TOKEN": "Bearer s3cret"})
+    secrets = SecretReader(environ={"SECRET_HOOK_URL": receiver.url, "SECRET_HOOK_TOKEN": "Bearer s3cret"})
     return Scheduler(db, NoopExecutor(8, clock=clock), clock=clock, secret_reader=secrets,
                      callback_settings=CallbackSettings(**{"allowed_networks": receiver.allowed_networks, **settings}))
 
@@ -160,7 +160,7 @@ def test_a_missing_environment_variable_is_a_failed_attempt_naming_it(db, tmp_pa
     sched = Scheduler(db, NoopExecutor(8, clock=clock), clock=clock, secret_reader=SecretReader(environ={}))
     sched.run(until_idle=True)
     (row,) = _deliveries(db)
-    assert row.state == "pending" and "environment variable HOOK_URL is not set" in row.last_error
+    assert row.state == "pending" and "secret variable SECRET_HOOK_URL is not set" in row.last_error
 
 
 @pytest.mark.parametrize("callback, field, message", [
@@ -222,9 +222,9 @@ metadata: {name: chain}
 spec:
   paused: false
   schedule: null
-  callbacks: [{events: [success], webhook: {urlFrom: {env: HOOK_URL}}}]
+  callbacks: [{events: [success], webhook: {urlFrom: {env: SECRET_HOOK_URL}}}]
   defaults:
-    callbacks: [{events: [success], webhook: {urlFrom: {env: HOOK_URL}}}]
+    callbacks: [{events: [success], webhook: {urlFrom: {env: SECRET_HOOK_URL}}}]
   tasks:
     - {id: a, spark: {mainApplicationFile: a.py}}
     - {id: b, upstream: [a], spark: {mainApplicationFile: b.py}}
@@ -270,9 +270,9 @@ metadata: {name: killed}
 spec:
   paused: false
   schedule: null
-  callbacks: [{events: [success, failure], webhook: {urlFrom: {env: HOOK_URL}}}]
+  callbacks: [{events: [success, failure], webhook: {urlFrom: {env: SECRET_HOOK_URL}}}]
   defaults:
-    callbacks: [{events: [success, failure, retry], webhook: {urlFrom: {env: HOOK_URL}}}]
+    callbacks: [{events: [success, failure, retry], webhook: {urlFrom: {env: SECRET_HOOK_URL}}}]
   tasks:
     - {id: a, spark: {mainApplicationFile: a.py}}
     - {id: b, upstream: [a], spark: {mainApplicationFile: b.py}}
@@ -281,7 +281,7 @@ spec:
 
 
 def _replica(url: str, receiver: Receiver, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "HOOK_URL": receiver.url, "DAGLINE_CALLBACK_LEASE_S": "30",
+    env = {**os.environ, "SECRET_HOOK_URL": receiver.url, "DAGLINE_CALLBACK_LEASE_S": "30",
            "DAGLINE_CALLBACK_ALLOWED_NETWORKS": receiver.allowed_networks}
     return subprocess.Popen([sys.executable, "-m", "dagline.cli", "--db", url, "scheduler", "--executor", "noop", *args],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -363,3 +363,83 @@ def test_callbacks_list_redeliver_and_prune(db, tmp_path, receiver):
     assert "pruned 1" in cli.invoke(main, ["--db", url, "callbacks", "prune", "--older-than", "P1D", "--now", later]).output
     bad = cli.invoke(main, ["--db", url, "callbacks", "prune", "--older-than", "a week"])
     assert bad.exit_code == 2 and "--older-than" in bad.output
+
+
+# -- what a callback may read (issue 26, defect 1) --------------------------------------------------
+
+LEAK_DAG = """
+apiVersion: dagline.io/v1alpha1
+kind: DAG
+metadata: {name: leak}
+spec:
+  paused: false
+  schedule: null
+  callbacks:
+    - events: [success]
+      webhook:
+        url: https://collector.example.com/x
+        headers: [{name: X-Db, valueFrom: {env: DAGLINE_DB_URL}}]
+  tasks: [{id: a, spark: {mainApplicationFile: a.py}}]
+"""
+
+
+def test_a_callback_header_from_the_database_url_is_refused_at_apply_and_nothing_is_stored(db, tmp_path):
+    from tests.helpers.cli import cli, snapshot
+
+    before = snapshot(db)
+    result = cli(db, "dags", "apply", write_dag(tmp_path, LEAK_DAG), expect=2)
+    assert "spec.callbacks[0].webhook.headers[0].valueFrom.env" in result.stderr
+    assert "DAGLINE_DB_URL is one of the scheduler's own settings" in result.stderr
+    assert snapshot(db) == before
+
+
+SECRET_HEADER_DAG = """
+apiVersion: dagline.io/v1alpha1
+kind: DAG
+metadata: {name: allowed}
+spec:
+  paused: false
+  schedule: null
+  callbacks:
+    - events: [success]
+      webhook:
+        urlFrom: {env: SECRET_HOOK_URL}
+        headers: [{name: Authorization, valueFrom: {secretKeyRef: {name: hooks, key: token}}}]
+  tasks: [{id: a, spark: {mainApplicationFile: a.py}}]
+"""
+
+
+def test_a_header_from_a_secret_key_ref_is_delivered_from_the_secrets_file(db, tmp_path, receiver):
+    """Outside Kubernetes `secretKeyRef {name: hooks, key: token}` is the secret variable
+    SECRET_HOOKS__TOKEN, here a line of the secrets file; the scheduler's DAGLINE_* stay its own."""
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text("SECRET_HOOKS__TOKEN=Bearer from-the-file\n")
+    apply(db, write_dag(tmp_path, SECRET_HEADER_DAG))
+    trigger_run(db, "allowed", logical_date=t(NOW), now=t(NOW))
+    clock = FixedClock(t(NOW))
+    reader = SecretReader(environ={"SECRET_HOOK_URL": receiver.url, "DAGLINE_SECRETS_FILE": str(secrets),
+                                   "DAGLINE_DB_URL": "postgresql://u:hunter2@db/x"})
+    Scheduler(db, NoopExecutor(8, clock=clock), clock=clock, secret_reader=reader,
+              callback_settings=CallbackSettings(allowed_networks=receiver.allowed_networks)).run(until_idle=True)
+    [(headers, body)] = receiver.received
+    assert headers["Authorization"] == "Bearer from-the-file" and body["event"] == "success"
+    assert not any("hunter2" in value for value in headers.values())
+
+
+def test_an_env_outside_the_secret_prefix_warns_at_apply_and_its_delivery_fails_saying_why(db, tmp_path, receiver):
+    """A DAG written before the prefix rule (`{env: HOOK_URL}`) still applies, with a warning naming the
+    field and the name to use; its deliveries fail, recorded with the reason, and nothing is sent."""
+    from tests.helpers.cli import cli
+
+    result = cli(db, "dags", "apply", write_dag(tmp_path, SECRET_HEADER_DAG.replace("SECRET_HOOK_URL", "HOOK_URL")))
+    assert ("allowed: warning: spec.callbacks[0].webhook.urlFrom.env: HOOK_URL does not start with the secret "
+            "prefix SECRET_ (DAGLINE_SECRET_PREFIX)") in result.stderr
+    assert "names SECRET_HOOK_URL" in result.stderr
+    trigger_run(db, "allowed", logical_date=t(NOW), now=t(NOW))
+    clock = FixedClock(t(NOW))
+    reader = SecretReader(environ={"HOOK_URL": receiver.url})
+    Scheduler(db, NoopExecutor(8, clock=clock), clock=clock, secret_reader=reader,
+              callback_settings=CallbackSettings(allowed_networks=receiver.allowed_networks)).run(until_idle=True)
+    (row,) = _deliveries(db)
+    assert row.state == "pending" and "variable HOOK_URL is not a secret variable" in row.last_error
+    assert receiver.received == []

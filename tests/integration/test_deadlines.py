@@ -216,7 +216,7 @@ spec:
   deadline: {within: PT1H}
   callbacks:
     - {events: [deadline_miss], log: {}}
-    - {events: [deadline_miss], webhook: {urlFrom: {env: HOOK_URL}}}
+    - {events: [deadline_miss], webhook: {urlFrom: {env: SECRET_HOOK_URL}}}
   tasks:
     - {id: load, pool: warehouse, spark: {mainApplicationFile: l.py}}
 """
@@ -231,7 +231,7 @@ def test_a_real_replicas_metrics_page_counts_the_miss_and_the_callback_deliverie
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "HOOK_URL": receiver.url, "DAGLINE_SCHEDULER_POLL_INTERVAL_S": "0.05",
+    env = {**os.environ, "SECRET_HOOK_URL": receiver.url, "DAGLINE_SCHEDULER_POLL_INTERVAL_S": "0.05",
            "DAGLINE_CALLBACK_ALLOWED_NETWORKS": receiver.allowed_networks}
     proc = subprocess.Popen(
         [sys.executable, "-m", "dagline.cli", "--db", pg_db.url, "scheduler", "--executor", "noop",

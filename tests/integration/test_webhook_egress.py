@@ -33,7 +33,7 @@ spec:
   callbacks:
     - {events: [success], webhook: {url: "http://169.254.169.254/latest/meta-data/"}}
     - {events: [success], webhook: {url: "http://localhost:5432/"}}
-    - {events: [success], webhook: {urlFrom: {env: HOOK_URL}}}
+    - {events: [success], webhook: {urlFrom: {env: SECRET_HOOK_URL}}}
   tasks:
     - {id: a, spark: {mainApplicationFile: a.py}}
 """
@@ -49,10 +49,10 @@ def receiver():
 def _run(db, receiver, **settings):
     clock = FixedClock(t(NOW))
     Scheduler(db, NoopExecutor(4, clock=clock), clock=clock,
-              secret_reader=SecretReader(environ={"HOOK_URL": receiver.url}),
+              secret_reader=SecretReader(environ={"SECRET_HOOK_URL": receiver.url}),
               callback_settings=CallbackSettings(**settings)).run(until_idle=True)
     with db.begin() as conn:
-        return {row.target.get("url") or "HOOK_URL": row for row in list_deliveries(conn)}
+        return {row.target.get("url") or "SECRET_HOOK_URL": row for row in list_deliveries(conn)}
 
 
 def test_metadata_and_loopback_destinations_are_refused_and_recorded_with_their_reason(db, tmp_path, receiver):
@@ -60,7 +60,7 @@ def test_metadata_and_loopback_destinations_are_refused_and_recorded_with_their_
     trigger_run(db, "inside", logical_date=t(NOW), now=t(NOW))
     rows = _run(db, receiver)
     metadata, database, local = (rows["http://169.254.169.254/latest/meta-data/"], rows["http://localhost:5432/"],
-                                 rows["HOOK_URL"])
+                                 rows["SECRET_HOOK_URL"])
     # failed for good at the first attempt: retrying cannot change a refusal
     assert (metadata.state, metadata.attempts) == ("failed", 1)
     assert "169.254.169.254:80 (link-local address)" in metadata.last_error
@@ -74,7 +74,7 @@ def test_an_allowed_loopback_port_is_delivered_and_other_ports_stay_refused(db, 
     apply(db, write_dag(tmp_path, HOOKS))
     trigger_run(db, "inside", logical_date=t(NOW), now=t(NOW))
     rows = _run(db, receiver, allowed_networks=receiver.allowed_networks)  # 127.0.0.1/32:<its port>
-    assert rows["HOOK_URL"].state == "delivered" and len(receiver.bodies()) == 1
+    assert rows["SECRET_HOOK_URL"].state == "delivered" and len(receiver.bodies()) == 1
     assert rows["http://localhost:5432/"].state == "failed"  # same address, another port
 
 

@@ -52,3 +52,21 @@ def test_an_operator_emits_events_on_the_dag_and_dagrun_and_reads_webhook_urls_f
     assert all(e["involvedObject"]["kind"] == "DagRun" for e in on_run)
     [body] = receiver.bodies()  # the URL was read from the Secret
     assert (body["event"], body["kind"], body["dag_id"]) == ("failure", "run", "daily")
+
+
+def test_a_dag_object_whose_callback_reads_the_operators_database_url_is_invalid_and_not_stored(kube, run_kopf, pg_db):
+    """Issue 26, defect 1, through the operator: the header would send DAGLINE_DB_URL out; the DAG object
+    is refused on its status, naming the field, and nothing of it is stored."""
+    from tests.helpers.k8s.operator_harness import condition, dag_row
+
+    manifest = dag_manifest("leaky", schedule=None, callbacks=[{
+        "events": ["failure"], "webhook": {"url": "https://collector.example.com/x",
+                                           "headers": [{"name": "X-Db", "valueFrom": {"env": "DAGLINE_DB_URL"}}]}}])
+    with replica(run_kopf, pg_db):
+        kube.create("dags", NS, manifest)
+        dag = kube.wait_for(lambda: kube.get("dags", NS, "leaky"), until=lambda d: condition(d, "Invalid"),
+                            what="Invalid condition")
+    message = condition(dag, "Invalid")["message"]
+    assert message.startswith("spec.callbacks[0].webhook.headers[0].valueFrom.env")
+    assert "DAGLINE_DB_URL is one of the scheduler's own settings" in message
+    assert dag_row(pg_db, "leaky") is None

@@ -819,6 +819,73 @@ def test_a_tries_token_reaches_driver_and_executors_through_its_own_secret(kube,
     assert kube.get("secrets", NS, secret_name, missing_ok=True) is None
 
 
+def _driver_and_executor_env(app: dict, secret: dict) -> tuple[dict, dict]:
+    """The environment Spark gives the driver and the executors of this application: every
+    `spark.kubernetes.<role>.secretKeyRef.<VAR>` read from the Secret it names (the only way dagline
+    passes variables), plus `driverEnv` / `executorEnv` literals if there were any."""
+    values = secret_values(secret)
+    conf = app["spec"]["sparkConf"]
+    out = []
+    for role, literal in (("driver", "spark.kubernetes.driverEnv."), ("executor", "spark.executorEnv.")):
+        env = {}
+        for key, ref in conf.items():
+            if key.startswith(f"spark.kubernetes.{role}.secretKeyRef."):
+                secret_name, _, secret_key = ref.partition(":")
+                assert secret_name == secret["metadata"]["name"]  # only the try's own Secret is ever named
+                env[key.rsplit(".", 1)[1]] = values[secret_key]
+            elif key.startswith(literal):
+                env[key[len(literal):]] = conf[key]
+        assert "env" not in app["spec"][role] and "envFrom" not in app["spec"][role]
+        out.append(env)
+    return out[0], out[1]
+
+
+def test_a_tasks_env_reaches_driver_and_executors_with_secrets_of_the_dags_namespace_only(kube, make_executor,
+                                                                                          pg_db):
+    """The list of variables a SparkApplication's pods get: dagline's two and the task's `env`, whose
+    secretKeyRef is read from the DAG object's namespace (team-a), not from the Spark namespace nor
+    another team's, by the operator's own reader; nothing of the operator's settings."""
+    import base64
+
+    from sqlalchemy import insert
+
+    from dagline.db.models import dag_t
+    from dagline.executors.base import TaskVariable
+    from dagline.k8s.callback_events import secret_reader
+
+    for namespace, password in (("team-a", "a-pass"), ("team-b", "b-pass"), (NS, "spark-namespace-pass")):
+        if namespace != NS:
+            kube.create_namespace(namespace)
+        kube.create("secrets", namespace, {"metadata": {"name": "warehouse"},
+                                           "data": {"password": base64.b64encode(password.encode()).decode()}})
+    now = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
+    with pg_db.begin() as conn:  # the DAG as team-a's object applied it: the database records its namespace
+        conn.execute(insert(dag_t).values(dag_id="sales-daily", namespace="team-a", is_paused=False, is_active=True,
+                                          timezone="UTC", source_path="k8s://team-a/sales-daily",
+                                          created_at=now, updated_at=now))
+    executor = make_executor()
+    executor.read_secret = secret_reader(pg_db, load_api_client())  # as the operator's Runtime sets it
+    base = launch_of(ti_id=11)
+    task_env = (TaskVariable("STAGE", "prod"), TaskVariable("DB_PASSWORD", secret=("warehouse", "password")))
+    launch = TaskLaunch(ti_id=11, key=base.key, job=base.job, env=SIGNAL_ENV, task_env=task_env)
+    executor.launch([launch])
+
+    [app] = kube.list(APPS, NS)
+    secret = kube.get("secrets", NS, f"{name_of(launch)}-env")
+    driver, executors = _driver_and_executor_env(app, secret)
+    expected = {"DAGLINE_API_URL": "http://dagline-api.default.svc:8793", "DAGLINE_SIGNAL_TOKEN": "dgl_5_secret",
+                "STAGE": "prod", "DB_PASSWORD": "a-pass"}
+    assert driver == expected and executors == expected
+    assert "a-pass" not in json.dumps(app) and "DAGLINE_DB_URL" not in json.dumps(app)
+
+    # a key the DAG's Secret lacks fails the try, naming the variable and where it looked
+    missing = TaskLaunch(ti_id=12, key=launch_of(task="other").key, job=base.job, env=SIGNAL_ENV,
+                         task_env=(TaskVariable("DB_PASSWORD", secret=("warehouse", "pasword")),))
+    executor.launch([missing])
+    [report] = [r for r in executor.sync() if r.ti_id == 12]
+    assert report.state == "failed"
+    assert "env DB_PASSWORD" in report.message and "team-a/warehouse" in report.message
+    assert kube.get(APPS, NS, name_of(missing), missing_ok=True) is None
 def test_an_adopted_application_whose_secret_was_never_created_gets_it(kube, make_executor):
     """The replica that created the application died before creating its Secret: the adopter creates it."""
     launch = TaskLaunch(ti_id=9, key=launch_of(ti_id=9).key, job=launch_of(ti_id=9).job, env=SIGNAL_ENV)

@@ -604,6 +604,18 @@ def test_the_dashboard_queries_only_metrics_dagline_exports():
     assert all('namespace=~"$namespace"' in expr for expr in exprs)
 
 
+def test_secrets_dags_name_are_granted_get_by_name_in_the_watched_namespace_only():
+    """Task env and callback secretKeyRefs (issue 26, item 2): the operator may read exactly the listed
+    Secrets, in the namespace whose DAGs name them; nothing more in the Spark namespace than before."""
+    manifests = render_chart({"watch": {"namespace": "pipelines"}, "spark": {"namespace": "spark-jobs"},
+                              "secrets": {"names": ["warehouse", "sales-hooks"]},
+                              "callbacks": {"secretNames": ["sales-hooks"]}})
+    expected = ({("cluster", *rule) for rule in DISCOVERY_RULES} | {("pipelines", *rule) for rule in CONTROLLER_RULES}
+                | {("spark-jobs", *rule) for rule in SPARK_RULES}
+                | {("pipelines", "", "secrets/warehouse", "get"), ("pipelines", "", "secrets/sales-hooks", "get")})
+    assert granted(manifests) == expected
+
+
 # --- what mature operators ship: disruption budget, spread, a values schema, a package -------------
 
 

@@ -77,6 +77,7 @@ def dags_apply(obj: Context, paths, now):
         check_application_files(item.dag, dag_folder=local_folder(item.source_path), jobs=jobs,
                                 source=item.source_path)
     egress = CallbackSettings.from_env().egress
+    unreadable = _unreadable_env_references(loaded)
     results = apply_dags(obj.db(), loaded, now=make_clock(now).now())
     for item in loaded:  # applied all the same: the allow-list may change, and urlFrom values are judged at delivery
         for path, why in refused_webhook_urls(item.dag.spec, egress):
@@ -93,8 +94,29 @@ def dags_apply(obj: Context, paths, now):
             click.echo(f"{r.dag_id}: {r.action} (version {r.previous_version} -> {r.version})")
         if r.cleared_import_error:
             click.echo(f"{r.dag_id}: import error cleared; the scheduler tries it again")
-        for warning in r.warnings:
+        for warning in r.warnings + unreadable.get(r.dag_id, []):
             click.echo(f"{r.dag_id}: warning: {warning}", err=True)
+
+
+def _unreadable_env_references(loaded) -> dict[str, list[str]]:
+    """dag_id -> a warning per callback `{env: NAME}` outside the secret prefix: stored, but its delivery
+    fails until the variable is renamed (ADR 0040). `DAGLINE_*` never gets here: the spec refuses it."""
+    from dagline.domain.callbacks import env_references
+    from dagline.executors.secret_sources import PREFIX_VARIABLE, LocalSecrets
+
+    prefix = LocalSecrets.from_env().prefix
+    out: dict[str, list[str]] = {}
+    for item in loaded:
+        spec = item.dag.spec
+        found = [*env_references(spec.callbacks, "spec.callbacks"),
+                 *env_references(spec.defaults.callbacks, "spec.defaults.callbacks")]
+        for index, task in enumerate(spec.tasks):
+            found += env_references(task.callbacks or [], f"spec.tasks[{index}].callbacks")
+        out[item.dag.dag_id] = [
+            f"{where}: {name} does not start with the secret prefix {prefix} ({PREFIX_VARIABLE}): a DAG may not "
+            f"read it, so this callback fails at delivery until it names {prefix}{name}"
+            for where, name in found if not name.startswith(prefix)]
+    return out
 
 
 @dags.command("list")

@@ -212,12 +212,17 @@ FIELD_NOTES = {
     "CallbackSpec.log": "exactly one of `webhook`, `log`, `kubernetesEvent`",
     "CallbackSpec.kubernetes_event": "exactly one of `webhook`, `log`, `kubernetesEvent`; delivered by operator "
                                      "replicas only",
-    "WebhookSpec.url_from": "the URL from an environment variable or a Secret",
+    "WebhookSpec.url_from": "the URL from a secret variable or a Secret ([secrets](../how-to/secrets.md))",
     "WebhookHeader.name": "the header's name",
-    "WebhookHeader.value_from": "its value, from an environment variable or a Secret",
-    "ValueFrom.secret_key_ref": "read by the operator from the DAG object's namespace at delivery time",
+    "WebhookHeader.value_from": "its value, from a secret variable or a Secret",
+    "ValueFrom.secret_key_ref": "read by the operator from the DAG object's namespace at delivery time; outside "
+                                "Kubernetes the secret variable `SECRET_<NAME>__<KEY>`",
     "SecretKeyRef.name": "the Secret",
     "SecretKeyRef.key": "the key in it",
+    "TaskSpec.env": "added to `spec.defaults.env` (the task's wins for the same name); "
+                    "[secrets](../how-to/secrets.md)",
+    "EnvValueFrom.secret_key_ref": "on Kubernetes a Secret of the DAG object's namespace, read by the operator "
+                                   "when the try starts; locally the secret variable `SECRET_<NAME>__<KEY>`",
     "BackfillSpec.dag": "the DAG",
     "BackfillSpec.reprocess": "`failed`: replace failed runs; `completed`: failed and successful ones",
     "BackfillSpec.max_active_runs": "runs of this backfill at once",

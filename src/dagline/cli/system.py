@@ -116,6 +116,12 @@ def settings_in_force(obj: Context) -> list[Setting]:
     for name, value in (("max_bytes", max_bytes), ("files", files)):
         variable = f"DAGLINE_LOG_{name.upper()}"
         out.append(Setting(f"log.{name}", value, _source(variable), "local executor (log rotation)", variable))
+    from dagline.executors.secret_sources import FILE_VARIABLE, PREFIX_VARIABLE, LocalSecrets
+
+    secrets = LocalSecrets.from_env()
+    for name, value, variable in (("prefix", secrets.prefix, PREFIX_VARIABLE), ("file", secrets.file, FILE_VARIABLE)):
+        out.append(Setting(f"secrets.{name}", value, _source(variable),
+                           "scheduler, operator, dags apply (secrets DAGs may read)", variable))
     api = ApiSettings.from_env()
     for name, variable in (("anonymous_read", "DAGLINE_API_ANONYMOUS_READ"),
                            ("max_body_bytes", "DAGLINE_API_MAX_BODY_BYTES"), ("max_batch", "DAGLINE_API_MAX_BATCH")):

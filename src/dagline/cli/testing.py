@@ -297,13 +297,15 @@ def tasks_test(obj: Context, dag_id, task_id, logical_date, conf, conf_file, exe
     temporary log folder), and the exit status is the job's (0 when it succeeded)."""
     from dagline.executors.base import TaskKey, TaskLaunch
     from dagline.executors.try_logs import LogLines, StoredTry
+    from dagline.scheduler.launches import task_variables
     from dagline.times import duration_seconds
 
     dag, task, facts, source_dir = _try_context(obj, dag_id, task_id, logical_date, conf, conf_file)
     job = _render(dag, task, facts)
     key = TaskKey(dag.dag_id, facts["run_id"], task.task_id, facts["try_number"])
     timeout = duration_seconds(task.execution_timeout) if task.execution_timeout is not None else None
-    launch = TaskLaunch(ti_id=0, key=key, job=job, working_dir=source_dir, timeout_s=timeout)
+    launch = TaskLaunch(ti_id=0, key=key, job=job, working_dir=source_dir, timeout_s=timeout,
+                        task_env=task_variables(task))
     kind = registry.kind(executor)
     with tempfile.TemporaryDirectory(prefix="dagline-tasks-test-") as folder:
         runner = kind.build(kind.settings(parallelism=1, log_folder=folder))

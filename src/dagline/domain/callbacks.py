@@ -10,7 +10,7 @@ A callback is one channel and the events it listens to:
     callbacks:
       - events: [failure, deadline_miss]
         webhook:
-          urlFrom: {env: SALES_HOOK_URL}           # or {secretKeyRef: {name: hooks, key: url}}, or url: https://...
+          urlFrom: {env: SECRET_SALES_HOOK_URL}    # or {secretKeyRef: {name: hooks, key: url}}, or url: https://...
           headers:
             - {name: Authorization, valueFrom: {secretKeyRef: {name: hooks, key: token}}}
       - events: [success, failure, retry, deadline_miss]
@@ -20,21 +20,23 @@ A callback is one channel and the events it listens to:
 
 On the DAG (`spec.callbacks`) they fire for the run's events; on a task (or in `spec.defaults`, for every
 task without its own) for the task instance's. Secrets never sit in the spec: a literal `url` may not
-carry credentials (`user:password@`), and header values come only from an environment variable or a
-Kubernetes Secret, read when the callback is delivered.
+carry credentials (`user:password@`), and header values come only from a secret variable (a name
+under the secret prefix, never `DAGLINE_*`: `dagline.domain.secrets`) or a Kubernetes Secret of the
+DAG's namespace, read when the callback is delivered.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from dagline.domain.secrets import check_readable
 from dagline.domain.states import RunState, TIState
 from dagline.times import isoformat
 
@@ -61,7 +63,8 @@ class _Model(BaseModel):
 
 
 class SecretKeyRef(_Model):
-    """A key of a Kubernetes Secret in the operator's namespace (read by the operator at delivery)."""
+    """A key of a Kubernetes Secret of the DAG object's namespace; outside Kubernetes, the secret variable
+    `<prefix><NAME>__<KEY>` (`dagline.domain.secrets.secret_variable`)."""
 
     name: str = Field(min_length=1)
     key: str = Field(min_length=1)
@@ -75,11 +78,18 @@ def _exactly_one_of(model, first: str, second: str, names: str):
 
 
 class ValueFrom(_Model):
-    """Where a secret value comes from: exactly one of an environment variable of the scheduler, or
-    a Kubernetes Secret's key."""
+    """Where a secret value comes from: exactly one of a secret variable of the scheduler (a name under
+    the secret prefix, `SECRET_` by default; never `DAGLINE_*`), or a Kubernetes Secret's key."""
 
-    env: str | None = Field(None, min_length=1, description="environment variable of the scheduler")
+    env: str | None = Field(None, min_length=1, description="a secret variable of the scheduler: its name must "
+                            "start with the secret prefix (SECRET_ unless DAGLINE_SECRET_PREFIX says otherwise); "
+                            "DAGLINE_* is refused")
     secret_key_ref: SecretKeyRef | None = None
+
+    @field_validator("env")
+    @classmethod
+    def _readable(cls, value: str | None) -> str | None:
+        return None if value is None else check_readable(value)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ValueFrom:
@@ -146,6 +156,19 @@ class CallbackSpec(_Model):
         if self.webhook is None:
             return {}
         return self.webhook.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def env_references(callbacks: Sequence[CallbackSpec], where: str) -> Iterator[tuple[str, str]]:
+    """(field path, variable name) of every `{env: NAME}` these callbacks read, `where` being their path."""
+    for index, callback in enumerate(callbacks or ()):
+        hook = callback.webhook
+        if hook is None:
+            continue
+        if hook.url_from is not None and hook.url_from.env is not None:
+            yield f"{where}[{index}].webhook.urlFrom.env", hook.url_from.env
+        for number, header in enumerate(hook.headers):
+            if header.value_from.env is not None:
+                yield f"{where}[{index}].webhook.headers[{number}].valueFrom.env", header.value_from.env
 
 
 def check_webhook_url(value: str) -> None:

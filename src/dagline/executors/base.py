@@ -52,6 +52,17 @@ class SparkJob:
 
 
 @dataclasses.dataclass(frozen=True)
+class TaskVariable:
+    """One variable of a task's `env`, not read yet: a literal `value`, or a `secret` (Secret name, key)
+    that the executor reads where its secrets live (a Kubernetes Secret of the DAG's namespace, or a
+    secret variable: `dagline.executors.secret_sources`)."""
+
+    name: str
+    value: str | None = None
+    secret: tuple[str, str] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class TaskLaunch:
     """Everything an executor needs to run one try."""
 
@@ -62,7 +73,8 @@ class TaskLaunch:
     timeout_s: float | None = None  # executionTimeout: the executor stops the job after this long
     streaming: bool = False  # runs until stopped (`mode: streaming`)
     stop_grace_s: float = 30.0  # stopGracePeriod: between the stop request (SIGTERM) and the kill
-    env: tuple[tuple[str, str], ...] = ()  # extra environment of the job (local), e.g. the API's token
+    env: tuple[tuple[str, str], ...] = ()  # what dagline gives the try: DAGLINE_API_URL, DAGLINE_SIGNAL_TOKEN
+    task_env: tuple[TaskVariable, ...] = ()  # the task's own `env`, secrets not read yet
 
 
 @dataclasses.dataclass(frozen=True)

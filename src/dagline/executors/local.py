@@ -24,6 +24,12 @@ replica on another host cannot adopt its tries. Where those files are and how to
 `dagline.executors.try_files`; this module starts, watches, stops and reports tries. `KIND_CODE` is
 what the registry (`dagline.executors.registry`) builds it with and reads its tries' logs with.
 
+The job's environment (`dagline.domain.secrets.job_environment`) is the scheduler's without anything
+`DAGLINE_*` (the database URL, API tokens), the database and Kubernetes credential variables, or the
+secret variables (`SECRET_*`), plus the try's `DAGLINE_API_URL` and `DAGLINE_SIGNAL_TOKEN` and the
+task's `env`, its secrets read from `LocalSecrets` when the try starts (a missing one fails the try,
+saying which). ADR 0040.
+
 `spark-submit` comes from the installed `pyspark` package, not from PATH, so the job runs with the
 same Spark and the same Python as the scheduler. In local mode the driver runs the executors, so the
 spec's `executor` sizes are ignored; driver memory/cores and `conf` are passed on.
@@ -42,10 +48,12 @@ import time
 from pathlib import Path
 
 from dagline.clock import SystemClock
+from dagline.domain.secrets import job_environment
 from dagline.domain.states import TIState
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
 from dagline.executors.folder_log import FolderLog
 from dagline.executors.registry import ExecutorSettings, KindCode
+from dagline.executors.secret_sources import LocalSecrets, SecretNotFound
 from dagline.executors.try_files import (
     claim_pid_file,
     exit_file_path,
@@ -120,7 +128,8 @@ class LocalExecutor:
     name = "local"
     host_bound = True  # its jobs can be found (and adopted) only on the host that started them
 
-    def __init__(self, parallelism: int, log_folder: str, clock=None, log_limits: tuple[int, int] | None = None):
+    def __init__(self, parallelism: int, log_folder: str, clock=None, log_limits: tuple[int, int] | None = None,
+                 secrets: LocalSecrets | None = None):
         if parallelism < 1:
             raise ValueError("parallelism must be at least 1")
         self.log_limits = log_limits or read_log_limits()  # (bytes per file, files per try): the wrapper rotates
@@ -129,6 +138,7 @@ class LocalExecutor:
         self.clock = clock or SystemClock()
         self._tries: dict[TaskKey, _Try] = {}
         self._spark_submit: str | None = None
+        self.secrets = secrets or LocalSecrets.from_env()  # where the tasks' `env` secrets are read
 
     # -- protocol -----------------------------------------------------------------------------
 
@@ -217,8 +227,8 @@ class LocalExecutor:
                 cmd += ["--timeout", f"{launch.timeout_s:g}"]
             cmd += ["--grace", f"{launch.stop_grace_s:g}"]
             cmd += ["--", *spark_submit_command(launch, self._spark_submit)]
-            env = dict(os.environ)
-            env.update(dict(launch.env))
+            env = job_environment(os.environ, secret_prefix=self.secrets.prefix, try_env=launch.env,
+                                  task_env=self.secrets.resolve_env(launch.task_env))
             env.update(
                 SPARK_LOCAL_IP="127.0.0.1",
                 PYSPARK_PYTHON=sys.executable,
@@ -245,6 +255,8 @@ class LocalExecutor:
             t.wrapper_pid = t.process.pid
             claim_pid_file(pid_file_path(log_file), t.wrapper_pid, t.started_at)
         except OSError as exc:
+            t.start_error = f"could not start the job: {exc}"
+        except SecretNotFound as exc:
             t.start_error = f"could not start the job: {exc}"
 
     def _adopt_one(self, launch: TaskLaunch) -> bool:
@@ -375,7 +387,8 @@ def _exit_status(stored) -> int | None:
 KIND_CODE = KindCode(
     build=_build,
     open_log=FolderLog,
-    read_options=lambda environ: {"log_limits": read_log_limits(environ)},  # DAGLINE_LOG_MAX_BYTES, _FILES
-    option_names=frozenset({"log_limits"}),
+    read_options=lambda environ: {"log_limits": read_log_limits(environ),  # DAGLINE_LOG_MAX_BYTES, _FILES
+                                  "secrets": LocalSecrets.from_env(environ)},  # DAGLINE_SECRET_PREFIX, _SECRETS_FILE
+    option_names=frozenset({"log_limits", "secrets"}),
     exit_status=_exit_status,
 )

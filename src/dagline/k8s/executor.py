@@ -29,7 +29,10 @@ replica dying in between leaves an application the next one can still adopt. No
 `timeToLiveSeconds` is set: the operator would delete an application whose outcome dagline may not
 have read yet. `cancel` deletes at once; `end` stops following and deletes nothing that runs.
 
-Signals. A try with an environment (`DAGLINE_API_URL`, `DAGLINE_SIGNAL_TOKEN`) gets its Secret
+Signals and the task's env. A try with an environment (`DAGLINE_API_URL`, `DAGLINE_SIGNAL_TOKEN`, the
+task's `env`: its `secretKeyRef`s read through `read_secret`, which the operator points at the DAG
+object's namespace, before the application is created; a missing Secret or key fails the try naming
+the variable) gets its Secret
 (`sparkapp.build_env_secret`) created right after its application, already owned by it (an
 ownerReference: Kubernetes' garbage collector deletes it with the application). Until it exists the
 driver pod waits (the kubelet retries a missing `secretKeyRef`). The executor only ever *creates*
@@ -58,12 +61,14 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 
 from dagline.clock import SystemClock
 from dagline.domain.states import TIState
-from dagline.errors import InvalidInput
+from dagline.errors import DaglineError, InvalidInput
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
 from dagline.executors.registry import ExecutorSettings, KindCode, ShownSetting
+from dagline.executors.secret_sources import LocalSecrets
 from dagline.k8s import sparkapp
 from dagline.k8s.client import (
     AlreadyExists,
@@ -178,6 +183,7 @@ class _Try:
     state: str = ""                  # the last state seen
     create_error: str | None = None  # why the last create attempt failed (transient)
     secret_owner: dict | None = None  # the application to own the try's Secret, while it is still to create
+    task_values: tuple[tuple[str, str], ...] | None = None  # the task's env, read (None: not yet)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +221,10 @@ class SparkK8sExecutor:
         self._quiet_until = float("-inf")      # monotonic time before which the API is not called again
         self._api_down = False
         self._last_refusal: str | None = None
+        # Reads a task's `secretKeyRef` (dag_id, name, key): the operator sets it to read the DAG object's
+        # namespace; without it (a plain `dagline scheduler --executor spark-k8s`), secret variables.
+        self.read_secret: Callable[[str, str, str], str] | None = None
+        self.local_secrets = LocalSecrets.from_env()
 
     # -- protocol -----------------------------------------------------------------------------
 
@@ -341,7 +351,33 @@ class SparkK8sExecutor:
             started_at=started_at,
         )
 
+    def _task_values(self, t: _Try) -> tuple[tuple[str, str], ...] | None:
+        """The task's `env` with its secrets read (from the DAG object's namespace in the operator; from
+        secret variables without one), or None when the try was failed or must wait for the API."""
+        out = []
+        for var in t.launch.task_env:
+            if var.secret is None:
+                out.append((var.name, var.value))
+                continue
+            name, key = var.secret
+            try:
+                value = (self.read_secret(t.launch.key.dag_id, name, key) if self.read_secret is not None
+                         else self.local_secrets.secret_key(name, key))
+            except (DaglineError, LookupError) as exc:  # a missing Secret or key, a refusal: the DAG's to fix
+                self._finish(t, TIState.FAILED, f"env {var.name}: {exc}", cleanup=False)
+                return None
+            except Exception as exc:  # noqa: BLE001 - the API cannot be reached: try again at the next sync
+                t.create_error = str(exc)
+                self._api_error(f"reading Secret {name} for env {var.name}", ApiUnavailable(str(exc)))
+                return None
+            out.append((var.name, value))
+        return tuple(out)
+
     def _create(self, t: _Try) -> None:
+        task_values = self._task_values(t)
+        if task_values is None:
+            return
+        t.task_values = task_values
         try:
             created = self._api().create(t.manifest)
         except AlreadyExists:
@@ -362,7 +398,7 @@ class SparkK8sExecutor:
     def _own_env_secret(self, t: _Try, app: dict | None) -> None:
         """Create the try's Secret, owned by its application `app` (a created or adopted one)."""
         owner = sparkapp.owner_reference(app or {})
-        if not t.launch.env:
+        if not sparkapp.has_env(t.launch):
             return
         if owner is None:  # no uid in the answer: read the application back for it
             try:
@@ -376,7 +412,12 @@ class SparkK8sExecutor:
         self._create_env_secret(t)
 
     def _create_env_secret(self, t: _Try) -> None:
-        secret = sparkapp.build_env_secret(t.launch, namespace=self.settings.namespace, owner=t.secret_owner or None)
+        if t.task_values is None:  # an adopted application whose creator died before creating its Secret
+            t.task_values = self._task_values(t)
+            if t.task_values is None:
+                return
+        secret = sparkapp.build_env_secret(t.launch, namespace=self.settings.namespace, owner=t.secret_owner or None,
+                                           task_values=t.task_values)
         if secret is None:
             t.secret_owner = None
             return
@@ -393,7 +434,7 @@ class SparkK8sExecutor:
             self._reports.append(self._report(
                 t.launch, TIState.FAILED, now, started_at=now,
                 message=f"the Kubernetes API refused the Secret {secret['metadata']['name']} holding the try's "
-                        f"signal token: {exc}; SparkApplication deleted"))
+                        f"environment: {exc}; SparkApplication deleted"))
             return
         t.secret_owner = None
 

@@ -126,12 +126,15 @@ class Runtime:
         self.sync = StatusSync(db, self.cache, DaglineObjects(api), clock=self.clock,
                                who=self.who, history_limit=settings.dagrun_history_limit,
                                spark_policy=settings.spark_policy)
+        read_secret = secret_reader(db, api)  # Secrets of the namespace owning the DAG, nowhere else
+        if executor is not None and hasattr(executor, "read_secret"):
+            executor.read_secret = read_secret  # spark-k8s: the tasks' env secretKeyRefs
         self.scheduler = None if executor is None else InstrumentedScheduler(
             db, executor, clock=self.clock, settings=scheduler_settings or SchedulerSettings.from_env(),
             health=self.health, callback_settings=CallbackSettings.from_env(),
             callback_channels={Channel.KUBERNETES_EVENT: kubernetes_event_channel(db, self.cache, api,
                                                                                   reporter=self.who)},
-            secret_reader=SecretReader(secret_reader(db, api)), api_url=settings.try_api_url)
+            secret_reader=SecretReader(read_secret), api_url=settings.try_api_url)
         self.api = None  # the API server, once started
         self.on_fatal: Callable[[], None] | None = None  # called when the scheduler loop dies
         self.failed = False

@@ -28,7 +28,10 @@ its own, `<application name>-env` (`build_env_secret`, created after the applica
 it), which the driver and the executors read as
 environment variables through Spark's own `spark.kubernetes.{driver,executor}.secretKeyRef.<VAR>`
 settings: Spark builds the pods with them, so this needs no mutating webhook of the spark-operator,
-and the token never appears in the SparkApplication. A streaming try's driver pod gets the task's
+and the token never appears in the SparkApplication. The task's own `env` goes the same way: its
+literal values and the keys its `secretKeyRef`s name, read by the operator from the DAG object's
+namespace (never from the Spark namespace), are copied into that Secret, so a SparkApplication only
+ever names its own try's Secret (ADR 0040). A streaming try's driver pod gets the task's
 `stopGracePeriod` as its `terminationGracePeriodSeconds`: deleting the application (a stop) sends
 SIGTERM to the driver, which then has that long to stop its queries before the kill.
 """
@@ -199,10 +202,12 @@ def env_secret_name(key: TaskKey) -> str:
     return f"{application_name(key)}-env"
 
 
-def build_env_secret(launch: TaskLaunch, *, namespace: str, owner: dict | None = None) -> dict | None:
-    """The Secret of a try's environment (`launch.env`), or None when it has none; `owner` (an
-    `owner_reference`) makes Kubernetes delete it with the application."""
-    if not launch.env:
+def build_env_secret(launch: TaskLaunch, *, namespace: str, owner: dict | None = None,
+                     task_values: tuple[tuple[str, str], ...] = ()) -> dict | None:
+    """The Secret of a try's environment (`launch.env`, then the task's `env` read: `task_values`), or
+    None when it has none; `owner` (an `owner_reference`) makes Kubernetes delete it with the application."""
+    values = {**dict(launch.env), **dict(task_values)}
+    if not values:
         return None
     metadata = {"name": env_secret_name(launch.key), "namespace": namespace,
                 "labels": {**try_labels(launch.key), LABEL_MANAGED: MANAGED_BY}}
@@ -213,15 +218,25 @@ def build_env_secret(launch: TaskLaunch, *, namespace: str, owner: dict | None =
         "kind": "Secret",
         "type": "Opaque",
         "metadata": metadata,
-        "stringData": {name: value for name, value in launch.env},
+        "stringData": values,
     }
+
+
+def env_names(launch: TaskLaunch) -> list[str]:
+    """The variables a try's driver and executors get: dagline's (`DAGLINE_API_URL`, `DAGLINE_SIGNAL_TOKEN`)
+    and the task's `env`, in that order, each once."""
+    return list(dict.fromkeys([name for name, _ in launch.env] + [var.name for var in launch.task_env]))
+
+
+def has_env(launch: TaskLaunch) -> bool:
+    return bool(launch.env or launch.task_env)
 
 
 def env_conf(launch: TaskLaunch) -> dict[str, str]:
     """Spark settings that make the driver and the executors read the try's Secret as environment."""
     secret = env_secret_name(launch.key)
     conf = {}
-    for name, _ in launch.env:
+    for name in env_names(launch):
         for role in ("driver", "executor"):
             conf[f"spark.kubernetes.{role}.secretKeyRef.{name}"] = f"{secret}:{name}"
     return conf

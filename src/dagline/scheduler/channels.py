@@ -3,8 +3,9 @@
 A channel is a function `deliver(callback)` that returns when the callback was delivered and raises
 `DeliveryFailed` (or any error) when it was not; the deliverer (`deliveries`) calls it in a worker
 thread, outside any transaction, and retries it with backoff. Secret values (a webhook's `urlFrom`,
-its header values) are read at delivery time by a `SecretReader`: environment variables of this
-process, and, in the operator, Kubernetes Secrets.
+its header values) are read at delivery time by a `SecretReader`: secret variables of this process
+(`SECRET_*`, never `DAGLINE_*`: `dagline.executors.secret_sources`), and, in the operator, Kubernetes
+Secrets of the DAG's namespace.
 
 The webhook: `POST <url>` with the JSON body (`dagline.domain.callbacks.payload`) and the headers
 `Content-Type: application/json`, `User-Agent: dagline`, `X-Dagline-Delivery: <delivery id>`,
@@ -26,6 +27,7 @@ from typing import Any
 
 from dagline.domain.callbacks import CallbackEvent, summary
 from dagline.domain.egress import DEFAULT_EGRESS, EgressPolicy
+from dagline.executors.secret_sources import LocalSecrets, SecretNotFound
 from dagline.scheduler.egress import DeliveryFailed, DeliveryRefused, post
 
 __all__ = ["Callback", "DeliveryFailed", "DeliveryRefused", "SecretReader", "log_channel", "webhook_channel"]
@@ -47,25 +49,29 @@ class Callback:
 
 
 class SecretReader:
-    """Reads `valueFrom` references: `{env: NAME}` from this process's environment, `{secretKeyRef:
-    {name, key}}` with `read_secret(dag_id, name, key)` (the operator's Kubernetes Secrets, in the DAG
-    object's namespace; None elsewhere)."""
+    """Reads `valueFrom` references. `{env: NAME}`: a secret variable of this process (a name under the
+    secret prefix, from the environment or the secrets file; never `DAGLINE_*`: `LocalSecrets`).
+    `{secretKeyRef: {name, key}}`: with `read_secret(dag_id, name, key)` (the operator's, a Kubernetes
+    Secret of the DAG object's namespace), or outside Kubernetes the secret variable it maps to."""
 
     def __init__(self, read_secret: Callable[[str, str, str], str] | None = None,
-                 environ: Mapping[str, str] | None = None):
+                 environ: Mapping[str, str] | None = None, *, secrets: LocalSecrets | None = None):
         self.read_secret = read_secret
-        self.environ = os.environ if environ is None else environ
+        self.secrets = secrets if secrets is not None else LocalSecrets.from_env(
+            os.environ if environ is None else environ)
 
     def __call__(self, ref: Mapping[str, Any], what: str, dag_id: str) -> str:
         if "env" in ref:
-            value = self.environ.get(ref["env"])
-            if value is None:
-                raise DeliveryFailed(f"{what}: environment variable {ref['env']} is not set in the scheduler")
-            return value
+            try:
+                return self.secrets.variable(ref["env"])
+            except SecretNotFound as exc:
+                raise DeliveryFailed(f"{what}: {exc}") from None
         secret = ref["secretKeyRef"]
         if self.read_secret is None:
-            raise DeliveryFailed(f"{what}: secretKeyRef {secret['name']}/{secret['key']} can only be read by the "
-                                 "Kubernetes operator; use {env: NAME} outside Kubernetes")
+            try:
+                return self.secrets.secret_key(secret["name"], secret["key"])
+            except SecretNotFound as exc:
+                raise DeliveryFailed(f"{what}: {exc}") from None
         try:
             return self.read_secret(dag_id, secret["name"], secret["key"])
         except DeliveryFailed as exc:

@@ -19,7 +19,8 @@ any other try `signal` is null (None).
 Each try also gets the environment it needs to send signals (`try_env`): `DAGLINE_API_URL` (where
 the HTTP API is, as the replica was told) and `DAGLINE_SIGNAL_TOKEN`, a token made for this try
 alone, stored hashed in the transaction that gathers it (`api_tokens.issue_try_tokens`). The
-local executor puts them in the job's environment, spark-k8s in a per-try Secret.
+local executor puts them in the job's environment, spark-k8s in a per-try Secret. The task's own
+`env` travels as `TaskVariable`s: its secrets are read by the executor (`task_variables`), never here.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from collections.abc import Sequence
 from sqlalchemy.engine import Connection
 
 from dagline.domain.templating import build_context, spark_templates
-from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
+from dagline.executors.base import SparkJob, TaskKey, TaskLaunch, TaskVariable
 from dagline.scheduler.critical_section import QueuedTI
 from dagline.scheduler.isolation import describe, is_dags_fault
 from dagline.scheduler.renderer import Renderer, RenderFailed, RenderInterrupted, RenderRequest
@@ -142,7 +143,7 @@ def render_launches(gathered: Gathered, renderer: Renderer) -> Rendered:
         result.launches.append(TaskLaunch(
             ti_id=q.ti_id, key=TaskKey(q.dag_id, p.run_id, q.task_id, q.try_number), job=spark_job(p.task, values),
             working_dir=p.working_dir, timeout_s=p.timeout_s, streaming=p.task.streaming,
-            stop_grace_s=p.task.stop_grace_period.total_seconds(), env=p.env,
+            stop_grace_s=p.task.stop_grace_period.total_seconds(), env=p.env, task_env=task_variables(p.task),
         ))
     return result
 
@@ -154,6 +155,15 @@ def launch_records(launches: Sequence[TaskLaunch], broken: Sequence[tuple[Queued
                             list(launch.job.arguments), dict(launch.job.conf)) for launch in launches]
     records += [LaunchRecord(q.ti_id, q.try_number, at, error=why) for q, why in broken]
     return records
+
+
+def task_variables(task: Task) -> tuple[TaskVariable, ...]:
+    """The task's `env` as the executors take it (secrets named, not read: each executor reads them)."""
+    out = []
+    for var in task.env:
+        ref = var.value_from.secret_key_ref if var.value_from is not None else None
+        out.append(TaskVariable(var.name, var.value, None if ref is None else (ref.name, ref.key)))
+    return tuple(out)
 
 
 def spark_job(task: Task, rendered: dict[str, str]) -> SparkJob:

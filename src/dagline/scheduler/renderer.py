@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dagline.domain.secrets import is_reserved
 from dagline.domain.templating import TIME_BUDGET_S, render
 from dagline.errors import DaglineError, Unavailable
 from dagline.limits import RENDERER_MEMORY_LIMIT
@@ -141,9 +142,12 @@ class Renderer:
         return self._proc
 
     def _spawn(self) -> None:
+        # Templates run in a sandbox that cannot reach os.environ; the process holding them gets no
+        # DAGLINE_* (database URL, tokens) nor credential variables all the same (ADR 0040).
+        env = {name: value for name, value in os.environ.items() if not is_reserved(name)}
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "dagline.scheduler.renderer"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, bufsize=0)
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, bufsize=0, env=env)
         self._ready = False
         self.spawns += 1
 

@@ -23,13 +23,14 @@ from dagline.domain.states import SignalAction
 from dagline.errors import InvalidInput
 from dagline.spec.checks import check_dag_spec, topological_order
 from dagline.spec.fields import check_dag_id
-from dagline.spec.models import DagDocument, DagSpec, SparkSpec, TaskDefaults, TaskSpec
+from dagline.spec.models import DagDocument, DagSpec, EnvVar, SparkSpec, TaskDefaults, TaskSpec
 from dagline.spec.problems import invalid_input
 from dagline.times import parse_duration, parse_instant
 
 # Fields added after specs were first stored: left out of the normalized form while unset (at their
 # defaults), so a DAG that does not use them keeps the version (hash) it always had.
-_OMITTED_WHEN_UNSET = {"deadline": None, "callbacks": None}  # in the DAG, its defaults and its tasks; [] too
+# In the DAG, its defaults and its tasks; [] too.
+_OMITTED_WHEN_UNSET = {"deadline": None, "callbacks": None, "env": None}
 _LATER_DAG_FIELDS = {"triggers": []}
 _LATER_TASK_FIELDS = {"mode": "batch", "stopGracePeriod": None, "on": []}
 
@@ -110,6 +111,7 @@ class Task:
     mode: str = "batch"
     stop_grace_period: pendulum.Duration = dataclasses.field(default_factory=lambda: pendulum.duration(seconds=30))
     on: tuple[SignalRule, ...] = ()
+    env: tuple[EnvVar, ...] = ()  # the defaults' env, then the task's own (which wins for the same name)
 
     @property
     def streaming(self) -> bool:
@@ -147,7 +149,7 @@ def _resolve_task(task: TaskSpec, defaults: TaskDefaults, timezone: str) -> Task
         mode=task.mode,
         stop_grace_period=parse_duration(task.stop_grace_period or "PT30S"),
         on=tuple(task.on),
-
+        env=tuple({var.name: var for var in [*defaults.env, *(task.env or ())]}.values()),
     )
 
 

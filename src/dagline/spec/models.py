@@ -13,9 +13,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import to_jsonable_python
 
-from dagline.domain.callbacks import CallbackSpec
+from dagline.domain.callbacks import CallbackSpec, SecretKeyRef
 from dagline.domain.deadlines import DeadlineSpec
 from dagline.domain.deps import TriggerRule
+from dagline.domain.secrets import check_task_variable
 from dagline.domain.signal_rules import SignalRule, SignalTrigger
 from dagline.limits import (
     MAX_ACTIVE_LIMIT,
@@ -24,6 +25,7 @@ from dagline.limits import (
     MAX_RETRIES,
     MAX_SPARK_CORES,
     MAX_SPARK_INSTANCES,
+    MAX_TASK_ENV,
     MIN_PRIORITY_WEIGHT,
 )
 from dagline.spec.bounds import json_value_problem
@@ -71,6 +73,42 @@ class SparkSpec(SpecModel):
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
 
 
+class EnvValueFrom(SpecModel):
+    """Where a variable's value comes from: a key of a Secret (of the DAG's namespace on Kubernetes; outside
+    it, the secret variable `SECRET_<NAME>__<KEY>`)."""
+
+    secret_key_ref: SecretKeyRef
+
+
+class EnvVar(SpecModel):
+    """One environment variable of the task's job (the Spark driver and executors): a literal `value` or
+    `valueFrom` a Secret. Never `DAGLINE_*`."""
+
+    name: str = Field(description="a variable name; DAGLINE_* is dagline's own and refused")
+    value: str | None = Field(None, description="a literal value (not a template; not for secrets)")
+    value_from: EnvValueFrom | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_task_variable(value)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVar:
+        if (self.value is None) == (self.value_from is None):
+            raise ValueError(f"variable {self.name}: give exactly one of value or valueFrom")
+        return self
+
+
+def _unique_names(env: list[EnvVar] | None) -> list[EnvVar] | None:
+    seen: set[str] = set()
+    for var in env or ():
+        if var.name in seen:
+            raise ValueError(f"variable {var.name} is given twice")
+        seen.add(var.name)
+    return env
+
+
 class TaskDefaults(SpecModel):
     """Task settings that apply to every task of the DAG unless the task sets its own."""
 
@@ -85,6 +123,11 @@ class TaskDefaults(SpecModel):
     execution_timeout: ExecutionTimeout | None = Field(None, description="ISO-8601 duration")
     callbacks: list[CallbackSpec] = Field(
         default_factory=list, description="callbacks of every task that sets none of its own")
+    env: list[EnvVar] = Field(default_factory=list, max_length=MAX_TASK_ENV,
+                              description="environment variables of every task's job (a task's own env adds "
+                                          "to them, and wins for the same name)")
+
+    _unique_env = field_validator("env")(classmethod(lambda cls, value: _unique_names(value)))
 
 
 class TaskSpec(SpecModel):
@@ -111,7 +154,12 @@ class TaskSpec(SpecModel):
         None, description="ISO-8601 duration between the stop request (SIGTERM) and the kill; default PT30S")
     on: list[SignalRule] = Field([], alias="onSignal",
                                  description="signal rules acting on this task inside running runs")
+    env: list[EnvVar] | None = Field(None, max_length=MAX_TASK_ENV,
+                                     description="environment variables of the job (driver and executors): "
+                                                 "{name, value} or {name, valueFrom: {secretKeyRef: {name, key}}}")
     spark: SparkSpec
+
+    _unique_env = field_validator("env")(classmethod(lambda cls, value: _unique_names(value)))
 
     @model_validator(mode="before")
     @classmethod
