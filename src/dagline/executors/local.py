@@ -27,6 +27,15 @@ what the registry (`dagline.executors.registry`) builds it with and reads its tr
 `spark-submit` comes from the installed `pyspark` package, not from PATH, so the job runs with the
 same Spark and the same Python as the scheduler. In local mode the driver runs the executors, so the
 spec's `executor` sizes are ignored; driver memory/cores and `conf` are passed on.
+
+A Spark Connect try (`spark.connect: true`, ADR 0070) starts no JVM: the wrapper runs
+`python -m dagline.executors.connect_job --conf ... -- <app file> <args...>` (the job as `python job.py`,
+its session confs set) with `SPARK_REMOTE` naming this executor's `ConnectServer`
+(`dagline.executors.connect_server`), started with the first such try and stopped by `end` and
+`detach`. When the server's health check fails, every Connect try in flight is killed and reported
+failed with the reason (the scheduler retries it as usual); the next Connect try starts a new server.
+A Connect try lives only as long as its replica's server: `detach` stops those tries (cooperatively,
+as `end` does), and a replica adopting a still running Connect try of another fails it.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from pathlib import Path
 from dagline.clock import SystemClock
 from dagline.domain.states import TIState
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
+from dagline.executors.connect_server import ConnectServer, ConnectSettings, read_connect_settings
 from dagline.executors.folder_log import FolderLog
 from dagline.executors.registry import ExecutorSettings, KindCode
 from dagline.executors.try_files import (
@@ -96,6 +106,15 @@ def spark_submit_command(launch: TaskLaunch, spark_submit: str) -> list[str]:
     return cmd
 
 
+def connect_job_command(launch: TaskLaunch) -> list[str]:
+    """The command line of one Spark Connect try: the job run by Python, its session confs set first."""
+    job = launch.job
+    cmd = [sys.executable, "-m", "dagline.executors.connect_job"]
+    for key, value in job.conf:
+        cmd += ["--conf", f"{key}={value}"]
+    return [*cmd, "--", job.main_application_file, *(str(a) for a in job.arguments)]
+
+
 @dataclasses.dataclass
 class _Try:
     launch: TaskLaunch
@@ -108,6 +127,7 @@ class _Try:
     adopted: bool = False
     cancelled: bool = False
     reported_running: bool = False
+    server_lost: str | None = None  # a Connect try whose server went away: why (its failure message)
 
     @property
     def exit_file(self) -> Path:
@@ -120,7 +140,8 @@ class LocalExecutor:
     name = "local"
     host_bound = True  # its jobs can be found (and adopted) only on the host that started them
 
-    def __init__(self, parallelism: int, log_folder: str, clock=None, log_limits: tuple[int, int] | None = None):
+    def __init__(self, parallelism: int, log_folder: str, clock=None, log_limits: tuple[int, int] | None = None,
+                 connect: ConnectSettings | None = None):
         if parallelism < 1:
             raise ValueError("parallelism must be at least 1")
         self.log_limits = log_limits or read_log_limits()  # (bytes per file, files per try): the wrapper rotates
@@ -129,6 +150,7 @@ class LocalExecutor:
         self.clock = clock or SystemClock()
         self._tries: dict[TaskKey, _Try] = {}
         self._spark_submit: str | None = None
+        self.connect_server = ConnectServer(connect or ConnectSettings(), self.log_folder / "connect-server.log")
 
     # -- protocol -----------------------------------------------------------------------------
 
@@ -145,6 +167,9 @@ class LocalExecutor:
 
     def sync(self) -> list[TaskReport]:
         reports: list[TaskReport] = []
+        problem = self.connect_server.check()
+        if problem is not None:
+            self._lose_connect_tries(f"{problem}; the try was stopped and is retried as usual")
         for key, t in list(self._tries.items()):
             outcome = self._poll(t)
             if t.start_error is not None:
@@ -185,6 +210,7 @@ class LocalExecutor:
     def detach(self) -> None:
         """Forget every try and leave the wrappers running: a graceful stop of the replica, whose jobs
         are adopted by another replica on this host (or the next scheduler) through their files."""
+        self._end_connect_tries()
         self._tries.clear()
 
     def end(self) -> None:
@@ -198,8 +224,39 @@ class LocalExecutor:
                 time.sleep(0.1)
             if self._alive(t):
                 self._kill_hard(t)
+        self.connect_server.stop()
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _end_connect_tries(self) -> None:
+        """Stop the Connect tries (they cannot outlive this replica's server), then the server."""
+        running = [t for t in self._tries.values()
+                   if t.launch.job.connect and t.outcome is None and t.start_error is None]
+        for t in running:
+            self.cancel(t.launch.key)
+        deadline = time.monotonic() + _END_WAIT_S
+        for t in running:
+            while self._alive(t) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if self._alive(t):
+                self._kill_hard(t)
+        self.connect_server.stop()
+
+    def _lose_connect_tries(self, reason: str) -> None:
+        """Kill every Connect try in flight: its server is gone, so nothing is left to stop gracefully."""
+        for t in self._tries.values():
+            if t.launch.job.connect and t.outcome is None and t.start_error is None and self._alive(t):
+                t.server_lost = reason
+                self._kill_hard(t)
+
+    def _job_command(self, launch: TaskLaunch) -> tuple[list[str], dict[str, str]]:
+        """The job's command line and what it adds to the environment: spark-submit, or a Connect job."""
+        if launch.job.connect:
+            return connect_job_command(launch), {"SPARK_REMOTE": self.connect_server.ensure()}
+        if self._spark_submit is None:
+            self._spark_submit = find_spark_submit()
+        return spark_submit_command(launch, self._spark_submit), {
+            "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
 
     def _start(self, launch: TaskLaunch) -> None:
         log_file = log_path(self.log_folder, launch.key)
@@ -207,8 +264,7 @@ class LocalExecutor:
         self._tries[launch.key] = t
         try:
             log_file.parent.mkdir(parents=True, exist_ok=True)
-            if self._spark_submit is None:
-                self._spark_submit = find_spark_submit()
+            job_cmd, job_env = self._job_command(launch)
             max_bytes, files = self.log_limits
             cmd = [sys.executable, "-m", "dagline.executors.wrapper", "--exit-file", str(t.exit_file),
                    "--pid-file", str(pid_file_path(log_file)), "--log-file", str(log_file),
@@ -216,14 +272,11 @@ class LocalExecutor:
             if launch.timeout_s:
                 cmd += ["--timeout", f"{launch.timeout_s:g}"]
             cmd += ["--grace", f"{launch.stop_grace_s:g}"]
-            cmd += ["--", *spark_submit_command(launch, self._spark_submit)]
+            cmd += ["--", *job_cmd]
             env = dict(os.environ)
+            env.pop("SPARK_REMOTE", None)  # set only for a Connect try, to this replica's server
             env.update(dict(launch.env))
-            env.update(
-                SPARK_LOCAL_IP="127.0.0.1",
-                PYSPARK_PYTHON=sys.executable,
-                PYSPARK_DRIVER_PYTHON=sys.executable,
-            )
+            env.update(job_env)
             key = launch.key
             header = (
                 f"[dagline] {t.started_at.isoformat()} try {key.try_number} of {key.dag_id}/{key.run_id}/"
@@ -270,7 +323,12 @@ class LocalExecutor:
             self._tries[launch.key] = _Try(launch, log_file, started, outcome=outcome, adopted=True)
             return True
         started = parse_time(pids.get("started_at"))
-        self._tries[launch.key] = _Try(launch, log_file, started, wrapper_pid=wrapper_pid, adopted=True)
+        t = _Try(launch, log_file, started, wrapper_pid=wrapper_pid, adopted=True)
+        self._tries[launch.key] = t
+        if launch.job.connect:
+            t.server_lost = ("its Spark Connect server stopped with the replica that launched it; the try was "
+                             "stopped and is retried as usual")
+            self._kill_hard(t)
         return True
 
     def _poll(self, t: _Try) -> dict | None:
@@ -337,6 +395,8 @@ class LocalExecutor:
 
     def _failure_message(self, t: _Try, outcome: dict) -> str:
         code = outcome.get("exit_code")
+        if t.server_lost:
+            return t.server_lost
         if "lost" in outcome:
             reason = outcome["lost"]
         elif outcome.get("timed_out"):
@@ -375,7 +435,8 @@ def _exit_status(stored) -> int | None:
 KIND_CODE = KindCode(
     build=_build,
     open_log=FolderLog,
-    read_options=lambda environ: {"log_limits": read_log_limits(environ)},  # DAGLINE_LOG_MAX_BYTES, _FILES
-    option_names=frozenset({"log_limits"}),
+    read_options=lambda environ: {"log_limits": read_log_limits(environ),  # DAGLINE_LOG_MAX_BYTES, _FILES
+                                  "connect": read_connect_settings(environ)},  # DAGLINE_CONNECT_*
+    option_names=frozenset({"log_limits", "connect"}),
     exit_status=_exit_status,
 )

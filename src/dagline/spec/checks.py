@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dagline.domain.callbacks import RUN_EVENTS
 from dagline.domain.signal_rules import rule_problems
 from dagline.domain.templating import referenced_params
+from dagline.spec.connect import connect_problems
 from dagline.spec.models import DagSpec
 from dagline.spec.problems import format_path, problems_error
 from dagline.times import parse_instant
@@ -116,9 +117,10 @@ def _cross_field_problems(spec: DagSpec) -> list[tuple[str, str]]:
 
 
 def check_dag_spec(spec: DagSpec, source: str | None = None, dag_id: str | None = None) -> None:
-    """Checks that span fields (task graph, dates, params in templates, signal rules); raise
+    """Checks that span fields (task graph, dates, params in templates, signal rules, static confs of Spark
+    Connect tasks); raise
     InvalidInput listing all."""
-    problems = _cross_field_problems(spec)
+    problems = _cross_field_problems(spec) + connect_problems(spec)
     problems += rule_problems(dag_id or "", [t.id for t in spec.tasks], spec.triggers,
                               [(i, t.id, t.on) for i, t in enumerate(spec.tasks) if t.on])
     if problems:

@@ -32,6 +32,8 @@ from dagline.times import parse_duration, parse_instant
 _OMITTED_WHEN_UNSET = {"deadline": None, "callbacks": None}  # in the DAG, its defaults and its tasks; [] too
 _LATER_DAG_FIELDS = {"triggers": []}
 _LATER_TASK_FIELDS = {"mode": "batch", "stopGracePeriod": None, "on": []}
+_LATER_DEFAULTS_FIELDS = {"spark": {"connect": False}}
+_LATER_SPARK_FIELDS = {"connect": None}
 
 
 def _omit_unset(mapping: dict[str, Any], later: Mapping[str, Any] | None = None) -> None:
@@ -45,13 +47,14 @@ def _omit_unset(mapping: dict[str, Any], later: Mapping[str, Any] | None = None)
 
 def normalized_spec(spec: DagSpec) -> dict[str, Any]:
     """The spec as JSON with every field present and defaults filled: what the database stores
-    (fields added later appear only when set: `deadline`, `callbacks`, `triggers`, and a task's
-    `mode`, `stopGracePeriod` and `on`)."""
+    (fields added later appear only when set: `deadline`, `callbacks`, `triggers`, `defaults.spark`,
+    and a task's `mode`, `stopGracePeriod`, `on` and `spark.connect`)."""
     data = spec.model_dump(mode="json", by_alias=True)
     _omit_unset(data, _LATER_DAG_FIELDS)
-    _omit_unset(data["defaults"])
+    _omit_unset(data["defaults"], _LATER_DEFAULTS_FIELDS)
     for task in data.get("tasks", []):
         _omit_unset(task, _LATER_TASK_FIELDS)
+        _omit_unset(task["spark"], _LATER_SPARK_FIELDS)
     return data
 
 
@@ -91,6 +94,7 @@ class Task:
     mode: str = "batch"
     stop_grace_period: pendulum.Duration = dataclasses.field(default_factory=lambda: pendulum.duration(seconds=30))
     on: tuple[SignalRule, ...] = ()
+    connect: bool = False  # runs against the replica's Spark Connect server (`spark.connect`, ADR 0070)
 
     @property
     def streaming(self) -> bool:
@@ -128,8 +132,13 @@ def _resolve_task(task: TaskSpec, defaults: TaskDefaults, timezone: str) -> Task
         mode=task.mode,
         stop_grace_period=parse_duration(task.stop_grace_period or "PT30S"),
         on=tuple(task.on),
-
+        connect=connects(task, defaults),
     )
+
+
+def connects(task: TaskSpec, defaults: TaskDefaults) -> bool:
+    """Whether the task runs against a Spark Connect server: its `spark.connect`, else the DAG's default."""
+    return defaults.spark.connect if task.spark.connect is None else task.spark.connect
 
 
 @dataclasses.dataclass(frozen=True)

@@ -69,6 +69,15 @@ class SparkSpec(SpecModel):
     image: str | None = Field(None, description="container image (Kubernetes only)")
     driver: DriverSpec = Field(default_factory=DriverSpec)
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+    connect: bool | None = Field(
+        None, description="true: run the job as `python job.py` against a warm Spark Connect server (no static "
+                          "confs, driver or executor sizes); unset: the DAG's `defaults.spark.connect`")
+
+
+class SparkDefaults(SpecModel):
+    """Spark settings that apply to every task of the DAG unless the task's `spark` sets its own."""
+
+    connect: bool = Field(False, description="run tasks against a warm Spark Connect server (ADR 0070)")
 
 
 class TaskDefaults(SpecModel):
@@ -85,6 +94,7 @@ class TaskDefaults(SpecModel):
     execution_timeout: ExecutionTimeout | None = Field(None, description="ISO-8601 duration")
     callbacks: list[CallbackSpec] = Field(
         default_factory=list, description="callbacks of every task that sets none of its own")
+    spark: SparkDefaults = Field(default_factory=SparkDefaults)
 
 
 class TaskSpec(SpecModel):
