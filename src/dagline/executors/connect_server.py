@@ -143,7 +143,7 @@ class ConnectServer:
 
     def command(self, port: int) -> list[str]:
         if self._spark_submit is None:
-            from dagline.executors.local import find_spark_submit
+            from dagline.executors.spark_home import find_spark_submit
 
             self._spark_submit = find_spark_submit()
         s = self.settings

@@ -56,6 +56,7 @@ from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
 from dagline.executors.connect_server import ConnectServer, ConnectSettings, read_connect_settings
 from dagline.executors.folder_log import FolderLog
 from dagline.executors.registry import ExecutorSettings, KindCode
+from dagline.executors.spark_home import find_spark_submit
 from dagline.executors.try_files import (
     claim_pid_file,
     exit_file_path,
@@ -69,19 +70,6 @@ from dagline.executors.try_files import (
 from dagline.executors.try_files import log_limits as read_log_limits
 
 _END_WAIT_S = 15.0  # how long `end` waits for wrappers to stop their jobs before SIGKILL
-
-
-def find_spark_submit() -> str:
-    """`<spark_home>/bin/spark-submit` of the installed pyspark package."""
-    try:
-        from pyspark.find_spark_home import _find_spark_home
-
-        spark_home = _find_spark_home()
-    except Exception:  # noqa: BLE001 - fall back to the package folder
-        import pyspark
-
-        spark_home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
-    return os.path.join(spark_home, "bin", "spark-submit")
 
 
 def spark_submit_command(launch: TaskLaunch, spark_submit: str) -> list[str]:
