@@ -129,7 +129,7 @@ class LocalExecutor:
     host_bound = True  # its jobs can be found (and adopted) only on the host that started them
 
     def __init__(self, parallelism: int, log_folder: str, clock=None, log_limits: tuple[int, int] | None = None,
-                 connect: ConnectSettings | None = None):
+                 connect: ConnectSettings | None = None, connect_server: ConnectServer | None = None):
         if parallelism < 1:
             raise ValueError("parallelism must be at least 1")
         self.log_limits = log_limits or read_log_limits()  # (bytes per file, files per try): the wrapper rotates
@@ -138,7 +138,10 @@ class LocalExecutor:
         self.clock = clock or SystemClock()
         self._tries: dict[TaskKey, _Try] = {}
         self._spark_submit: str | None = None
-        self.connect_server = ConnectServer(connect or ConnectSettings(), self.log_folder / "connect-server.log")
+        # the replica's own server; one given here (tests, bench) is shared, and `end`/`detach` leave it running
+        self._owns_server = connect_server is None
+        self.connect_server = connect_server or ConnectServer(connect or ConnectSettings(),
+                                                              self.log_folder / "connect-server.log")
 
     # -- protocol -----------------------------------------------------------------------------
 
@@ -212,7 +215,7 @@ class LocalExecutor:
                 time.sleep(0.1)
             if self._alive(t):
                 self._kill_hard(t)
-        self.connect_server.stop()
+        self._stop_server()
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -228,7 +231,11 @@ class LocalExecutor:
                 time.sleep(0.1)
             if self._alive(t):
                 self._kill_hard(t)
-        self.connect_server.stop()
+        self._stop_server()
+
+    def _stop_server(self) -> None:
+        if self._owns_server:
+            self.connect_server.stop()
 
     def _lose_connect_tries(self, reason: str) -> None:
         """Kill every Connect try in flight: its server is gone, so nothing is left to stop gracefully."""
