@@ -10,6 +10,9 @@ connects to the server named by `SPARK_REMOTE` (PySpark 4). Two things it adds a
 * the task's `spark.conf` (runtime confs only: static ones are refused at apply, see
   `dagline.spec.connect`) is set on the job's session before the job runs: the session is created here
   with them, and the job's `getOrCreate()` returns that same session;
+* an exception that ends the job is printed as Python prints it, then summed up on one last line (a
+  Connect error's text ends with the server's Java stack trace; the try's failure message is the log's
+  last meaningful line);
 * when the job ends -- returns, raises, calls `sys.exit`, or gets SIGTERM without a handler of its
   own -- its session is released on the server (`spark.stop()`), which stops any streaming query it
   left running: a Connect job's queries do not outlive its process, as they do not outlive a
@@ -26,6 +29,7 @@ import os
 import runpy
 import signal
 import sys
+import traceback
 import warnings
 
 
@@ -71,6 +75,13 @@ def main(argv: list[str] | None = None) -> int:
 
             SparkSession.builder.config(map=confs).getOrCreate()  # SPARK_REMOTE: a Connect session
         runpy.run_path(path, run_name="__main__")
+    except Exception as exc:  # noqa: BLE001 - reported as Python would, then summed up on the last line
+        traceback.print_exc()
+        # A Connect error's text ends with the server's JVM stack trace: the try's failure message (the
+        # log's last meaningful line) should be the error itself.
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        print(f"{type(exc).__module__}.{type(exc).__qualname__}: {first}"[:1000], file=sys.stderr, flush=True)
+        return 1
     finally:
         _release_session()
     return 0
