@@ -34,8 +34,9 @@ its session confs set) with `SPARK_REMOTE` naming this executor's `ConnectServer
 (`dagline.executors.connect_server`), started with the first such try and stopped by `end` and
 `detach`. When the server's health check fails, every Connect try in flight is killed and reported
 failed with the reason (the scheduler retries it as usual); the next Connect try starts a new server.
-A Connect try lives only as long as its replica's server: `detach` stops those tries (cooperatively,
-as `end` does), and a replica adopting a still running Connect try of another fails it.
+A Connect try lives only as long as its replica's server: `detach` kills those tries (their outcome
+recorded for the adopter, which reports them failed: retried as usual), and a replica adopting a still
+running Connect try of another fails it.
 """
 
 from __future__ import annotations
@@ -201,7 +202,7 @@ class LocalExecutor:
     def detach(self) -> None:
         """Forget every try and leave the wrappers running: a graceful stop of the replica, whose jobs
         are adopted by another replica on this host (or the next scheduler) through their files."""
-        self._end_connect_tries()
+        self._kill_connect_tries()
         self._tries.clear()
 
     def end(self) -> None:
@@ -219,18 +220,26 @@ class LocalExecutor:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _end_connect_tries(self) -> None:
-        """Stop the Connect tries (they cannot outlive this replica's server), then the server."""
+    def _kill_connect_tries(self) -> None:
+        """On a graceful stop of the replica: kill the Connect jobs (they cannot outlive its server, which
+        stops with it) and let their wrappers record it, for the adopter to report them failed and the
+        scheduler to retry them. Not a stop request: a stopped streaming try would end `success`."""
         running = [t for t in self._tries.values()
-                   if t.launch.job.connect and t.outcome is None and t.start_error is None]
+                   if t.launch.job.connect and t.outcome is None and t.start_error is None and self._alive(t)]
         for t in running:
-            self.cancel(t.launch.key)
+            try:
+                job_pid = int(json.loads(pid_file_path(t.log_file).read_text(encoding="utf-8"))["pid"])
+                os.killpg(job_pid, signal.SIGKILL)
+            except (OSError, ValueError, KeyError, TypeError):
+                self._kill_hard(t)
         deadline = time.monotonic() + _END_WAIT_S
         for t in running:
             while self._alive(t) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if self._alive(t):
-                self._kill_hard(t)
+                time.sleep(0.05)
+            with open(t.log_file, "a", encoding="utf-8") as log:
+                # not a `[dagline]` line: the adopter's failure message is the log's last meaningful line
+                log.write("dagline: the replica stopped, and this Spark Connect try with its server; it is retried "
+                          "as usual\n")
         self._stop_server()
 
     def _stop_server(self) -> None:
