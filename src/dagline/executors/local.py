@@ -159,9 +159,7 @@ class LocalExecutor:
 
     def sync(self) -> list[TaskReport]:
         reports: list[TaskReport] = []
-        problem = self.connect_server.check()
-        if problem is not None:
-            self._lose_connect_tries(f"{problem}; the try was stopped and is retried as usual")
+        self._check_connect_server()
         for key, t in list(self._tries.items()):
             outcome = self._poll(t)
             if t.start_error is not None:
@@ -201,7 +199,8 @@ class LocalExecutor:
 
     def detach(self) -> None:
         """Forget every try and leave the wrappers running: a graceful stop of the replica, whose jobs
-        are adopted by another replica on this host (or the next scheduler) through their files."""
+        are adopted by another replica on this host (or the next scheduler) through their files. Connect
+        tries excepted: their server stops with the replica, so they are killed (`_kill_connect_tries`)."""
         self._kill_connect_tries()
         self._tries.clear()
 
@@ -246,16 +245,21 @@ class LocalExecutor:
         if self._owns_server:
             self.connect_server.stop()
 
-    def _lose_connect_tries(self, reason: str) -> None:
-        """Kill every Connect try in flight: its server is gone, so nothing is left to stop gracefully."""
+    def _check_connect_server(self) -> None:
+        """The server's health check; when it fails, kill every Connect try in flight (its server is gone,
+        nothing is left to stop gracefully) and say why in their failure messages."""
+        problem = self.connect_server.check()
+        if problem is None:
+            return
         for t in self._tries.values():
             if t.launch.job.connect and t.outcome is None and t.start_error is None and self._alive(t):
-                t.server_lost = reason
+                t.server_lost = f"{problem}; the try was stopped and is retried as usual"
                 self._kill_hard(t)
 
     def _job_command(self, launch: TaskLaunch) -> tuple[list[str], dict[str, str]]:
         """The job's command line and what it adds to the environment: spark-submit, or a Connect job."""
         if launch.job.connect:
+            self._check_connect_server()  # a server that died since the last sync fails its tries first
             return connect_job_command(launch), {"SPARK_REMOTE": self.connect_server.ensure()}
         if self._spark_submit is None:
             self._spark_submit = find_spark_submit()
