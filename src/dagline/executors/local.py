@@ -56,7 +56,7 @@ from dagline.domain.states import TIState
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
 from dagline.executors.connect_server import ConnectServer, ConnectSettings, read_connect_settings
 from dagline.executors.folder_log import FolderLog
-from dagline.executors.registry import ExecutorSettings, KindCode
+from dagline.executors.registry import ExecutorSettings, KindCode, ShownSetting
 from dagline.executors.spark_home import find_spark_submit
 from dagline.executors.try_files import (
     claim_pid_file,
@@ -440,11 +440,20 @@ def _exit_status(stored) -> int | None:
     return code if isinstance(code, int) else None
 
 
+def _shown(environ) -> list[ShownSetting]:
+    connect = read_connect_settings(environ)
+    return [ShownSetting("local.connect.port", connect.port, "DAGLINE_CONNECT_PORT"),
+            ShownSetting("local.connect.driver_memory", connect.driver_memory, "DAGLINE_CONNECT_DRIVER_MEMORY"),
+            ShownSetting("local.connect.cores", connect.cores, "DAGLINE_CONNECT_CORES"),
+            ShownSetting("local.connect.start_timeout_s", connect.start_timeout_s, "DAGLINE_CONNECT_START_TIMEOUT")]
+
+
 KIND_CODE = KindCode(
     build=_build,
     open_log=FolderLog,
     read_options=lambda environ: {"log_limits": read_log_limits(environ),  # DAGLINE_LOG_MAX_BYTES, _FILES
                                   "connect": read_connect_settings(environ)},  # DAGLINE_CONNECT_*
     option_names=frozenset({"log_limits", "connect"}),
+    settings_shown=_shown,
     exit_status=_exit_status,
 )
