@@ -17,7 +17,7 @@ dagline pools set spark 4 --description "Spark-heavy aggregation tasks"
 dagline dags apply examples/sales_daily            # created paused, as every DAG applied for the first time
 dagline dags unpause sales-daily
 echo
-echo "== backfilling 7 days of sales-daily (5 PySpark jobs a day, 2 at a time; 5-7 minutes on 2 cores)"
+echo "== backfilling 7 days of sales-daily (35 PySpark jobs, 2 at a time, on a warm Spark Connect server)"
 dagline backfill run sales-daily --start 2026-03-01 --end 2026-03-07 --parallelism 2 --conf "$CONF"
 echo
 dagline runs grid sales-daily

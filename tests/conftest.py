@@ -59,3 +59,17 @@ def db(request, tmp_path):
         database, drop = make_pg_database(request.getfixturevalue("pg_admin"))
         yield database
         drop()
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """One real Spark Connect server for the whole session (it takes 10-30 s to start here): tests that run
+    Connect tasks hand it to their `LocalExecutor(connect_server=...)`, which then leaves it running."""
+    from dagline.executors.connect_server import ConnectServer, ConnectSettings
+
+    server = ConnectServer(ConnectSettings(driver_memory="768m", cores=2),
+                           tmp_path_factory.mktemp("connect") / "connect-server.log")
+    server.ensure()
+    assert server.wait_listening(300), f"the Spark Connect server did not start: see {server.log_file}"
+    yield server
+    server.stop()

@@ -123,6 +123,12 @@ def test_pools_and_backfill_commands(db, applied):
      "spec.tasks", "cycle"),
     (GOOD.replace("- id: load", "- id: load\n      retryDelay: 5 minutes"), "spec.tasks[1].retryDelay", "duration"),
     (GOOD.replace("{{ ds }}", "{{ ds "), "spec.tasks[0].spark.arguments", "template"),
+    (GOOD.replace("spark: {mainApplicationFile: load.py}",
+                  "spark: {mainApplicationFile: load.py, connect: true, conf: {spark.jars.packages: a:b:1}}"),
+     'spec.tasks[1].spark.conf["spark.jars.packages"]', "spark.jars.packages is fixed when Spark starts"),
+    (GOOD.replace("  tasks:", "  defaults: {spark: {connect: true}}\n  tasks:").replace(
+        "spark: {mainApplicationFile: load.py}", "spark: {mainApplicationFile: load.py, driver: {memory: 2g}}"),
+     "spec.tasks[1].spark.driver.memory", "Spark Connect"),
 ])
 def test_invalid_specs_exit_2_name_the_field_and_change_nothing(db, applied, tmp_path, body, field, cause):
     bad = tmp_path / "bad.yaml"

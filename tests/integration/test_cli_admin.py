@@ -175,7 +175,8 @@ def test_config_lists_settings_and_where_they_came_from(tmp_path):
         0.25, "environment variable DAGLINE_SCHEDULER_POLL_INTERVAL_S")
     assert settings["scheduler.heartbeat_interval_s"]["source"] == "default"
     assert settings["log_folder"]["value"] == str(tmp_path / "logs")
-    assert {"scheduler.parallelism", "operator.executor", "noop.duration_s", "spark_k8s.image"} <= set(settings)
+    assert {"scheduler.parallelism", "operator.executor", "noop.duration_s", "spark_k8s.image",
+            "local.connect.driver_memory"} <= set(settings)
     flagged = CliRunner(env=env).invoke(main, ["--db", f"sqlite:///{tmp_path}/x.db", "config"])
     assert "flag --db" in flagged.output
     bad = CliRunner(env={"DAGLINE_SCHEDULER_POLL_INTERVAL_S": "soon"}).invoke(main, ["config"])

@@ -1,5 +1,6 @@
 """The example pipeline run for real: a one-day backfill of examples/sales_daily through the
-scheduler and the local executor (five spark-submit jobs), as `make demo` does for seven days."""
+scheduler and the local executor (five PySpark jobs on the replica's Spark Connect server, as the example
+chooses), as `make demo` does for seven days; and a crashing job (through spark-submit)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tests.helpers.harness import assert_invariants, runs, ti_states
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(600)  # it starts the replica's Spark Connect server: minutes on a loaded 2-core machine
 def test_a_day_of_the_example_pipeline_runs_through_the_scheduler(sqlite_db, tmp_path):
     out = tmp_path / "data"
     example = "examples/sales_daily"

@@ -79,7 +79,7 @@ def test_settings_are_checked_and_explicit_options_win_over_the_environment(tmp_
         assert refused.value.field == "parallelism"
     with pytest.raises(InvalidInput, match=r"the noop executor has no option colour \(it takes duration_s, seed\)"):
         noop.settings(parallelism=1, colour="red")
-    with pytest.raises(InvalidInput, match="has no option duration_s .it takes log_limits."):
+    with pytest.raises(InvalidInput, match="has no option duration_s .it takes connect, log_limits."):
         registry.kind("local").settings(parallelism=1, duration_s=1.0)
     environ = {"DAGLINE_NOOP_DURATION": "0.05-0.5", "DAGLINE_NOOP_SEED": "7"}
     settings = noop.settings(parallelism=2, environ=environ, seed=9, log_folder=str(tmp_path / "logs"))

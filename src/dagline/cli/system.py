@@ -127,11 +127,23 @@ def settings_in_force(obj: Context) -> list[Setting]:
                            ("max_body_bytes", "DAGLINE_API_MAX_BODY_BYTES"), ("max_batch", "DAGLINE_API_MAX_BATCH")):
         flag = "--anonymous-read" if name == "anonymous_read" else None
         out.append(Setting(f"api.{name}", getattr(api, name), _source(variable, flag=flag), "api, operator", variable))
+    for name, variable in (("max_event_streams", "DAGLINE_UI_MAX_EVENT_STREAMS"),
+                           ("max_event_streams_per_client", "DAGLINE_UI_MAX_EVENT_STREAMS_PER_CLIENT")):
+        out.append(Setting(f"ui.{name}", getattr(api, name), _source(variable), "api, operator (web UI)", variable))
+    # a secret: whether it is set, never its value
+    shown_secret = "(set)" if api.ui_secret is not None else "(unset: one kept in the database)"
+    out.append(Setting("ui.secret", shown_secret, _source("DAGLINE_UI_SECRET"), "api, operator (web UI CSRF)",
+                       "DAGLINE_UI_SECRET"))
+    from dagline.spec.app_files import JOBS_FOLDER_VARIABLE, jobs_folders
+
+    out.append(Setting("spec.jobs_folder", os.pathsep.join(jobs_folders()), _source(JOBS_FOLDER_VARIABLE),
+                       "dags apply (application files' homes)", JOBS_FOLDER_VARIABLE))
     operator_vars = {"namespace": "DAGLINE_NAMESPACE", "health_port": "DAGLINE_HEALTH_PORT",
                      "metrics_port": "DAGLINE_METRICS_PORT", "dagrun_history_limit": "DAGLINE_DAGRUN_HISTORY_LIMIT",
                      "status_interval_s": "DAGLINE_STATUS_INTERVAL", "liveness_timeout_s": "DAGLINE_LIVENESS_TIMEOUT",
                      "executor": "DAGLINE_EXECUTOR", "parallelism": "DAGLINE_PARALLELISM",
-                     "log_format": "DAGLINE_LOG_FORMAT", "api_port": "DAGLINE_API_PORT", "api_url": "DAGLINE_API_URL"}
+                     "log_format": "DAGLINE_LOG_FORMAT", "api_port": "DAGLINE_API_PORT", "api_url": "DAGLINE_API_URL",
+                     "platform_pools": "DAGLINE_PLATFORM_POOLS"}
     operator = OperatorSettings.from_env()
     for name, variable in operator_vars.items():
         flag = {"executor": "--executor", "parallelism": "--parallelism", "namespace": "--namespace",

@@ -327,6 +327,7 @@ def tasks_test(obj: Context, dag_id, task_id, logical_date, conf, conf_file, exe
         except KeyboardInterrupt:
             runner.end()
             raise OperationFailed(f"interrupted: task {task_id!r} was stopped") from None
+        runner.end()  # nothing runs any more; this stops what the executor started for it (a Connect server)
         if not kind.code().runs_jobs:  # no log, no exit status: say what it reported
             click.echo(f"{kind.name} executor: {final.state}" + (f" ({final.message})" if final.message else ""))
             sys.exit(0 if final.state == TIState.SUCCESS else 1)

@@ -49,6 +49,7 @@ class SparkJob:
     executor_instances: int | None = None
     executor_cores: int | None = None
     executor_memory: str | None = None
+    connect: bool = False  # run as `python <app>` against a Spark Connect server, not through spark-submit
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,6 +33,16 @@ saying which). ADR 0040.
 `spark-submit` comes from the installed `pyspark` package, not from PATH, so the job runs with the
 same Spark and the same Python as the scheduler. In local mode the driver runs the executors, so the
 spec's `executor` sizes are ignored; driver memory/cores and `conf` are passed on.
+
+A Spark Connect try (`spark.connect: true`, ADR 0070) starts no JVM: the wrapper runs
+`python -m dagline.executors.connect_job --conf ... -- <app file> <args...>` (the job as `python job.py`,
+its session confs set) with `SPARK_REMOTE` naming this executor's `ConnectServer`
+(`dagline.executors.connect_server`), started with the first such try and stopped by `end` and
+`detach`. When the server's health check fails, every Connect try in flight is killed and reported
+failed with the reason (the scheduler retries it as usual); the next Connect try starts a new server.
+A Connect try lives only as long as its replica's server: `detach` kills those tries (their outcome
+recorded for the adopter, which reports them failed: retried as usual), and a replica adopting a still
+running Connect try of another fails it.
 """
 
 from __future__ import annotations
@@ -51,9 +61,11 @@ from dagline.clock import SystemClock
 from dagline.domain.secrets import job_environment
 from dagline.domain.states import TIState
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
+from dagline.executors.connect_server import ConnectServer, ConnectSettings, read_connect_settings
 from dagline.executors.folder_log import FolderLog
-from dagline.executors.registry import ExecutorSettings, KindCode
+from dagline.executors.registry import ExecutorSettings, KindCode, ShownSetting
 from dagline.executors.secret_sources import LocalSecrets, SecretNotFound
+from dagline.executors.spark_home import find_spark_submit
 from dagline.executors.try_files import (
     claim_pid_file,
     exit_file_path,
@@ -67,19 +79,6 @@ from dagline.executors.try_files import (
 from dagline.executors.try_files import log_limits as read_log_limits
 
 _END_WAIT_S = 15.0  # how long `end` waits for wrappers to stop their jobs before SIGKILL
-
-
-def find_spark_submit() -> str:
-    """`<spark_home>/bin/spark-submit` of the installed pyspark package."""
-    try:
-        from pyspark.find_spark_home import _find_spark_home
-
-        spark_home = _find_spark_home()
-    except Exception:  # noqa: BLE001 - fall back to the package folder
-        import pyspark
-
-        spark_home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
-    return os.path.join(spark_home, "bin", "spark-submit")
 
 
 def spark_submit_command(launch: TaskLaunch, spark_submit: str) -> list[str]:
@@ -104,6 +103,15 @@ def spark_submit_command(launch: TaskLaunch, spark_submit: str) -> list[str]:
     return cmd
 
 
+def connect_job_command(launch: TaskLaunch) -> list[str]:
+    """The command line of one Spark Connect try: the job run by Python, its session confs set first."""
+    job = launch.job
+    cmd = [sys.executable, "-m", "dagline.executors.connect_job"]
+    for key, value in job.conf:
+        cmd += ["--conf", f"{key}={value}"]
+    return [*cmd, "--", job.main_application_file, *(str(a) for a in job.arguments)]
+
+
 @dataclasses.dataclass
 class _Try:
     launch: TaskLaunch
@@ -116,6 +124,7 @@ class _Try:
     adopted: bool = False
     cancelled: bool = False
     reported_running: bool = False
+    server_lost: str | None = None  # a Connect try whose server went away: why (its failure message)
 
     @property
     def exit_file(self) -> Path:
@@ -129,7 +138,8 @@ class LocalExecutor:
     host_bound = True  # its jobs can be found (and adopted) only on the host that started them
 
     def __init__(self, parallelism: int, log_folder: str, clock=None, log_limits: tuple[int, int] | None = None,
-                 secrets: LocalSecrets | None = None):
+                 secrets: LocalSecrets | None = None, connect: ConnectSettings | None = None,
+                 connect_server: ConnectServer | None = None):
         if parallelism < 1:
             raise ValueError("parallelism must be at least 1")
         self.log_limits = log_limits or read_log_limits()  # (bytes per file, files per try): the wrapper rotates
@@ -139,6 +149,10 @@ class LocalExecutor:
         self._tries: dict[TaskKey, _Try] = {}
         self._spark_submit: str | None = None
         self.secrets = secrets or LocalSecrets.from_env()  # where the tasks' `env` secrets are read
+        # the replica's own server; one given here (tests, bench) is shared, and `end`/`detach` leave it running
+        self._owns_server = connect_server is None
+        self.connect_server = connect_server or ConnectServer(connect or ConnectSettings(),
+                                                              self.log_folder / "connect-server.log")
 
     # -- protocol -----------------------------------------------------------------------------
 
@@ -155,6 +169,7 @@ class LocalExecutor:
 
     def sync(self) -> list[TaskReport]:
         reports: list[TaskReport] = []
+        self._check_connect_server()
         for key, t in list(self._tries.items()):
             outcome = self._poll(t)
             if t.start_error is not None:
@@ -194,7 +209,9 @@ class LocalExecutor:
 
     def detach(self) -> None:
         """Forget every try and leave the wrappers running: a graceful stop of the replica, whose jobs
-        are adopted by another replica on this host (or the next scheduler) through their files."""
+        are adopted by another replica on this host (or the next scheduler) through their files. Connect
+        tries excepted: their server stops with the replica, so they are killed (`_kill_connect_tries`)."""
+        self._kill_connect_tries()
         self._tries.clear()
 
     def end(self) -> None:
@@ -208,8 +225,56 @@ class LocalExecutor:
                 time.sleep(0.1)
             if self._alive(t):
                 self._kill_hard(t)
+        self._stop_server()
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _kill_connect_tries(self) -> None:
+        """On a graceful stop of the replica: kill the Connect jobs (they cannot outlive its server, which
+        stops with it) and let their wrappers record it, for the adopter to report them failed and the
+        scheduler to retry them. Not a stop request: a stopped streaming try would end `success`."""
+        running = [t for t in self._tries.values()
+                   if t.launch.job.connect and t.outcome is None and t.start_error is None and self._alive(t)]
+        for t in running:
+            try:
+                job_pid = int(json.loads(pid_file_path(t.log_file).read_text(encoding="utf-8"))["pid"])
+                os.killpg(job_pid, signal.SIGKILL)
+            except (OSError, ValueError, KeyError, TypeError):
+                self._kill_hard(t)
+        deadline = time.monotonic() + _END_WAIT_S
+        for t in running:
+            while self._alive(t) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            with open(t.log_file, "a", encoding="utf-8") as log:
+                # not a `[dagline]` line: the adopter's failure message is the log's last meaningful line
+                log.write("dagline: the replica stopped, and this Spark Connect try with its server; it is retried "
+                          "as usual\n")
+        self._stop_server()
+
+    def _stop_server(self) -> None:
+        if self._owns_server:
+            self.connect_server.stop()
+
+    def _check_connect_server(self) -> None:
+        """The server's health check; when it fails, kill every Connect try in flight (its server is gone,
+        nothing is left to stop gracefully) and say why in their failure messages."""
+        problem = self.connect_server.check()
+        if problem is None:
+            return
+        for t in self._tries.values():
+            if t.launch.job.connect and t.outcome is None and t.start_error is None and self._alive(t):
+                t.server_lost = f"{problem}; the try was stopped and is retried as usual"
+                self._kill_hard(t)
+
+    def _job_command(self, launch: TaskLaunch) -> tuple[list[str], dict[str, str]]:
+        """The job's command line and what it adds to the environment: spark-submit, or a Connect job."""
+        if launch.job.connect:
+            self._check_connect_server()  # a server that died since the last sync fails its tries first
+            return connect_job_command(launch), {"SPARK_REMOTE": self.connect_server.ensure()}
+        if self._spark_submit is None:
+            self._spark_submit = find_spark_submit()
+        return spark_submit_command(launch, self._spark_submit), {
+            "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
 
     def _start(self, launch: TaskLaunch) -> None:
         log_file = log_path(self.log_folder, launch.key)
@@ -217,8 +282,7 @@ class LocalExecutor:
         self._tries[launch.key] = t
         try:
             log_file.parent.mkdir(parents=True, exist_ok=True)
-            if self._spark_submit is None:
-                self._spark_submit = find_spark_submit()
+            job_cmd, job_env = self._job_command(launch)
             max_bytes, files = self.log_limits
             cmd = [sys.executable, "-m", "dagline.executors.wrapper", "--exit-file", str(t.exit_file),
                    "--pid-file", str(pid_file_path(log_file)), "--log-file", str(log_file),
@@ -226,14 +290,11 @@ class LocalExecutor:
             if launch.timeout_s:
                 cmd += ["--timeout", f"{launch.timeout_s:g}"]
             cmd += ["--grace", f"{launch.stop_grace_s:g}"]
-            cmd += ["--", *spark_submit_command(launch, self._spark_submit)]
+            cmd += ["--", *job_cmd]
             env = job_environment(os.environ, secret_prefix=self.secrets.prefix, try_env=launch.env,
                                   task_env=self.secrets.resolve_env(launch.task_env))
-            env.update(
-                SPARK_LOCAL_IP="127.0.0.1",
-                PYSPARK_PYTHON=sys.executable,
-                PYSPARK_DRIVER_PYTHON=sys.executable,
-            )
+            env.pop("SPARK_REMOTE", None)  # set only for a Connect try, to this replica's server
+            env.update(job_env)
             key = launch.key
             header = (
                 f"[dagline] {t.started_at.isoformat()} try {key.try_number} of {key.dag_id}/{key.run_id}/"
@@ -254,9 +315,7 @@ class LocalExecutor:
                 )
             t.wrapper_pid = t.process.pid
             claim_pid_file(pid_file_path(log_file), t.wrapper_pid, t.started_at)
-        except OSError as exc:
-            t.start_error = f"could not start the job: {exc}"
-        except SecretNotFound as exc:
+        except (OSError, SecretNotFound) as exc:
             t.start_error = f"could not start the job: {exc}"
 
     def _adopt_one(self, launch: TaskLaunch) -> bool:
@@ -282,7 +341,12 @@ class LocalExecutor:
             self._tries[launch.key] = _Try(launch, log_file, started, outcome=outcome, adopted=True)
             return True
         started = parse_time(pids.get("started_at"))
-        self._tries[launch.key] = _Try(launch, log_file, started, wrapper_pid=wrapper_pid, adopted=True)
+        t = _Try(launch, log_file, started, wrapper_pid=wrapper_pid, adopted=True)
+        self._tries[launch.key] = t
+        if launch.job.connect:
+            t.server_lost = ("its Spark Connect server stopped with the replica that launched it; the try was "
+                             "stopped and is retried as usual")
+            self._kill_hard(t)
         return True
 
     def _poll(self, t: _Try) -> dict | None:
@@ -349,6 +413,8 @@ class LocalExecutor:
 
     def _failure_message(self, t: _Try, outcome: dict) -> str:
         code = outcome.get("exit_code")
+        if t.server_lost:
+            return t.server_lost
         if "lost" in outcome:
             reason = outcome["lost"]
         elif outcome.get("timed_out"):
@@ -384,11 +450,21 @@ def _exit_status(stored) -> int | None:
     return code if isinstance(code, int) else None
 
 
+def _shown(environ) -> list[ShownSetting]:
+    connect = read_connect_settings(environ)
+    return [ShownSetting("local.connect.port", connect.port, "DAGLINE_CONNECT_PORT"),
+            ShownSetting("local.connect.driver_memory", connect.driver_memory, "DAGLINE_CONNECT_DRIVER_MEMORY"),
+            ShownSetting("local.connect.cores", connect.cores, "DAGLINE_CONNECT_CORES"),
+            ShownSetting("local.connect.start_timeout_s", connect.start_timeout_s, "DAGLINE_CONNECT_START_TIMEOUT")]
+
+
 KIND_CODE = KindCode(
     build=_build,
     open_log=FolderLog,
     read_options=lambda environ: {"log_limits": read_log_limits(environ),  # DAGLINE_LOG_MAX_BYTES, _FILES
-                                  "secrets": LocalSecrets.from_env(environ)},  # DAGLINE_SECRET_PREFIX, _SECRETS_FILE
-    option_names=frozenset({"log_limits", "secrets"}),
+                                  "secrets": LocalSecrets.from_env(environ),  # DAGLINE_SECRET_PREFIX, _SECRETS_FILE
+                                  "connect": read_connect_settings(environ)},  # DAGLINE_CONNECT_*
+    option_names=frozenset({"log_limits", "secrets", "connect"}),
+    settings_shown=_shown,
     exit_status=_exit_status,
 )

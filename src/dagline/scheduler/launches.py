@@ -182,6 +182,7 @@ def spark_job(task: Task, rendered: dict[str, str]) -> SparkJob:
         executor_instances=getattr(executor, "instances", None),
         executor_cores=getattr(executor, "cores", None),
         executor_memory=getattr(executor, "memory", None),
+        connect=task.connect,
     )
 
 

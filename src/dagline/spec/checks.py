@@ -14,6 +14,7 @@ from dagline.domain.egress import EgressPolicy, literal_url_refusal
 from dagline.domain.signal_rules import rule_problems
 from dagline.domain.spark_policy import DEFAULT_POLICY, SparkPolicy
 from dagline.domain.templating import referenced_params
+from dagline.spec.connect import connect_problems
 from dagline.spec.models import DagSpec
 from dagline.spec.problems import format_path, problems_error
 from dagline.times import parse_instant
@@ -125,10 +126,10 @@ def spark_policy_problems(spec: DagSpec, policy: SparkPolicy) -> list[tuple[str,
 
 def check_dag_spec(spec: DagSpec, source: str | None = None, dag_id: str | None = None, *,
                    spark_policy: SparkPolicy | None = DEFAULT_POLICY) -> None:
-    """Checks that span fields (task graph, dates, params in templates, signal rules) and the Spark
-    policy (None: not checked, for a DAG rebuilt from its stored, already applied spec); raise
-    InvalidInput listing all."""
-    problems = _cross_field_problems(spec)
+    """Checks that span fields (task graph, dates, params in templates, signal rules, static confs of Spark
+    Connect tasks) and the Spark policy (None: not checked, for a DAG rebuilt from its stored, already
+    applied spec); raise InvalidInput listing all."""
+    problems = _cross_field_problems(spec) + connect_problems(spec)
     if spark_policy is not None:
         problems += spark_policy_problems(spec, spark_policy)
     problems += rule_problems(dag_id or "", [t.id for t in spec.tasks], spec.triggers,

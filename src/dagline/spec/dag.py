@@ -33,6 +33,8 @@ from dagline.times import parse_duration, parse_instant
 _OMITTED_WHEN_UNSET = {"deadline": None, "callbacks": None, "env": None}
 _LATER_DAG_FIELDS = {"triggers": []}
 _LATER_TASK_FIELDS = {"mode": "batch", "stopGracePeriod": None, "on": []}
+_LATER_DEFAULTS_FIELDS = {"spark": {"connect": False}}
+_LATER_SPARK_FIELDS = {"connect": None}
 
 
 def _omit_unset(mapping: dict[str, Any], later: Mapping[str, Any] | None = None) -> None:
@@ -46,15 +48,16 @@ def _omit_unset(mapping: dict[str, Any], later: Mapping[str, Any] | None = None)
 
 def normalized_spec(spec: DagSpec) -> dict[str, Any]:
     """The spec as JSON with every field present and defaults filled: what the database stores
-    (fields added later appear only when set: `deadline`, `callbacks`, `triggers`, and a task's
-    `mode`, `stopGracePeriod` and `on`)."""
+    (fields added later appear only when set: `deadline`, `callbacks`, `triggers`, `defaults.spark`,
+    and a task's `mode`, `stopGracePeriod`, `on` and `spark.connect`)."""
     data = spec.model_dump(mode="json", by_alias=True)
     _omit_unset(data, _LATER_DAG_FIELDS)
-    _omit_unset(data["defaults"])
+    _omit_unset(data["defaults"], _LATER_DEFAULTS_FIELDS)
     for task in data.get("tasks", []):
         if "onSignal" in task:  # stored under its first name, so a DAG keeps its version across the rename
             task["on"] = task.pop("onSignal")
         _omit_unset(task, _LATER_TASK_FIELDS)
+        _omit_unset(task["spark"], _LATER_SPARK_FIELDS)
     return data
 
 
@@ -113,6 +116,8 @@ class Task:
     on: tuple[SignalRule, ...] = ()
     env: tuple[EnvVar, ...] = ()  # the defaults' env, then the task's own (which wins for the same name)
 
+    connect: bool = False  # runs against the replica's Spark Connect server (`spark.connect`, ADR 0070)
+
     @property
     def streaming(self) -> bool:
         return self.mode == "streaming"
@@ -150,7 +155,14 @@ def _resolve_task(task: TaskSpec, defaults: TaskDefaults, timezone: str) -> Task
         stop_grace_period=parse_duration(task.stop_grace_period or "PT30S"),
         on=tuple(task.on),
         env=tuple({var.name: var for var in [*defaults.env, *(task.env or ())]}.values()),
+
+        connect=connects(task, defaults),
     )
+
+
+def connects(task: TaskSpec, defaults: TaskDefaults) -> bool:
+    """Whether the task runs against a Spark Connect server: its `spark.connect`, else the DAG's default."""
+    return defaults.spark.connect if task.spark.connect is None else task.spark.connect
 
 
 @dataclasses.dataclass(frozen=True)

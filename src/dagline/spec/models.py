@@ -71,6 +71,15 @@ class SparkSpec(SpecModel):
     image: str | None = Field(None, description="container image (Kubernetes only)")
     driver: DriverSpec = Field(default_factory=DriverSpec)
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+    connect: bool | None = Field(
+        None, description="true: run the job as `python job.py` against a warm Spark Connect server (no static "
+                          "confs, driver or executor sizes); unset: the DAG's `defaults.spark.connect`")
+
+
+class SparkDefaults(SpecModel):
+    """Spark settings that apply to every task of the DAG unless the task's `spark` sets its own."""
+
+    connect: bool = Field(False, description="run tasks against a warm Spark Connect server (ADR 0070)")
 
 
 class EnvValueFrom(SpecModel):
@@ -128,6 +137,8 @@ class TaskDefaults(SpecModel):
                                           "to them, and wins for the same name)")
 
     _unique_env = field_validator("env")(classmethod(lambda cls, value: _unique_names(value)))
+
+    spark: SparkDefaults = Field(default_factory=SparkDefaults)
 
 
 class TaskSpec(SpecModel):
