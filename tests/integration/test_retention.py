@@ -6,14 +6,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+import pytest
 from sqlalchemy import func, select
 
 from dagline.clock import FixedClock
 from dagline.db.models import dag_run_t, event_t, ti_t
+from dagline.errors import InvalidInput
 from dagline.executors.noop import NoopExecutor
 from dagline.scheduler.loop import Scheduler
+from dagline.scheduler.settings import SchedulerSettings
 from dagline.store.backfills import create_backfill
-from dagline.store.retention import clean_history
+from dagline.store.retention import clean_history, clean_turn
 from dagline.store.runs import trigger_run
 from tests.helpers.cli import cli, snapshot
 from tests.helpers.harness import apply, assert_invariants, runs, schedule, t, write_dag
@@ -186,3 +189,33 @@ def test_cleaning_while_a_scheduler_runs_keeps_every_invariant(db, tmp_path):
     assert_invariants(db)
     with db.begin() as conn:
         assert conn.execute(select(func.count()).select_from(dag_run_t)).scalar_one() == len(left)
+
+
+def test_a_replica_with_a_retention_setting_cleans_off_its_loop_thread(db, tmp_path):
+    _ten_days(db, tmp_path)
+    clock = FixedClock(t(NOW))
+    sched = Scheduler(db, NoopExecutor(parallelism=8, clock=clock), clock=clock,
+                      settings=SchedulerSettings(clean_older_than="P5D"))
+    sched.run(until_idle=True)
+    assert sched.upkeep.cleaner is not None
+    sched.upkeep.cleaner.join(120)
+    assert _dates(db) == ["2026-03-06", "2026-03-07", "2026-03-08", "2026-03-09", "2026-03-10"]
+    assert_invariants(db)
+
+
+def test_one_replica_cleans_at_a_time(pg_db, tmp_path):
+    _ten_days(pg_db, tmp_path)
+    clock = FixedClock(t(NOW))
+    sched = Scheduler(pg_db, NoopExecutor(parallelism=8, clock=clock), clock=clock,
+                      settings=SchedulerSettings(clean_older_than="P5D"))
+    with clean_turn(pg_db) as mine:  # another replica is cleaning
+        assert mine
+        assert sched.upkeep.clean(t(NOW)) is None
+        assert len(runs(pg_db, "daily")) == 10
+    assert sched.upkeep.clean(t(NOW)).runs == 5  # its turn once the other is done
+
+
+def test_a_bad_retention_setting_is_refused_naming_the_variable():
+    with pytest.raises(InvalidInput) as refused:
+        SchedulerSettings(clean_older_than="90 days")
+    assert refused.value.field == "DAGLINE_SCHEDULER_CLEAN_OLDER_THAN"

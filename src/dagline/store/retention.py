@@ -18,10 +18,11 @@ batch commits (a batch that fails after writing is written again by the next cle
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sqlalchemy import delete, func, select, text, update
@@ -95,6 +96,28 @@ def clean_history(
         _clean_signals(db, before=before, archive=archive, dry_run=dry_run, batch=batch_runs * 10, done=done,
                        after_batch=after_batch)
     return done
+
+
+CLEAN_LOCK = (0x436C, 1)  # the advisory lock of the replicas' periodic clean ("Cl")
+
+
+@contextlib.contextmanager
+def clean_turn(db: Database) -> Iterator[bool]:
+    """Whether this process may clean now: on PostgreSQL, a session advisory lock on a connection of its
+    own (held while the body runs, released if the process dies), so one replica cleans at a time; on
+    SQLite one scheduler runs at a time (its file lock), so always."""
+    if db.is_sqlite:
+        yield True
+        return
+    with db.engine.connect() as conn:
+        got = bool(conn.execute(select(func.pg_try_advisory_lock(*CLEAN_LOCK))).scalar())
+        conn.commit()
+        try:
+            yield got
+        finally:
+            if got:
+                conn.execute(select(func.pg_advisory_unlock(*CLEAN_LOCK)))
+                conn.commit()
 
 
 def _threshold(conn: Connection, dag_id: str, keep_last: int) -> dt.datetime | None:
