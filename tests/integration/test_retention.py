@@ -219,3 +219,15 @@ def test_a_bad_retention_setting_is_refused_naming_the_variable():
     with pytest.raises(InvalidInput) as refused:
         SchedulerSettings(clean_older_than="90 days")
     assert refused.value.field == "DAGLINE_SCHEDULER_CLEAN_OLDER_THAN"
+
+
+def test_dags_delete_of_a_long_history_goes_in_batches(db, tmp_path):
+    from dagline.store.deletion import delete_dag
+
+    _ten_days(db, tmp_path)
+    removed = delete_dag(db, "daily", now=t(NOW), batch_runs=3)
+    assert (removed.runs, removed.task_instances) == (10, 20)
+    assert _count(db, dag_run_t) == 0 and _count(db, ti_t) == 0
+    assert "deleted with 10 runs" in _details(db, "deleted")[0]
+    cli(db, "dags", "list", "--json")  # the DAG is gone from the listing
+    assert "daily" not in cli(db, "dags", "list").output
