@@ -15,7 +15,8 @@ PostgreSQL, a recursive CTE on SQLite), spread over 10 DAGs, then measures (medi
 - `clean`: `db clean` of the oldest half of one DAG's history: runs deleted per second and the batches.
 Then, with `--dags N` (0: skip), on a fresh database: `apply_s` (`dags apply` of a folder of N hourly
 one-task DAGs) and the tick: all N due at the same instant, one replica (in-process, a clock that starts
-at the tick and runs with the wall clock): `delay_s` of every run (created_at minus run_after:
+at the tick and runs with the wall clock): the SQL statements per DAG applied and per run created (the
+load-independent cost), `delay_s` of every run (created_at minus run_after:
 p50/p99/max), `runs_per_s`, and the process's peak RSS. Prints one JSON line per measurement set.
 Not a test: figures depend on the machine and its load (quote `uptime`).
 """
@@ -37,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common import chain_dag_yaml, fresh_database, percentiles  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
-from sqlalchemy import func, select, text  # noqa: E402
+from sqlalchemy import event, func, select, text  # noqa: E402
 
 from dagline.api import ApiSettings, create_app  # noqa: E402
 from dagline.clock import FixedClock, ShiftedClock  # noqa: E402
@@ -48,7 +49,6 @@ from dagline.spec import load_dag_paths  # noqa: E402
 from dagline.store import pages  # noqa: E402
 from dagline.store.dags import apply_dags  # noqa: E402
 from dagline.store.read_models import list_runs, metric_figures, task_states  # noqa: E402
-from dagline.store.retention import clean_history  # noqa: E402
 
 HISTORY_DAGS = 10
 START = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
@@ -182,6 +182,8 @@ def idle_pass(db, repeat: int) -> dict:
 
 def measure_clean(db, runs: int) -> dict:
     """`db clean` of hist-0's older half: seconds, runs per second, batches."""
+    from dagline.store.retention import clean_history  # here: `--runs ''` measures older code too
+
     per_dag = runs // HISTORY_DAGS
     if per_dag < 2:
         return {}
@@ -200,7 +202,14 @@ def tick(db, dags: int) -> dict:
     texts = {f"d{i:05d}.yaml": chain_dag_yaml(f"tick-{i:05d}", 1, schedule="@hourly",
                                               start="2026-06-01T11:00:00").replace("catchup: true", "catchup: false")
              for i in range(dags)}
+    statements = [0]
+
+    def count(*_args):
+        statements[0] += 1
+
+    event.listen(db.engine, "before_cursor_execute", count)
     apply_s = apply_folder(db, texts, at - dt.timedelta(minutes=30))
+    apply_statements, statements[0] = statements[0], 0
     clock = ShiftedClock(at)
     sched = Scheduler(db, NoopExecutor(parallelism=64, clock=clock), clock=clock)
     sched.start()
@@ -214,11 +223,14 @@ def tick(db, dags: int) -> dict:
                 break
     finally:
         sched.stop()
+        event.remove(db.engine, "before_cursor_execute", count)
     with db.engine.connect() as conn:
         rows = conn.execute(select(dag_run_t.c.created_at, dag_run_t.c.run_after)).all()
     delays = [(r.created_at - r.run_after).total_seconds() for r in rows]
     last = max(delays) if delays else None
-    return {"dags": dags, "apply_s": round(apply_s, 2), "runs_created": len(rows),
+    return {"dags": dags, "apply_s": round(apply_s, 2), "apply_statements_per_dag": round(apply_statements / dags, 1),
+            # every statement of the replica until the last run was created (its other phases included)
+            "tick_statements_per_run": round(statements[0] / max(len(rows), 1), 1), "runs_created": len(rows),
             "delay_s": percentiles(delays),
             "runs_per_s": round(len(rows) / last) if last else None,
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
