@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select, text
+from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.engine import Connection
 
 from dagline.db.engine import Database
@@ -323,6 +323,13 @@ GAUGED_TI_STATES = tuple(s for s in TI_STATES if s not in TIState.FINISHED)
 GAUGED_RUN_STATES = tuple(s for s in RUN_STATES if s not in RunState.FINISHED and s != RunState.OVERRIDDEN)
 
 
+_BACKFILL_RUNS = (select(dag_run_t.c.state, func.count())
+                  .where(dag_run_t.c.backfill_id.in_(bindparam("ids", expanding=True))).group_by(dag_run_t.c.state))
+# SQLite's statistics count the runs without a backfill as one value of the index: named, it is used
+_BACKFILL_RUNS_SQLITE = text("SELECT state, count(*) FROM dag_run INDEXED BY ix_dag_run_backfill_id "
+                             "WHERE backfill_id IN :ids GROUP BY state").bindparams(bindparam("ids", expanding=True))
+
+
 def metric_figures(conn: Connection) -> DatabaseFigures:
     """The database gauges of `dagline.metrics`: runs and task instances in unfinished states (one
     indexed range per state), backfills, the runs of running backfills and the pools' slots."""
@@ -337,10 +344,11 @@ def metric_figures(conn: Connection) -> DatabaseFigures:
     runs = dict(conn.execute(select(dag_run_t.c.state, func.count())
                              .where(dag_run_t.c.state.in_(GAUGED_RUN_STATES)).group_by(dag_run_t.c.state)).all())
     backfills = dict(conn.execute(select(backfill_t.c.state, func.count()).group_by(backfill_t.c.state)).all())
-    backfill_runs = dict(conn.execute(
-        select(dag_run_t.c.state, func.count())
-        .join(backfill_t, backfill_t.c.id == dag_run_t.c.backfill_id)
-        .where(backfill_t.c.state == BackfillState.RUNNING).group_by(dag_run_t.c.state)).all())
+    # the running backfills' ids first, not a join: SQLite's planner may walk every run to find theirs
+    running = list(conn.execute(select(backfill_t.c.id).where(backfill_t.c.state == BackfillState.RUNNING))
+                   .scalars())
+    backfill_runs = dict(conn.execute(_BACKFILL_RUNS_SQLITE if conn.dialect.name == "sqlite" else _BACKFILL_RUNS,
+                                      {"ids": running}).all()) if running else {}
     pools = {name: (slots, used.get(name, 0)) for name, slots in conn.execute(select(pool_t.c.name, pool_t.c.slots))}
     return DatabaseFigures(runs=runs, task_instances=tis, pools=pools, backfills=backfills,
                            backfill_runs=backfill_runs)
