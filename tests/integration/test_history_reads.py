@@ -69,6 +69,15 @@ def test_the_dag_lists_last_run_is_the_latest_live_one(db, tmp_path):
     assert json.loads(cli(db, "dags", "list", "--json").output)[0]["last_run_state"] == "success"
 
 
+def test_the_metrics_gauges_count_what_is_unfinished_and_the_running_backfills_runs(db, tmp_path):
+    _history(db, tmp_path)
+    with db.begin() as conn:
+        figures = metric_figures(conn)
+    assert figures.runs == {"queued": 1}  # the backfill's run; the ten finished runs are not read
+    assert figures.task_instances == {"none": 2}
+    assert figures.backfill_runs == {"queued": 1} and figures.backfills == {"running": 1}
+
+
 def test_grid_and_timeline_pages_page_through_older_runs_at_stable_urls(db, tmp_path):
     _history(db, tmp_path)
     client = TestClient(create_app(db, ApiSettings(anonymous_read=True)), follow_redirects=False)
