@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) bench/wakeup.py --db sqlite
 	$(PY) bench/k8s_mirror.py
 	$(PY) bench/ui_grid.py --db sqlite
+	$(PY) bench/scale.py --db postgres --runs 0,100000 --dags 1000
 
 # 3 replicas killed at random for 10 minutes, a throwaway PostgreSQL restarted once; JSON, exit 1 on a violation
 .PHONY: chaos

@@ -188,9 +188,11 @@ class DatabaseCollector:
     """Reads `DatabaseFigures` with `read()` on every scrape and reports them as gauges (the same in
     every replica). A failed read is reported as `dagline_database_up 0`, never as a failed scrape."""
 
-    def __init__(self, read: Callable[[], DatabaseFigures], *, run_states, ti_states, backfill_states):
+    def __init__(self, read: Callable[[], DatabaseFigures], *, run_states, ti_states, backfill_states,
+                 backfill_run_states=None):
         self.read = read
         self.run_states, self.ti_states, self.backfill_states = run_states, ti_states, backfill_states
+        self.backfill_run_states = run_states if backfill_run_states is None else backfill_run_states
 
     def describe(self):
         return []  # figures come and go with the database; no registration-time read
@@ -206,14 +208,16 @@ class DatabaseCollector:
             return
         up.add_metric([], 1)
         yield up
-        yield _by_state("dagline_dag_runs", "DAG runs in the database, by state.", self.run_states, figures.runs)
+        yield _by_state("dagline_dag_runs", "DAG runs in the database not finished yet, by state (queued, running).",
+                        self.run_states, figures.runs)
         yield _by_state("dagline_task_instances",
-                        "Task instances in the database, by state (scheduled = waiting for the critical section, "
-                        "queued = handed to an executor, not yet running).", self.ti_states, figures.task_instances)
+                        "Task instances in the database not finished yet, by state (scheduled = waiting for the "
+                        "critical section, queued = handed to an executor, not yet running).", self.ti_states,
+                        figures.task_instances)
         yield _by_state("dagline_backfills", "Backfills in the database, by state.", self.backfill_states,
                         figures.backfills)
         yield _by_state("dagline_backfill_runs", "Runs of running backfills, by run state (backfill progress).",
-                        self.run_states, figures.backfill_runs)
+                        self.backfill_run_states, figures.backfill_runs)
         total = GaugeMetricFamily("dagline_pool_slots", "Slots of each pool.", labels=["pool"])
         used = GaugeMetricFamily("dagline_pool_slots_used", "Slots held by queued and running tries, by pool.",
                                  labels=["pool"])

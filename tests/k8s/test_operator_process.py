@@ -85,8 +85,9 @@ def test_the_operator_process_serves_probes_and_metrics_and_stops_on_sigterm(kub
                       until=lambda r: (r.get("status") or {}).get("state") == "success")
         code, page = http_get(metrics, "/metrics")
         assert code == 200
-        assert prometheus.value(page, "dagline_dag_runs", state="success") == 1
-        assert prometheus.value(page, "dagline_task_instances", state="success") == 2
+        assert prometheus.value(page, "dagline_dag_runs", state="running") == 0  # unfinished only (ADR 0075)
+        assert prometheus.value(page, "dagline_dag_runs_finished_total", state="success") == 1
+        assert prometheus.value(page, "dagline_task_instance_transitions_total", state="success") == 2
         assert prometheus.value(page, "dagline_scheduler_loops_total") > 0
         assert prometheus.value(page, "dagline_database_up") == 1
         assert prometheus.value(page, "dagline_dag_runs_created_total", run_type="manual") == 1

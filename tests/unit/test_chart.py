@@ -265,6 +265,17 @@ EXPECTED_ENV = {
 }
 
 
+def test_history_retention_is_off_by_default_and_a_value_turns_it_on_in_every_replica():
+    env = container_env(one(render_chart({"scheduler": {"cleanOlderThan": "P90D", "cleanKeepLast": 3}}),
+                            "Deployment")["spec"]["template"]["spec"]["containers"][0])
+    assert (env["DAGLINE_SCHEDULER_CLEAN_OLDER_THAN"], env["DAGLINE_SCHEDULER_CLEAN_KEEP_LAST"],
+            env["DAGLINE_SCHEDULER_CLEAN_INTERVAL_S"]) == ("P90D", "3", "3600")
+    from dagline.scheduler.settings import SchedulerSettings, env_overrides
+
+    settings = SchedulerSettings(**env_overrides(SchedulerSettings, "DAGLINE_SCHEDULER_", env))
+    assert (settings.clean_older_than, settings.clean_keep_last, settings.clean_interval_s) == ("P90D", 3, 3600.0)
+
+
 def test_deployment_runs_the_operator_with_its_settings():
     manifests = render_chart()
     deployment = one(manifests, "Deployment")

@@ -5,7 +5,7 @@ registers itself on import.
 """
 
 # importing a command group registers its commands
-from dagline.cli import api, callbacks, dags, scheduling, signals, state, system, testing  # noqa: F401
+from dagline.cli import api, callbacks, dags, retention, scheduling, signals, state, system, testing  # noqa: F401
 from dagline.cli.base import main
 
 __all__ = ["main"]

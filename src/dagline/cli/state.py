@@ -131,8 +131,7 @@ def runs_grid(obj: Context, dag_id, limit, color):
     with obj.db().begin() as conn:
         require_dag(conn, dag_id, active=False)
         _, dag = DagCache().current(conn, dag_id)
-        run_rows = [r for r in list_runs(conn, dag_id)
-                    if r["state"] != RunState.OVERRIDDEN and not r["is_test"]][-limit:]
+        run_rows = list_runs(conn, dag_id, limit=limit, live=True)
         tis = task_states(conn, [r["id"] for r in run_rows])
     use_color = sys.stdout.isatty() if color is None else color
     click.echo(render_grid(dag_id, dag.timezone, run_rows, tis, list(dag.tasks), color=use_color))

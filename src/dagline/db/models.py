@@ -240,6 +240,9 @@ class DagRun(Base):
         Index(None, "state", "dag_id"),
         Index(None, "backfill_id"),
         Index(None, "previous_run_id"),
+        # a DAG's runs in timeline order: `runs list --limit`, the pages' keyset paging, retention
+        Index(None, "dag_id", "logical_date", "id"),
+        Index(None, "dag_version_id"),  # deleting a version checks no run refers to it
         CheckConstraint(_in("state", RUN_STATES), name="state_known"),
         CheckConstraint(_in("run_type", RUN_TYPES), name="run_type_known"),
     )
@@ -354,7 +357,8 @@ class Event(Base):
     to_state: Mapped[str | None] = mapped_column(String(20))
     detail: Mapped[str | None] = mapped_column(Text)
 
-    __table_args__ = (Index(None, "entity", "dag_run_id"),)
+    # a run's events (its page, its task instances' messages, retention): run first, then entity
+    __table_args__ = (Index(None, "dag_run_id", "entity"),)
 
 
 class CallbackOutbox(Base):

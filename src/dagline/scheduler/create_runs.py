@@ -46,7 +46,8 @@ def create_scheduled_runs(
 def _create_runs_of(conn: Connection, row, *, now: dt.datetime, dags: DagCache, who: str, per_dag: int) -> int:
     version_id, dag = row.current_version_id, dags.get(conn, row.current_version_id)
     table = timetable_for(dag)
-    room = min(per_dag, dag.spec.max_active_runs - active_scheduled_runs(conn, row.dag_id))
+    active = active_scheduled_runs(conn, row.dag_id)
+    room = min(per_dag, dag.spec.max_active_runs - active)
     after = latest_schedule_end(conn, row.dag_id)
     new_runs: list[NewRun] = []
     # The same walk as `upcoming_scheduled_runs`, with the held-date query only for due runs.
@@ -57,7 +58,9 @@ def _create_runs_of(conn: Connection, row, *, now: dt.datetime, dags: DagCache, 
             new_runs.append(NewRun(info.logical_date, info.data_interval, info.run_after))
     if new_runs:
         insert_runs(conn, dag=dag, version_id=version_id, run_type=RunType.SCHEDULED, runs=new_runs, now=now, who=who)
-    refresh_next_dagrun(conn, row.dag_id, dag, now=now)
+        # the new runs follow every earlier scheduled or backfill run (the walk started after them)
+        after, active = new_runs[-1].data_interval.end, active + len(new_runs)
+    refresh_next_dagrun(conn, row.dag_id, dag, now=now, schedule_end=after, active=active)
     return len(new_runs)
 
 

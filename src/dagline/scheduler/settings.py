@@ -33,10 +33,18 @@ class SchedulerSettings:
     retry_wait_max_s: float = 60.0     # `--until-idle` waiting for a retry time looks again at least this often
     template_time_budget_s: float = TEMPLATE_TIME_BUDGET_S  # a template rendering longer fails its try
     stop_grace_s: float = 25.0         # still busy this long after SIGTERM: exit at once (below Kubernetes' 30 s kill)
+    # retention (`dagline db clean` run by the replicas, one at a time): finished history older than this
+    # ISO-8601 duration is deleted every `clean_interval_s`; "" (the default): never
+    clean_older_than: str = ""
+    clean_interval_s: float = 3600.0
+    clean_keep_last: int = 1           # each DAG's latest runs kept however old (at least 1)
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
+            if isinstance(field.default, str):
+                self._check_duration(field.name, value)
+                continue
             limit = MAX_SETTING_SECONDS if isinstance(field.default, float) else MAX_SETTING_COUNT
             # `not 0 < value` also refuses NaN, which compares false with everything (a busy loop)
             if not 0 < value <= limit:
@@ -47,6 +55,16 @@ class SchedulerSettings:
                 f"must be at least twice heartbeat_interval_s ({self.heartbeat_interval_s:g}), got "
                 f"{self.replica_timeout_s:g}: a live replica would be declared dead between two heartbeats",
                 field=_env_name("replica_timeout_s"))
+
+    @staticmethod
+    def _check_duration(name: str, value: str) -> None:
+        from dagline.times import parse_duration
+
+        if value:
+            try:
+                parse_duration(value)
+            except ValueError as exc:
+                raise InvalidInput(str(exc), field=_env_name(name)) from None
 
     @classmethod
     def from_env(cls) -> SchedulerSettings:
@@ -64,6 +82,9 @@ def env_overrides(cls: type, prefix: str, environ: Mapping[str, str] | None = No
         raw = environ.get(name)
         if raw is not None:
             kind = type(field.default)
+            if kind is str:
+                values[field.name] = raw.strip()
+                continue
             try:
                 values[field.name] = kind(raw)
             except ValueError:

@@ -29,14 +29,7 @@ def dag_list(conn: Connection, *, namespace: str | None = None) -> list[dict]:
     latest = read_models.latest_runs(conn, [r["dag_id"] for r in rows])
     for r in rows:
         run = latest.get(r["dag_id"])
-        r["last_run"] = None if run is None else {"run_id": run.run_id, "state": run.state}
-    if rows:
-        ids = dict(conn.execute(select(dag_run_t.c.run_id, dag_run_t.c.id)
-                                .where(dag_run_t.c.run_id.in_([r["last_run"]["run_id"] for r in rows
-                                                               if r["last_run"]]))).all())
-        for r in rows:
-            if r["last_run"]:
-                r["last_run"]["id"] = ids.get(r["last_run"]["run_id"])
+        r["last_run"] = None if run is None else {"run_id": run.run_id, "state": run.state, "id": run.id}
     return rows
 
 
@@ -77,9 +70,10 @@ class Grid:
 
 
 def _brief_runs(conn: Connection, dag_id: str, *, overridden: bool, limit: int | None = None,
-                since: dt.datetime | None = None) -> list[dict]:
-    """A DAG's runs other than test runs, either the live ones or the overridden ones (from `since` on),
-    the latest `limit` by logical date, oldest first, with the few fields the pages show."""
+                since: dt.datetime | None = None, before: dt.datetime | None = None) -> list[dict]:
+    """A DAG's runs other than test runs, either the live ones or the overridden ones (from `since` on,
+    before `before`), the latest `limit` by logical date, oldest first, with the few fields the pages show.
+    Read newest first through the (dag_id, logical_date, id) index: the rows shown, not the history."""
     run = dag_run_t.c
     stmt = (select(run.id, run.run_id, run.logical_date, run.run_type, run.state, run.backfill_id,
                    run.previous_run_id, run.start_date, run.end_date)
@@ -87,6 +81,8 @@ def _brief_runs(conn: Connection, dag_id: str, *, overridden: bool, limit: int |
     stmt = stmt.where(run.state == RunState.OVERRIDDEN) if overridden else stmt.where(run.state != RunState.OVERRIDDEN)
     if since is not None:
         stmt = stmt.where(run.logical_date >= since)
+    if before is not None:
+        stmt = stmt.where(run.logical_date < before)
     stmt = stmt.order_by(run.logical_date.desc(), run.id.desc())
     if limit:
         stmt = stmt.limit(limit)
@@ -97,6 +93,31 @@ def _brief_runs(conn: Connection, dag_id: str, *, overridden: bool, limit: int |
              "_ld": r.logical_date} for r in reversed(rows)]
 
 
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """Where a page of runs sits on the timeline, for its links: `older` is the `before` of the page of
+    older runs (None: none are older), `newer` whether newer runs exist than those shown. A page's URL
+    names its window by `before` (a logical date), so it shows the same runs whenever it is opened."""
+
+    older: str | None
+    newer: bool
+
+
+def window(conn: Connection, dag_id: str, runs: list[dict], before: dt.datetime | None) -> Window:
+    """The window of `runs` (oldest first, as `_brief_runs` returns them) asked with `before`."""
+    run = dag_run_t.c
+    older = None
+    if runs:
+        earlier = conn.execute(select(run.id).where(run.dag_id == dag_id, ~run.is_test,
+                                                    run.state != RunState.OVERRIDDEN,
+                                                    run.logical_date < runs[0]["_ld"]).limit(1)).first()
+        older = runs[0]["logical_date"] if earlier else None
+    newer = before is not None and conn.execute(select(run.id).where(
+        run.dag_id == dag_id, ~run.is_test, run.state != RunState.OVERRIDDEN,
+        run.logical_date >= before).limit(1)).first() is not None
+    return Window(older, newer)
+
+
 def recent_runs(conn: Connection, dag_id: str, limit: int) -> list[dict]:
     """The latest live runs, newest first, and the overridden ones among them (for choosing a run)."""
     live = _brief_runs(conn, dag_id, overridden=False, limit=limit)
@@ -104,12 +125,12 @@ def recent_runs(conn: Connection, dag_id: str, limit: int) -> list[dict]:
     return sorted(live + replaced, key=lambda r: (r["_ld"], r["state"] != RunState.OVERRIDDEN, r["id"]), reverse=True)
 
 
-def grid(conn: Connection, dag_id: str, dag, limit: int) -> Grid:
-    """The latest `limit` live runs as columns and the DAG's tasks as rows; overridden runs of the same
-    range apart from them."""
-    runs = _brief_runs(conn, dag_id, overridden=False, limit=limit)
+def grid(conn: Connection, dag_id: str, dag, limit: int, before: dt.datetime | None = None) -> Grid:
+    """The latest `limit` live runs (before the logical date `before`, if given) as columns and the DAG's
+    tasks as rows; overridden runs of the same range apart from them."""
+    runs = _brief_runs(conn, dag_id, overridden=False, limit=limit, before=before)
     since = runs[0]["_ld"] if runs else None
-    replaced = _brief_runs(conn, dag_id, overridden=True, since=since, limit=limit) if runs else []
+    replaced = _brief_runs(conn, dag_id, overridden=True, since=since, before=before, limit=limit) if runs else []
     states = grid_states(conn, [r["id"] for r in runs + replaced])
     order = list(dag.tasks) if dag is not None else []
     extra = sorted({t for m in states.values() for t in m} - set(order))
@@ -133,12 +154,13 @@ def grid_states(conn: Connection, run_pks: list[int]) -> dict[int, dict[str, str
     return states
 
 
-def timeline(conn: Connection, dag_id: str, limit: int) -> list[dict]:
-    """The DAG's timeline, newest first: every live run with its `previous` run, and under each the runs
-    it replaced (overridden by a backfill) at the same logical date."""
-    live = _brief_runs(conn, dag_id, overridden=False, limit=limit)
+def timeline(conn: Connection, dag_id: str, limit: int, before: dt.datetime | None = None) -> list[dict]:
+    """The DAG's timeline, newest first: its latest `limit` live runs (before the logical date `before`,
+    if given) each with its `previous` run, and under each the runs it replaced (overridden by a
+    backfill) at the same logical date."""
+    live = _brief_runs(conn, dag_id, overridden=False, limit=limit, before=before)
     since = live[0]["_ld"] if live else None
-    replaced = _brief_runs(conn, dag_id, overridden=True, since=since) if live else []
+    replaced = _brief_runs(conn, dag_id, overridden=True, since=since, before=before) if live else []
     names = {r["id"]: r for r in live}
     missing = {r["previous_run_id"] for r in live if r["previous_run_id"] and r["previous_run_id"] not in names}
     if missing:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.engine import Connection
 
 from dagline.db.engine import Database
@@ -16,14 +16,7 @@ from dagline.times import isoformat
 
 def list_dags(conn: Connection, *, namespace: str | None = None) -> list[dict]:
     """Active DAGs by id (only those `namespace` owns, if given), each with its owner `namespace`."""
-    latest = (
-        select(dag_run_t.c.dag_id, func.max(dag_run_t.c.logical_date).label("ld"))
-        .where(on_timeline()).group_by(dag_run_t.c.dag_id).subquery()
-    )
-    last_state = dict(conn.execute(
-        select(dag_run_t.c.dag_id, dag_run_t.c.state)
-        .join(latest, (latest.c.dag_id == dag_run_t.c.dag_id) & (latest.c.ld == dag_run_t.c.logical_date))
-        .where(on_timeline())).all())
+    last_state = {dag_id: row.state for dag_id, row in latest_runs(conn).items()}
     rows = conn.execute(
         select(dag_t, dag_version_t.c.version)
         .join(dag_version_t, dag_version_t.c.id == dag_t.c.current_version_id, isouter=True)
@@ -65,8 +58,12 @@ def run_with_version(conn: Connection, run_pk: int):
 
 
 def list_runs(conn: Connection, dag_id: str | None = None, state: str | None = None,
-              backfill_id: int | None = None, limit: int | None = None, namespace: str | None = None) -> list[dict]:
-    """Runs by DAG and logical date (of the DAGs `namespace` owns, if given), each with its DAG's `namespace`."""
+              backfill_id: int | None = None, limit: int | None = None, *, live: bool = False,
+              namespace: str | None = None) -> list[dict]:
+    """Runs in (dag_id, logical date, id) order (of the DAGs `namespace` owns, if given), each with its DAG's
+    `namespace`; with `limit`, the latest `limit` of that order, read newest first through the
+    (dag_id, logical_date, id) index so only those rows are touched. `live`: only runs on the timeline
+    (neither overridden nor test runs)."""
     stmt = select(dag_run_t, dag_version_t.c.version, dag_t.c.namespace).join(
         dag_version_t, dag_version_t.c.id == dag_run_t.c.dag_version_id).join(
         dag_t, dag_t.c.dag_id == dag_run_t.c.dag_id, isouter=True)
@@ -78,8 +75,13 @@ def list_runs(conn: Connection, dag_id: str | None = None, state: str | None = N
         stmt = stmt.where(dag_run_t.c.state == state)
     if backfill_id is not None:
         stmt = stmt.where(dag_run_t.c.backfill_id == backfill_id)
-    stmt = stmt.order_by(dag_run_t.c.dag_id, dag_run_t.c.logical_date, dag_run_t.c.id)
-    return [{**run_dict(r), "namespace": r.namespace} for r in conn.execute(stmt)][-limit if limit else None:]
+    if live:
+        stmt = stmt.where(on_timeline())
+    order = (dag_run_t.c.dag_id, dag_run_t.c.logical_date, dag_run_t.c.id)
+    if not limit:
+        return [{**run_dict(r), "namespace": r.namespace} for r in conn.execute(stmt.order_by(*order))]
+    rows = conn.execute(stmt.order_by(*(c.desc() for c in order)).limit(limit)).all()
+    return [{**run_dict(r), "namespace": r.namespace} for r in reversed(rows)]
 
 
 def run_detail(conn: Connection, run) -> dict:
@@ -257,21 +259,32 @@ def version_numbers(conn: Connection, dag_ids) -> dict[int, int]:
     return numbers
 
 
-def latest_runs(conn: Connection, dag_ids) -> dict[str, object]:
-    """Each DAG's latest live run (by logical date), as `dags list` shows its state."""
-    dag_ids = list(dag_ids)
-    if not dag_ids:
-        return {}
-    latest = (
-        select(dag_run_t.c.dag_id, func.max(dag_run_t.c.logical_date).label("ld"))
-        .where(on_timeline(), dag_run_t.c.dag_id.in_(dag_ids))
-        .group_by(dag_run_t.c.dag_id).subquery()
-    )
-    rows = conn.execute(
-        select(dag_run_t.c.dag_id, dag_run_t.c.run_id, dag_run_t.c.state)
-        .join(latest, (latest.c.dag_id == dag_run_t.c.dag_id) & (latest.c.ld == dag_run_t.c.logical_date))
-        .where(on_timeline())).all()
-    return {row.dag_id: row for row in rows}
+def latest_runs(conn: Connection, dag_ids=None) -> dict[str, object]:
+    """Each DAG's latest live run (by logical date), as `dags list` shows its state; every active DAG's
+    when `dag_ids` is None. One index lookup per DAG (a correlated top-1 over the live runs' unique index,
+    whose predicate is repeated word for word so SQLite uses it too), never a scan of all runs."""
+    live = dag_run_t.alias("live")
+    newest = (select(live.c.id).where(live.c.dag_id == dag_t.c.dag_id, text(_LIVE_ALIAS_SQL))
+              .order_by(live.c.logical_date.desc()).limit(1).scalar_subquery())
+    stmt = select(dag_t.c.dag_id, newest.label("run_pk"))
+    if dag_ids is None:
+        stmt = stmt.where(dag_t.c.is_active.is_(True))
+    else:
+        dag_ids = list(dag_ids)
+        if not dag_ids:
+            return {}
+        stmt = stmt.where(dag_t.c.dag_id.in_(dag_ids))
+    pks = [pk for _, pk in conn.execute(stmt) if pk is not None]
+    found: dict[str, object] = {}
+    for start in range(0, len(pks), 500):
+        for row in conn.execute(select(dag_run_t.c.id, dag_run_t.c.dag_id, dag_run_t.c.run_id, dag_run_t.c.state)
+                                .where(dag_run_t.c.id.in_(pks[start:start + 500]))):
+            found[row.dag_id] = row
+    return found
+
+
+# `LIVE_RUN_SQL` on the alias `live`: the text of the partial index's predicate, so both planners use it
+_LIVE_ALIAS_SQL = f"live.state != '{RunState.OVERRIDDEN}' AND NOT live.is_test"
 
 
 def backfill_run_counts(conn: Connection, backfill_ids: list[int]) -> dict[int, dict[str, int]]:
@@ -326,22 +339,38 @@ def runs_by_run_id(conn: Connection, keys: list[tuple[str, str]]) -> dict[tuple[
     return found
 
 
+# The gauges count the states rows leave: finished rows only grow with history, so counting them at every
+# scrape would read every row (ADR 0075); the (state, ...) indexes give these counts by range.
+GAUGED_TI_STATES = tuple(s for s in TI_STATES if s not in TIState.FINISHED)
+GAUGED_RUN_STATES = tuple(s for s in RUN_STATES if s not in RunState.FINISHED and s != RunState.OVERRIDDEN)
+
+
+_BACKFILL_RUNS = (select(dag_run_t.c.state, func.count())
+                  .where(dag_run_t.c.backfill_id.in_(bindparam("ids", expanding=True))).group_by(dag_run_t.c.state))
+# SQLite's statistics count the runs without a backfill as one value of the index: named, it is used
+_BACKFILL_RUNS_SQLITE = text("SELECT state, count(*) FROM dag_run INDEXED BY ix_dag_run_backfill_id "
+                             "WHERE backfill_id IN :ids GROUP BY state").bindparams(bindparam("ids", expanding=True))
+
+
 def metric_figures(conn: Connection) -> DatabaseFigures:
-    """The database gauges of `dagline.metrics`: one grouped count per table (indexed on state)."""
-    grouped = select(ti_t.c.state, ti_t.c.pool, func.count(), func.sum(ti_t.c.pool_slots)).group_by(
-        ti_t.c.state, ti_t.c.pool)
+    """The database gauges of `dagline.metrics`: runs and task instances in unfinished states (one
+    indexed range per state), backfills, the runs of running backfills and the pools' slots."""
+    grouped = (select(ti_t.c.state, ti_t.c.pool, func.count(), func.sum(ti_t.c.pool_slots))
+               .where(ti_t.c.state.in_(GAUGED_TI_STATES)).group_by(ti_t.c.state, ti_t.c.pool))
     tis: dict[str, int] = {}
     used: dict[str, int] = {}
     for state, pool, count, slots in conn.execute(grouped):
         tis[state] = tis.get(state, 0) + count
         if state in TIState.ACTIVE:
             used[pool] = used.get(pool, 0) + (slots or 0)
-    runs = dict(conn.execute(select(dag_run_t.c.state, func.count()).group_by(dag_run_t.c.state)).all())
+    runs = dict(conn.execute(select(dag_run_t.c.state, func.count())
+                             .where(dag_run_t.c.state.in_(GAUGED_RUN_STATES)).group_by(dag_run_t.c.state)).all())
     backfills = dict(conn.execute(select(backfill_t.c.state, func.count()).group_by(backfill_t.c.state)).all())
-    backfill_runs = dict(conn.execute(
-        select(dag_run_t.c.state, func.count())
-        .join(backfill_t, backfill_t.c.id == dag_run_t.c.backfill_id)
-        .where(backfill_t.c.state == BackfillState.RUNNING).group_by(dag_run_t.c.state)).all())
+    # the running backfills' ids first, not a join: SQLite's planner may walk every run to find theirs
+    running = list(conn.execute(select(backfill_t.c.id).where(backfill_t.c.state == BackfillState.RUNNING))
+                   .scalars())
+    backfill_runs = dict(conn.execute(_BACKFILL_RUNS_SQLITE if conn.dialect.name == "sqlite" else _BACKFILL_RUNS,
+                                      {"ids": running}).all()) if running else {}
     pools = {name: (slots, used.get(name, 0)) for name, slots in conn.execute(select(pool_t.c.name, pool_t.c.slots))}
     return DatabaseFigures(runs=runs, task_instances=tis, pools=pools, backfills=backfills,
                            backfill_runs=backfill_runs)
@@ -354,5 +383,5 @@ def database_collector(db: Database) -> DatabaseCollector:
         with db.engine.connect() as conn:
             return metric_figures(conn)
 
-    return DatabaseCollector(read, run_states=RUN_STATES, ti_states=TI_STATES,
-                             backfill_states=tuple(BackfillState))
+    return DatabaseCollector(read, run_states=GAUGED_RUN_STATES, ti_states=GAUGED_TI_STATES,
+                             backfill_states=tuple(BackfillState), backfill_run_states=RUN_STATES)

@@ -267,27 +267,37 @@ def active_scheduled_runs(conn: Connection, dag_id: str) -> int:
     ).scalar_one()
 
 
-def upcoming_scheduled_runs(conn: Connection, dag_id: str, dag: Dag, *, now: dt.datetime) -> Iterator[DagRunInfo]:
+_UNKNOWN = object()
+
+
+def upcoming_scheduled_runs(conn: Connection, dag_id: str, dag: Dag, *, now: dt.datetime,
+                            schedule_end=_UNKNOWN) -> Iterator[DagRunInfo]:
     """The runs the scheduler would create for a DAG from `now` on, in order: after the latest
-    scheduled or backfill run, skipping dates a manual run holds; with `catchup: false`, from the
-    latest complete interval when the DAG is behind. Run creation, `next_dagrun` and
-    `dags next-runs` all walk this."""
-    for info in timetable_for(dag).upcoming(latest_schedule_end(conn, dag_id), catchup=dag.spec.catchup, now=now):
+    scheduled or backfill run (`schedule_end`, its interval's end, when the caller knows it), skipping
+    dates a manual run holds; with `catchup: false`, from the latest complete interval when the DAG is
+    behind. Run creation, `next_dagrun` and `dags next-runs` all walk this."""
+    after = latest_schedule_end(conn, dag_id) if schedule_end is _UNKNOWN else schedule_end
+    for info in timetable_for(dag).upcoming(after, catchup=dag.spec.catchup, now=now):
         if live_run_at(conn, dag_id, info.logical_date) is None:  # a manual run may hold the date
             yield info
 
 
-def next_scheduled_run(conn: Connection, dag_id: str, dag: Dag, *, now: dt.datetime) -> DagRunInfo | None:
-    return next(upcoming_scheduled_runs(conn, dag_id, dag, now=now), None)
+def next_scheduled_run(conn: Connection, dag_id: str, dag: Dag, *, now: dt.datetime,
+                       schedule_end=_UNKNOWN) -> DagRunInfo | None:
+    return next(upcoming_scheduled_runs(conn, dag_id, dag, now=now, schedule_end=schedule_end), None)
 
 
-def refresh_next_dagrun(conn: Connection, dag_id: str, dag: Dag, *, now: dt.datetime) -> None:
+def refresh_next_dagrun(conn: Connection, dag_id: str, dag: Dag, *, now: dt.datetime, schedule_end=_UNKNOWN,
+                        active: int | None = None) -> None:
     """Recompute the DAG row's next interval. `next_dagrun_create_after` is left empty while the DAG
     is at `maxActiveRuns` (it is refreshed when one of its runs finishes), so the run-creation step
-    only ever claims DAGs it can act on."""
-    info = next_scheduled_run(conn, dag_id, dag, now=now)
+    only ever claims DAGs it can act on. Run creation passes what it knows (`schedule_end`, the
+    `active` scheduled runs) so they are not read again."""
+    info = next_scheduled_run(conn, dag_id, dag, now=now, schedule_end=schedule_end)
     create_after = None
-    if info is not None and active_scheduled_runs(conn, dag_id) < dag.spec.max_active_runs:
+    if active is None and info is not None:
+        active = active_scheduled_runs(conn, dag_id)
+    if info is not None and active < dag.spec.max_active_runs:
         create_after = info.run_after
     conn.execute(update(dag_t).where(dag_t.c.dag_id == dag_id).values(
         next_dagrun=info.logical_date if info else None,

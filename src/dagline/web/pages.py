@@ -39,6 +39,20 @@ def _int(request: Request, name: str, default: int, lo: int, hi: int) -> int:
     return min(hi, max(lo, read_integer(raw, name, minimum=MIN_INT64))) if raw else default
 
 
+def _before(request: Request):
+    """The `before` of a page of runs: an ISO-8601 logical date (runs strictly before it), None when absent."""
+    from dagline.errors import InvalidInput
+    from dagline.times import parse_instant
+
+    raw = request.query_params.get("before", "")
+    if not raw:
+        return None
+    try:
+        return parse_instant(raw)
+    except ValueError as exc:
+        raise InvalidInput(str(exc), field="before") from None
+
+
 def _dag(conn, dag_id: str, viewer) -> dict:
     access.check_dag(conn, viewer, dag_id)  # another namespace's DAG is unknown to a limited token
     try:
@@ -76,10 +90,12 @@ async def grid_page(request: Request, dag_id: str):
     limit = _int(request, "runs", 25, 1, q.MAX_GRID_RUNS)
 
     def work(conn, viewer):
+        before = _before(request)
         dag_row = _dag(conn, dag_id, viewer)
         dag = q.current_dag(conn, dag_id)
-        grid = q.grid(conn, dag_id, dag, limit)
+        grid = q.grid(conn, dag_id, dag, limit, before)
         return Page("grid.html", {"dag": dag_row, "grid": grid, "limit": limit, "choices": GRID_CHOICES,
+                                  "window": q.window(conn, dag_id, grid.runs, before), "before": before,
                                   "title": f"{dag_id}: grid", "tab": "grid", "live": True})
 
     return await serve_page(request, work)
@@ -114,8 +130,11 @@ async def timeline_page(request: Request, dag_id: str):
     limit = _int(request, "runs", 50, 1, q.MAX_GRID_RUNS)
 
     def work(conn, viewer):
+        before = _before(request)
         dag_row = _dag(conn, dag_id, viewer)
-        return Page("timeline.html", {"dag": dag_row, "runs": q.timeline(conn, dag_id, limit), "limit": limit,
+        runs = q.timeline(conn, dag_id, limit, before)
+        return Page("timeline.html", {"dag": dag_row, "runs": runs, "limit": limit, "before": before,
+                                      "window": q.window(conn, dag_id, list(reversed(runs)), before),
                                       "title": f"{dag_id}: timeline", "tab": "timeline", "live": True})
 
     return await serve_page(request, work)

@@ -6,6 +6,7 @@ orphaned tries, reconcile this replica's own tries with the database: `replica.a
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 from dagline import metrics
@@ -16,7 +17,9 @@ from dagline.scheduler.phases.context import Context
 from dagline.scheduler.phases.hops import Hops
 from dagline.scheduler.phases.stats import LoopStats
 from dagline.scheduler.replica.adoption import Settled, declare_stale_replicas_dead
+from dagline.store.retention import Cleaned, clean_history, clean_turn
 from dagline.store.tokens import delete_ended_try_tokens
+from dagline.times import parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +31,8 @@ class Upkeep:
         self.deadline_check_interval_s = deadline_check_interval_s
         self.last_deadline_check = float("-inf")  # time.monotonic()
         self.last_housekeeping = float("-inf")
+        self.last_clean = float("-inf")
+        self.cleaner: threading.Thread | None = None  # the periodic clean, off the loop's thread
 
     def check_deadlines(self, stats: LoopStats, now) -> None:
         if time.monotonic() - self.last_deadline_check < self.deadline_check_interval_s:
@@ -64,6 +69,7 @@ class Upkeep:
             delete_ended_try_tokens(conn)  # they authenticate no more; keep the table small
             return timed_out
 
+        self._start_clean(now)
         timed_out = ctx.transact(time_out_and_finish)
         metrics.TIMEOUTS.inc(len(timed_out))
         for key in timed_out:
@@ -77,6 +83,36 @@ class Upkeep:
         for key in cancel:
             ctx.executor.cancel(key)
         self.take_over(own, stats)
+
+    def _start_clean(self, now) -> None:
+        """Every `clean_interval_s`, when `clean_older_than` is set, clean history in a thread of its
+        own (its batches are short transactions; the loop goes on meanwhile)."""
+        settings = self.ctx.settings
+        if not settings.clean_older_than or self.ctx.backfill_id is not None:
+            return
+        if time.monotonic() - self.last_clean < settings.clean_interval_s:
+            return
+        if self.cleaner is not None and self.cleaner.is_alive():
+            return
+        self.last_clean = time.monotonic()
+        self.cleaner = threading.Thread(target=self.clean, args=(now,), name="dagline-clean", daemon=True)
+        self.cleaner.start()
+
+    def clean(self, now) -> Cleaned | None:
+        """One periodic clean at `now` if no other replica is cleaning (None: one is); errors are logged."""
+        settings = self.ctx.settings
+        try:
+            with clean_turn(self.ctx.db) as mine:
+                if not mine:
+                    return None
+                cleaned = clean_history(self.ctx.db, before=now - parse_duration(settings.clean_older_than),
+                                        now=now, keep_last=settings.clean_keep_last, who=self.ctx.who)
+        except Exception:  # noqa: BLE001 - a failed clean is retried at the next interval; the loop goes on
+            log.exception("cleaning history failed")
+            return None
+        if cleaned.runs or cleaned.signals:
+            log.info("history cleaned: %s", cleaned.describe())
+        return cleaned
 
     def take_over(self, settled: Settled, stats: LoopStats) -> None:
         """Track the tries the executor now follows; launch the queued ones that never started."""
