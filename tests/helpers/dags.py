@@ -52,3 +52,20 @@ def loaded(document: dict, source: str | None = None) -> LoadedDag:
     """The document parsed and validated, as the Kubernetes handlers load a DAG object."""
     name = document["metadata"]["name"]
     return LoadedDag(Dag.from_document(parse_dag_document(document)), source or f"k8s://default/{name}")
+
+
+# A daily DAG of two tasks (extract -> load), unpaused and catching up from 2026-03-01: the history the
+# retention and history-read tests build.
+DAILY_EXTRACT_LOAD = """
+apiVersion: dagline.io/v1alpha1
+kind: DAG
+metadata: {name: daily}
+spec:
+  paused: false
+  catchup: true
+  schedule: "@daily"
+  startDate: "2026-03-01"
+  tasks:
+    - {id: extract, spark: {mainApplicationFile: extract.py}}
+    - {id: load, upstream: [extract], spark: {mainApplicationFile: load.py}}
+"""

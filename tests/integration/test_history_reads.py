@@ -16,21 +16,10 @@ from dagline.store.backfills import create_backfill
 from dagline.store.pages import dag_list, grid, timeline
 from dagline.store.read_models import latest_runs, list_runs, metric_figures
 from tests.helpers.cli import cli
+from tests.helpers.dags import DAILY_EXTRACT_LOAD
 from tests.helpers.harness import apply, schedule, t, write_dag
 
-DAILY = """
-apiVersion: dagline.io/v1alpha1
-kind: DAG
-metadata: {name: daily}
-spec:
-  paused: false
-  catchup: true
-  schedule: "@daily"
-  startDate: "2026-03-01"
-  tasks:
-    - {id: extract, spark: {mainApplicationFile: extract.py}}
-    - {id: load, upstream: [extract], spark: {mainApplicationFile: load.py}}
-"""
+DAILY = DAILY_EXTRACT_LOAD
 
 
 def _history(db, tmp_path):

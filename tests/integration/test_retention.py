@@ -19,21 +19,10 @@ from dagline.store.backfills import create_backfill
 from dagline.store.retention import clean_history, clean_turn
 from dagline.store.runs import trigger_run
 from tests.helpers.cli import cli, snapshot
+from tests.helpers.dags import DAILY_EXTRACT_LOAD
 from tests.helpers.harness import apply, assert_invariants, runs, schedule, t, write_dag
 
-DAILY = """
-apiVersion: dagline.io/v1alpha1
-kind: DAG
-metadata: {name: daily}
-spec:
-  paused: false
-  catchup: true
-  schedule: "@daily"
-  startDate: "2026-03-01"
-  tasks:
-    - {id: extract, spark: {mainApplicationFile: extract.py}}
-    - {id: load, upstream: [extract], spark: {mainApplicationFile: load.py}}
-"""
+DAILY = DAILY_EXTRACT_LOAD
 NOW = "2026-03-11T12:00:00+00:00"
 
 

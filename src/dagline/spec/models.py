@@ -64,7 +64,9 @@ class SparkSpec(SpecModel):
 
     main_application_file: str = Field(
         min_length=1,
-        description="path relative to the DAG file (local), or a URI such as local:///... or s3a://... (k8s)",
+        description="locally a path inside the DAG file's folder or DAGLINE_JOBS_FOLDER (symlinks resolved), or an "
+                    "s3a/gs/abfss/hdfs/https URI; on Kubernetes only local://, s3a://, gs://, abfss://, hdfs:// "
+                    "or https:// URIs (ADR 64)",
     )
     arguments: list[TemplatedStr] = []
     conf: dict[str, TemplatedStr] = {}
