@@ -13,6 +13,7 @@ from dagline.cli.base import (
     confirm,
     dag_timezone,
     emit_json,
+    in_namespace,
     json_option,
     limit_option,
     main,
@@ -147,6 +148,7 @@ def _first_line(text: str | None, limit: int = 100) -> str | None:
 @dags.command("show")
 @click.argument("dag_id")
 @json_option
+@in_namespace
 @click.pass_obj
 def dags_show(obj: Context, dag_id, as_json):
     """The stored spec and versions of a DAG."""
@@ -210,6 +212,7 @@ def _paused_line(paused: bool, spec: dict) -> str:
               help=f"How many intervals (at most {MAX_NEXT_RUNS_COUNT:,}).")
 @now_option
 @json_option
+@in_namespace
 @click.pass_obj
 def dags_next_runs(obj: Context, dag_ref, after, count, now, as_json):
     """The intervals the scheduler would create next, in order (with `catchup: false`, from the
@@ -261,6 +264,7 @@ def _until_the_calendar_ends(runs):
 @dags.command("pause")
 @click.argument("dag_id")
 @now_option
+@in_namespace
 @click.pass_obj
 def dags_pause(obj: Context, dag_id, now):
     """Stop creating and starting runs of a DAG (running tasks finish)."""
@@ -270,6 +274,7 @@ def dags_pause(obj: Context, dag_id, now):
 @dags.command("unpause")
 @click.argument("dag_id")
 @now_option
+@in_namespace
 @click.pass_obj
 def dags_unpause(obj: Context, dag_id, now):
     """Resume a paused DAG."""
@@ -289,6 +294,7 @@ def _set_paused(obj: Context, dag_id: str, paused: bool, now: str | None) -> Non
 @click.option("--logical-date", default=None, metavar="ISO", help="Default: now.")
 @conf_options
 @now_option
+@in_namespace
 @click.pass_obj
 def dags_trigger(obj: Context, dag_id, logical_date, conf, conf_file, now):
     """Create a manual run; prints its run id."""
@@ -306,6 +312,7 @@ def dags_trigger(obj: Context, dag_id, logical_date, conf, conf_file, now):
 @click.argument("dag_id")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask first.")
 @now_option
+@in_namespace
 @click.pass_obj
 def dags_delete(obj: Context, dag_id, yes, now):
     """Remove a DAG with its versions, runs, task instances and backfills (asks first).
