@@ -73,7 +73,9 @@ def test_listings_keep_the_namespaces_objects(db, teams):
 
 def test_shows_and_actions_of_the_namespaces_own_objects_work(db, teams):
     a_run, a_backfill = teams["runs"]["a-sales"], teams["backfills"]["a-sales"]
-    assert _json(db, "dags", "show", "a-sales", "--namespace", A)["dag_id"] == "a-sales"
+    shown = _json(db, "dags", "show", "a-sales", "--namespace", A)
+    assert (shown["dag_id"], shown["namespace"]) == ("a-sales", A)
+    assert _json(db, "dags", "show", "local")["namespace"] is None
     assert _json(db, "runs", "show", str(a_run.id), "--namespace", A)["dag_id"] == "a-sales"
     assert _json(db, "backfill", "show", str(a_backfill), "--namespace", A)["dag_id"] == "a-sales"
     assert _json(db, "signals", "show", str(teams["seqs"][A]), "--namespace", A)["key"] == f"orders.{A}"

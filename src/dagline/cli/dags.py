@@ -159,7 +159,8 @@ def dags_show(obj: Context, dag_id, as_json):
         versions = versions_of(conn, dag_id)
     current = next(v for v in versions if v.id == row.current_version_id)
     data = {
-        "dag_id": dag_id, "active": row.is_active, "paused": row.is_paused, "version": current.version,
+        "dag_id": dag_id, "namespace": row.namespace, "active": row.is_active, "paused": row.is_paused,
+        "version": current.version,
         "source_path": row.source_path, "next_dagrun": isoformat(row.next_dagrun),
         "next_run_after": isoformat(row.next_dagrun_create_after or row.next_dagrun_data_interval_end),
         "versions": [{"version": v.version, "created_at": isoformat(v.created_at), "current": v.id == current.id}
@@ -173,7 +174,7 @@ def dags_show(obj: Context, dag_id, as_json):
     import yaml
 
     click.echo(f"dag_id: {dag_id}\nactive: {_yaml_bool(row.is_active)}\n{_paused_line(row.is_paused, current.spec)}"
-               f"\nsource: {row.source_path}")
+               f"\nnamespace: {row.namespace or '(none: applied from a file)'}\nsource: {row.source_path}")
     from dagline.cli.display import local_time
 
     zone = row.timezone
