@@ -318,6 +318,32 @@ namespace_option = click.option(
     help="Only what this Kubernetes namespace owns (DAGs applied from files belong to none).")
 
 
+NAMED_OBJECTS = {"dag_id": "dag_id", "dag_ref": "dag_id", "run_ref": "run_ref", "backfill_id": "backfill_id"}
+"""The parameters by which a command names a DAG, a run or a backfill -> what `require_in_namespace` checks."""
+
+
+def in_namespace(f):
+    """`--namespace NS` on a show or an action naming a DAG, a run or a backfill (an argument of
+    `NAMED_OBJECTS`): one of another namespace (or a file's DAG) is refused as not found, naming the
+    namespace, before the command does anything. Without it, every namespace. Put it above `pass_obj`."""
+    import functools
+
+    @functools.wraps(f)
+    def checked(*args, namespace=None, **kwargs):
+        named = {NAMED_OBJECTS[k]: v for k, v in kwargs.items() if k in NAMED_OBJECTS and v is not None}
+        if namespace is not None and named:
+            from dagline.store.namespaces import require_in_namespace
+
+            with click.get_current_context().find_object(Context).db().begin() as conn:
+                require_in_namespace(conn, namespace, **named)
+        return f(*args, **kwargs)
+
+    return click.option(
+        "--namespace", default=None, metavar="NS", callback=one_namespace,
+        help="Refuse (as not found) a DAG, run or backfill this Kubernetes namespace does not own "
+             "(DAGs applied from files belong to none).")(checked)
+
+
 def confirm(question: str, *, yes: bool, refusal: str) -> None:
     """Ask `question` on the terminal (or read the answer from stdin) unless `--yes` was given. No
     answer at all (no terminal, stdin empty or closed) refuses with `refusal`; any answer but yes

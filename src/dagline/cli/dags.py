@@ -13,6 +13,7 @@ from dagline.cli.base import (
     confirm,
     dag_timezone,
     emit_json,
+    in_namespace,
     json_option,
     limit_option,
     main,
@@ -147,6 +148,7 @@ def _first_line(text: str | None, limit: int = 100) -> str | None:
 @dags.command("show")
 @click.argument("dag_id")
 @json_option
+@in_namespace
 @click.pass_obj
 def dags_show(obj: Context, dag_id, as_json):
     """The stored spec and versions of a DAG."""
@@ -157,7 +159,8 @@ def dags_show(obj: Context, dag_id, as_json):
         versions = versions_of(conn, dag_id)
     current = next(v for v in versions if v.id == row.current_version_id)
     data = {
-        "dag_id": dag_id, "active": row.is_active, "paused": row.is_paused, "version": current.version,
+        "dag_id": dag_id, "namespace": row.namespace, "active": row.is_active, "paused": row.is_paused,
+        "version": current.version,
         "source_path": row.source_path, "next_dagrun": isoformat(row.next_dagrun),
         "next_run_after": isoformat(row.next_dagrun_create_after or row.next_dagrun_data_interval_end),
         "versions": [{"version": v.version, "created_at": isoformat(v.created_at), "current": v.id == current.id}
@@ -171,7 +174,7 @@ def dags_show(obj: Context, dag_id, as_json):
     import yaml
 
     click.echo(f"dag_id: {dag_id}\nactive: {_yaml_bool(row.is_active)}\n{_paused_line(row.is_paused, current.spec)}"
-               f"\nsource: {row.source_path}")
+               f"\nnamespace: {row.namespace or '(none: applied from a file)'}\nsource: {row.source_path}")
     from dagline.cli.display import local_time
 
     zone = row.timezone
@@ -210,6 +213,7 @@ def _paused_line(paused: bool, spec: dict) -> str:
               help=f"How many intervals (at most {MAX_NEXT_RUNS_COUNT:,}).")
 @now_option
 @json_option
+@in_namespace
 @click.pass_obj
 def dags_next_runs(obj: Context, dag_ref, after, count, now, as_json):
     """The intervals the scheduler would create next, in order (with `catchup: false`, from the
@@ -261,6 +265,7 @@ def _until_the_calendar_ends(runs):
 @dags.command("pause")
 @click.argument("dag_id")
 @now_option
+@in_namespace
 @click.pass_obj
 def dags_pause(obj: Context, dag_id, now):
     """Stop creating and starting runs of a DAG (running tasks finish)."""
@@ -270,6 +275,7 @@ def dags_pause(obj: Context, dag_id, now):
 @dags.command("unpause")
 @click.argument("dag_id")
 @now_option
+@in_namespace
 @click.pass_obj
 def dags_unpause(obj: Context, dag_id, now):
     """Resume a paused DAG."""
@@ -289,6 +295,7 @@ def _set_paused(obj: Context, dag_id: str, paused: bool, now: str | None) -> Non
 @click.option("--logical-date", default=None, metavar="ISO", help="Default: now.")
 @conf_options
 @now_option
+@in_namespace
 @click.pass_obj
 def dags_trigger(obj: Context, dag_id, logical_date, conf, conf_file, now):
     """Create a manual run; prints its run id."""
@@ -306,6 +313,7 @@ def dags_trigger(obj: Context, dag_id, logical_date, conf, conf_file, now):
 @click.argument("dag_id")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask first.")
 @now_option
+@in_namespace
 @click.pass_obj
 def dags_delete(obj: Context, dag_id, yes, now):
     """Remove a DAG with its versions, runs, task instances and backfills (asks first).

@@ -17,6 +17,7 @@ from dagline.cli.base import (
     dag_timezones,
     emit_json,
     executor_option,
+    in_namespace,
     json_option,
     limit_option,
     log_folder_option,
@@ -24,6 +25,7 @@ from dagline.cli.base import (
     make_cli_executor,
     make_clock,
     make_spanning_clock,
+    namespace_option,
     now_option,
     parallelism_option,
     print_table,
@@ -200,6 +202,7 @@ def _print_plan(result, as_json: bool, timezone: str = "UTC") -> None:
 
 @backfill.command("create")
 @_backfill_options
+@in_namespace
 @click.pass_obj
 def backfill_create(obj: Context, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run,
                     request_id, conf, conf_file, as_json, now):
@@ -214,6 +217,7 @@ def backfill_create(obj: Context, dag_id, start, end, reprocess, max_active_runs
 @executor_option
 @parallelism_option
 @log_folder_option
+@in_namespace
 @click.pass_obj
 def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, run_backwards, dry_run, request_id,
                  conf, conf_file, as_json, now, executor, parallelism, log_folder):
@@ -272,15 +276,16 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
 
 @backfill.command("list")
 @click.option("--dag", "dag_id", default=None, metavar="DAG_ID", help="Only this DAG's backfills.")
+@namespace_option
 @limit_option
 @json_option
 @click.pass_obj
-def backfill_list(obj: Context, dag_id, limit, as_json):
+def backfill_list(obj: Context, dag_id, namespace, limit, as_json):
     """Backfills and their progress, oldest first; `--limit N`: the latest N."""
     from dagline.store.read_models import list_backfills
 
     with obj.db().begin() as conn:
-        rows = list_backfills(conn, dag_id)
+        rows = list_backfills(conn, dag_id, namespace=namespace)
         zones = dag_timezones(conn, [r["dag_id"] for r in rows])
     show_rows(rows, ["id", "dag_id", "from_date", "to_date", "reprocess", "state", "total", "queued", "running",
                      "succeeded", "failed", "skipped_existing", "overridden"], as_json, limit=limit, latest=True,
@@ -290,6 +295,7 @@ def backfill_list(obj: Context, dag_id, limit, as_json):
 @backfill.command("show")
 @click.argument("backfill_id", type=Integer(min=0, max=MAX_ROW_ID))
 @json_option
+@in_namespace
 @click.pass_obj
 def backfill_show(obj: Context, backfill_id, as_json):
     """One backfill and its runs."""
@@ -317,6 +323,7 @@ def backfill_show(obj: Context, backfill_id, as_json):
 @backfill.command("cancel")
 @click.argument("backfill_id", type=Integer(min=0, max=MAX_ROW_ID))
 @now_option
+@in_namespace
 @click.pass_obj
 def backfill_cancel(obj: Context, backfill_id, now):
     """Cancel a backfill: runs not yet started are failed; running ones finish."""

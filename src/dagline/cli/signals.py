@@ -12,15 +12,17 @@ from dagline.cli.base import (
     Context,
     Integer,
     emit_json,
+    in_namespace,
     json_option,
     main,
     make_clock,
     now_option,
+    one_namespace,
     print_table,
     run_timezone,
 )
 from dagline.cli.state import runs, tasks
-from dagline.errors import InvalidInput
+from dagline.errors import InvalidInput, NotFound
 from dagline.wording import counted
 
 
@@ -35,6 +37,15 @@ def person() -> str:
 @main.group()
 def signals():
     """Signals: named events with a JSON value that start, stop and restart work at once."""
+
+
+signal_namespace_option = click.option(
+    "--namespace", default=None, metavar="NS", callback=one_namespace,
+    help="Only the signals sent within this Kubernetes namespace (by a token limited to it); another is not found.")
+
+
+def _within(namespace: str | None) -> list[str] | None:
+    return None if namespace is None else [namespace]
 
 
 @signals.command("send")
@@ -69,14 +80,15 @@ def signals_send(obj: Context, key, value_text, sender_id, now, as_json):
 @click.option("--key", default=None, help="Only signals of this key.")
 @click.option("--since", type=Integer(min=0), default=None, metavar="SEQ", help="Only signals after this seq.")
 @click.option("--limit", type=Integer(min=1), default=100, show_default=True, help="The newest N.")
+@signal_namespace_option
 @json_option
 @click.pass_obj
-def signals_list(obj: Context, key, since, limit, as_json):
+def signals_list(obj: Context, key, since, limit, namespace, as_json):
     """Signals in seq order, each with what it caused."""
     from dagline.store.signals import list_signals
 
     with obj.db().begin() as conn:
-        rows = list_signals(conn, key=key, since=since, limit=limit)
+        rows = list_signals(conn, key=key, since=since, limit=limit, namespaces=_within(namespace))
     if as_json:
         emit_json(rows)
         return
@@ -88,14 +100,20 @@ def signals_list(obj: Context, key, since, limit, as_json):
 
 @signals.command("show")
 @click.argument("seq", type=Integer(min=0))
+@signal_namespace_option
 @json_option
 @click.pass_obj
-def signals_show(obj: Context, seq, as_json):
+def signals_show(obj: Context, seq, namespace, as_json):
     """One signal and every action it caused (or why nothing)."""
     from dagline.store.signals import show_signal
 
     with obj.db().begin() as conn:
-        row = show_signal(conn, seq)
+        try:
+            row = show_signal(conn, seq, namespaces=_within(namespace))
+        except NotFound:
+            if namespace is None:
+                raise
+            raise NotFound(f"no signal with seq {seq} sent within namespace {namespace!r}") from None
     if as_json:
         emit_json(row)
         return
@@ -150,6 +168,7 @@ def _summary(row) -> str:
 @click.argument("run_ref", metavar="RUN_ID")
 @click.argument("task_id")
 @now_option
+@in_namespace
 @click.pass_obj
 def tasks_stop(obj: Context, run_ref, task_id, now):
     """Stop a task's running try (a streaming try ends success, a batch try failed, no retry)."""
@@ -162,6 +181,7 @@ def tasks_stop(obj: Context, run_ref, task_id, now):
 @runs.command("stop")
 @click.argument("run_ref", metavar="RUN_ID")
 @now_option
+@in_namespace
 @click.pass_obj
 def runs_stop(obj: Context, run_ref, now):
     """Stop a run: its running tries are asked to stop, the tasks that have not started are skipped, and the

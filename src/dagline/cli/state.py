@@ -15,6 +15,7 @@ from dagline.cli.base import (
     dag_timezone_of,
     dag_timezones,
     emit_json,
+    in_namespace,
     json_option,
     limit_option,
     log_folder_option,
@@ -81,6 +82,7 @@ def _deadline_text(row: dict, timezone: str) -> str | None:
 @click.argument("run_ref", metavar="RUN_ID")
 @json_option
 @now_option
+@in_namespace
 @click.pass_obj
 def runs_show(obj: Context, run_ref, as_json, now):
     """One run: its fields and conf, its task instances with durations and why each one that is not
@@ -121,6 +123,7 @@ def runs_show(obj: Context, run_ref, as_json, now):
 @click.argument("dag_id")
 @click.option("--limit", default=30, show_default=True, type=Integer(min=1))
 @click.option("--color/--no-color", default=None, help="Default: colour on a terminal.")
+@in_namespace
 @click.pass_obj
 def runs_grid(obj: Context, dag_id, limit, color):
     """A terminal grid: runs as columns, tasks as rows, coloured by state."""
@@ -147,6 +150,7 @@ def tasks():
 @limit_option
 @json_option
 @now_option
+@in_namespace
 @click.pass_obj
 def tasks_list(obj: Context, run_ref, limit, as_json, now):
     """The task instances of a run, and why each one that is not running or finished waits (times in
@@ -174,6 +178,7 @@ def tasks_list(obj: Context, run_ref, limit, as_json, now):
 @click.option("--failed-only", is_flag=True, help="Only failed and upstream_failed task instances.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before clearing more than one task instance.")
 @now_option
+@in_namespace
 @click.pass_obj
 def tasks_clear(obj: Context, run_ref, task_ids, downstream, failed_only, yes, now):
     """Reset task instances so they run again; the run returns to running.
@@ -204,6 +209,7 @@ def tasks_clear(obj: Context, run_ref, task_ids, downstream, failed_only, yes, n
 @click.option("--poll-interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True, metavar="SECONDS",
               help="With --follow: how often to look for new lines and at the try's state.")
 @log_folder_option
+@in_namespace
 @click.pass_obj
 def tasks_logs(obj: Context, run_ref, task_id, try_number, follow, poll_interval, log_folder):
     """Print a task's log; with --follow, keep printing as it grows until the try ends. Local tries: the

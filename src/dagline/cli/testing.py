@@ -28,6 +28,7 @@ from dagline.cli.base import (
     conf_options,
     dag_timezone,
     emit_json,
+    in_namespace,
     json_option,
     log_folder_option,
     make_clock,
@@ -60,6 +61,7 @@ test_executor_option = click.option("--executor", type=click.Choice(registry.nam
 @click.option("--spark-log", is_flag=True, default=False,
               help="Also print Spark's own INFO/WARN log lines (by default only in each try's log file).")
 @now_option
+@in_namespace
 @click.pass_obj
 def dags_test(obj: Context, dag_id, logical_date, conf, conf_file, executor, parallelism, log_folder, color,
               spark_log, now):
@@ -253,6 +255,7 @@ def _render(dag, task, facts):
 @click.argument("logical_date")
 @conf_options
 @json_option
+@in_namespace
 @click.pass_obj
 def tasks_render(obj: Context, dag_id, task_id, logical_date, conf, conf_file, as_json):
     """Print a task's rendered Spark arguments and conf, as a try at LOGICAL_DATE would get them."""
@@ -291,6 +294,7 @@ def tasks_render(obj: Context, dag_id, task_id, logical_date, conf, conf_file, a
 @click.argument("logical_date")
 @conf_options
 @test_executor_option
+@in_namespace
 @click.pass_obj
 def tasks_test(obj: Context, dag_id, task_id, logical_date, conf, conf_file, executor):
     """Run one task now, ignoring its upstream tasks, and store nothing: its log goes to stdout (from a

@@ -227,10 +227,13 @@ def backfill_task_counts(conn: Connection, backfill_id: int) -> dict[str, int]:
         .group_by(ti_t.c.state)).all())
 
 
-def list_backfills(conn: Connection, dag_id: str | None = None) -> list[dict]:
+def list_backfills(conn: Connection, dag_id: str | None = None, *, namespace: str | None = None) -> list[dict]:
+    """Backfills oldest first (of `dag_id`, of the DAGs `namespace` owns, if given)."""
     stmt = select(backfill_t).order_by(backfill_t.c.id)
     if dag_id is not None:
         stmt = stmt.where(backfill_t.c.dag_id == dag_id)
+    if namespace is not None:
+        stmt = stmt.where(backfill_t.c.dag_id.in_(select(dag_t.c.dag_id).where(dag_t.c.namespace == namespace)))
     backfills = conn.execute(stmt).all()
     counts = backfill_run_counts(conn, [b.id for b in backfills])
     return [backfill_dict(conn, b, counts.get(b.id, {})) for b in backfills]
