@@ -289,3 +289,25 @@ def test_the_task_driver_service_account_replaces_the_platform_one_on_the_driver
     spec = manifest(launch_for(driver_service_account="team-spark"))["spec"]
     assert spec["driver"]["serviceAccount"] == "team-spark"
     assert "serviceAccount" not in spec["executor"]
+
+
+def test_the_platform_pod_security_applies_unless_the_task_sets_the_same_field():
+    default = {"podSecurityContext": {"runAsNonRoot": True}, "securityContext": {"allowPrivilegeEscalation": False}}
+    spec = manifest(launch_for(pod={"securityContext": {"readOnlyRootFilesystem": True}}), pod_security=default)["spec"]
+    for role in ("driver", "executor"):
+        assert spec[role]["podSecurityContext"] == {"runAsNonRoot": True}
+        assert spec[role]["securityContext"] == {"readOnlyRootFilesystem": True}
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"podSecurityContext": 1}', '{"affinity": {}}'])
+def test_a_bad_pod_security_setting_names_the_variable(text):
+    with pytest.raises(InvalidInput) as exc:
+        SparkK8sSettings.from_env({"DAGLINE_SPARK_NAMESPACE": "jobs", "DAGLINE_SPARK_POD_SECURITY": text})
+    assert exc.value.field == "DAGLINE_SPARK_POD_SECURITY"
+
+
+def test_the_pod_security_setting_is_read():
+    settings = SparkK8sSettings.from_env({"DAGLINE_SPARK_NAMESPACE": "jobs",
+                                          "DAGLINE_SPARK_POD_SECURITY": '{"podSecurityContext": {"fsGroup": 185}}'})
+    assert settings.pod_security == {"podSecurityContext": {"fsGroup": 185}}
+    assert SparkK8sSettings.from_env({"DAGLINE_SPARK_NAMESPACE": "jobs"}).pod_security is None

@@ -158,9 +158,11 @@ class ManifestError(DaglineError, ValueError):
 
 def build_manifest(
     launch: TaskLaunch, *, namespace: str, default_image: str, service_account: str, spark_version: str,
-    launched_at: dt.datetime,
+    launched_at: dt.datetime, pod_security: dict | None = None,
 ) -> dict:
-    """The SparkApplication of one try. Raises `ManifestError` when the task cannot run on Kubernetes."""
+    """The SparkApplication of one try. Raises `ManifestError` when the task cannot run on Kubernetes.
+    `pod_security` (`podSecurityContext`, `securityContext`) is the platform's default for both pods: a
+    task's `spark.pod` field of the same name replaces it."""
     job = launch.job
     main = job.main_application_file
     if not (_URI_SCHEME.match(main) or main.startswith("/")):
@@ -179,7 +181,7 @@ def build_manifest(
         driver["terminationGracePeriodSeconds"] = max(1, int(round(launch.stop_grace_s)))
     _put(executor, instances=job.executor_instances, cores=job.executor_cores, memory=job.executor_memory)
     for role in (driver, executor):  # the task's spark.pod reaches both pods (SparkPodSpec fields)
-        role.update(_copy(job.pod or {}))
+        role.update(_copy({**(pod_security or {}), **(job.pod or {})}))
     if job.driver_service_account:
         driver["serviceAccount"] = job.driver_service_account
     spec_volumes = {"volumes": _copy(list(job.volumes))} if job.volumes else {}
