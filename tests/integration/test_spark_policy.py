@@ -73,3 +73,72 @@ def test_a_malformed_allow_list_is_an_error_naming_the_setting(sqlite_db, tmp_pa
 def test_ordinary_spark_conf_and_volume_claims_are_applied(sqlite_db, tmp_path):
     path = _write(tmp_path, "spark.kubernetes.driver.volumes.persistentVolumeClaim.data.mount.path", "/data")
     assert "sneaky: created" in cli(sqlite_db, "dags", "apply", path).output
+
+
+PLACED = """
+apiVersion: dagline.io/v1alpha1
+kind: DAG
+metadata: {name: placed}
+spec:
+  schedule: null
+  tasks:
+    - id: load
+      spark:
+        mainApplicationFile: load.py
+        volumes:
+          - {name: scratch, emptyDir: {}}
+          - %s
+        driver: {%s}
+        pod:
+          tolerations: [{key: dedicated, value: spark, effect: NoSchedule}]
+          volumeMounts: [{name: scratch, mountPath: /scratch}]
+"""
+
+
+def _placed(tmp_path, volume: str = "{name: more, emptyDir: {}}", driver: str = ""):
+    path = tmp_path / "placed.yaml"
+    path.write_text(PLACED % (volume, driver))
+    return str(path)
+
+
+def test_a_host_path_volume_is_refused_at_apply_naming_the_field_and_nothing_is_stored(db, tmp_path):
+    before = snapshot(db)
+    result = cli(db, "dags", "apply", _placed(tmp_path, "{name: root, hostPath: {path: /}}"), expect=2)
+    assert "spec.tasks[0].spark.volumes[1].hostPath" in result.stderr
+    assert "hostPath" in result.stderr and "DAGLINE_SPARK_ALLOWED_CONF" in result.stderr
+    assert snapshot(db) == before
+
+
+@pytest.mark.parametrize("volume", ["{name: s, secret: {secretName: db}}", "{name: n, nfs: {server: x, path: /}}",
+                                    "{name: p, projected: {sources: []}}"])
+def test_secret_nfs_and_projected_volumes_are_refused(sqlite_db, tmp_path, volume):
+    result = cli(sqlite_db, "dags", "apply", _placed(tmp_path, volume), expect=2)
+    assert "spec.tasks[0].spark.volumes[1]." in result.stderr
+
+
+def test_a_driver_service_account_is_refused_unless_the_platform_admin_allows_it(sqlite_db, tmp_path, monkeypatch):
+    path = _placed(tmp_path, driver="serviceAccount: team-spark")
+    result = cli(sqlite_db, "dags", "apply", path, expect=2)
+    assert "spec.tasks[0].spark.driver.serviceAccount" in result.stderr and "team-spark" in result.stderr
+    monkeypatch.setenv("DAGLINE_SPARK_ALLOWED_CONF", "spark.kubernetes.authenticate.driver.serviceAccountName")
+    assert "placed: created" in cli(sqlite_db, "dags", "apply", path).output
+
+
+def test_a_host_path_the_platform_admin_allows_for_both_pods_is_applied(sqlite_db, tmp_path, monkeypatch):
+    path = _placed(tmp_path, "{name: root, hostPath: {path: /mnt/cache}}")
+    monkeypatch.setenv("DAGLINE_SPARK_ALLOWED_CONF", "spark.kubernetes.driver.volumes.hostPath.*")
+    cli(sqlite_db, "dags", "apply", path, expect=2)  # the executors would get it too
+    monkeypatch.setenv("DAGLINE_SPARK_ALLOWED_CONF",
+                       "spark.kubernetes.driver.volumes.hostPath.*,spark.kubernetes.executor.volumes.hostPath.*")
+    assert "placed: created" in cli(sqlite_db, "dags", "apply", path).output
+
+
+def test_placement_fields_and_ordinary_volumes_are_applied(sqlite_db, tmp_path):
+    assert "placed: created" in cli(sqlite_db, "dags", "apply", _placed(tmp_path)).output
+
+
+def test_a_mount_of_a_volume_not_given_is_refused_naming_it(sqlite_db, tmp_path):
+    path = tmp_path / "placed.yaml"
+    path.write_text((PLACED % ("{name: more, emptyDir: {}}", "")).replace("name: scratch, mountPath", "name: typo, mountPath"))
+    result = cli(sqlite_db, "dags", "apply", str(path), expect=2)
+    assert "typo" in result.stderr and "volumeMounts" in result.stderr

@@ -29,3 +29,25 @@ def test_a_secret_key_ref_is_refused_on_the_dag_status_and_allowed_when_the_admi
     with replica(run_kopf, pg_db, spark_allowed_conf="spark.kubernetes.driver.secretKeyRef.*"):
         kube.wait_for(lambda: kube.get("dags", NS, "sneaky"), until=is_ready, what="DAG Ready")
     assert dag_row(pg_db, "sneaky").is_active
+
+
+def _placed(name: str, volume: dict) -> dict:
+    load = task("load")
+    load["spark"]["volumes"] = [{"name": "scratch", "emptyDir": {}}, volume]
+    load["spark"]["pod"] = {"tolerations": [{"key": "dedicated", "value": "spark", "effect": "NoSchedule"}],
+                            "affinity": {"nodeAffinity": {}}, "volumeMounts": [{"name": "scratch", "mountPath": "/s"}]}
+    return dag_manifest(name, tasks=[load])
+
+
+def test_a_host_path_volume_is_refused_on_the_dag_status_and_placement_fields_survive_the_crd(kube, run_kopf, pg_db):
+    with replica(run_kopf, pg_db):
+        kube.create("dags", NS, _placed("rooted", {"name": "root", "hostPath": {"path": "/"}}))
+        dag = kube.wait_for(lambda: kube.get("dags", NS, "rooted"), until=lambda d: condition(d, "Invalid"),
+                            what="Invalid condition")
+        assert condition(dag, "Invalid")["message"].startswith("spec.tasks[0].spark.volumes[1].hostPath")
+        assert dag_row(pg_db, "rooted") is None
+        kube.create("dags", NS, _placed("placed", {"name": "more", "emptyDir": {}}))
+        dag = kube.wait_for(lambda: kube.get("dags", NS, "placed"), until=is_ready, what="DAG Ready")
+    spark = dag["spec"]["tasks"][0]["spark"]  # what the CRD kept: nothing of the free-form objects pruned
+    assert spark["pod"]["affinity"] == {"nodeAffinity": {}} and spark["pod"]["tolerations"][0]["key"] == "dedicated"
+    assert dag_row(pg_db, "placed").is_active

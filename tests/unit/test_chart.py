@@ -11,6 +11,7 @@ What only a cluster can check (hook ordering, CRD installation, the pods startin
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import functools
 import json
 import os
@@ -142,7 +143,7 @@ def test_values_hold_the_documented_defaults():
     assert values["health"]["port"] == 8080 and values["metrics"]["port"] == 9090
     assert values["dagrunHistoryLimit"] == 50
     assert set(values["spark"]) == {"namespace", "createNamespace", "image", "version", "serviceAccount",
-                                    "pendingTimeout", "retention", "allowedConf"}
+                                    "pendingTimeout", "retention", "allowedConf", "podSecurity"}
     assert values["spark"]["allowedConf"] == [] and values["callbacks"]["allowedNetworks"] == []  # nothing widened
     assert values["spark"]["retention"] in ("delete", "keep", "delete-succeeded")
     assert values["podSecurityContext"]["runAsNonRoot"] is True
@@ -253,6 +254,10 @@ EXPECTED_ENV = {
     "DAGLINE_SPARK_SERVICE_ACCOUNT": "spark-operator-spark",
     "DAGLINE_SPARK_PENDING_TIMEOUT": "PT15M",
     "DAGLINE_SPARK_RETENTION": "delete-succeeded",
+    "DAGLINE_SPARK_POD_SECURITY": json.dumps({  # PodSecurity `restricted` for every Spark pod, by default
+        "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 185, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}},
+        separators=(",", ":")),
     "DAGLINE_HEALTH_PORT": "8080",
     "DAGLINE_METRICS_PORT": "9090",
     "DAGLINE_DAGRUN_HISTORY_LIMIT": "50",
@@ -709,3 +714,48 @@ def test_allowed_spark_conf_and_webhook_networks_reach_the_environment():
     from dagline.domain.spark_policy import SparkPolicy
     assert SparkPolicy.parse(env["DAGLINE_SPARK_ALLOWED_CONF"]).refusal("spark.kubernetes.driver.annotation.x") is None
     assert EgressPolicy.parse(env["DAGLINE_CALLBACK_ALLOWED_NETWORKS"]).refusal("10.30.1.5", 8443) is None
+
+
+def _restricted_violations(pod: dict) -> list[str]:
+    """What PodSecurity `restricted` (Kubernetes 1.30) would refuse of a SparkPodSpec's security fields."""
+    pod_ctx, ctx = pod.get("podSecurityContext") or {}, pod.get("securityContext") or {}
+    found = []
+    if not (ctx.get("runAsNonRoot") or pod_ctx.get("runAsNonRoot")):
+        found.append("runAsNonRoot")
+    if 0 in (ctx.get("runAsUser"), pod_ctx.get("runAsUser")):
+        found.append("runAsUser 0")
+    seccomp = (ctx.get("seccompProfile") or pod_ctx.get("seccompProfile") or {}).get("type")
+    if seccomp not in ("RuntimeDefault", "Localhost"):
+        found.append("seccompProfile")
+    if ctx.get("allowPrivilegeEscalation") is not False:
+        found.append("allowPrivilegeEscalation")
+    if "ALL" not in ((ctx.get("capabilities") or {}).get("drop") or []):
+        found.append("capabilities.drop ALL")
+    if ctx.get("privileged"):
+        found.append("privileged")
+    return found
+
+
+def _spark_pods(manifests, **job) -> dict:
+    from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
+    from dagline.k8s.executor import SparkK8sSettings
+    from dagline.k8s.sparkapp import build_manifest
+    env = container_env(one(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0])
+    settings = SparkK8sSettings.from_env({k: v for k, v in env.items() if isinstance(v, str)})
+    launch = TaskLaunch(ti_id=1, key=TaskKey("d", "r", "t", 1), job=SparkJob("local:///opt/a.py", **job))
+    app = build_manifest(launch, namespace=settings.namespace, default_image=settings.image,
+                         service_account=settings.service_account, spark_version=settings.spark_version,
+                         launched_at=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), pod_security=settings.pod_security)
+    return {role: app["spec"][role] for role in ("driver", "executor")}
+
+
+def test_spark_pods_pass_pod_security_restricted_by_default_unless_the_task_sets_its_own():
+    pods = _spark_pods(render_chart())
+    assert {role: _restricted_violations(pod) for role, pod in pods.items()} == {"driver": [], "executor": []}
+    own = {"podSecurityContext": {"runAsUser": 1000, "runAsNonRoot": True}}
+    pods = _spark_pods(render_chart(), pod=own)
+    for pod in pods.values():
+        assert pod["podSecurityContext"] == own["podSecurityContext"]  # the task's replaces the default
+        assert pod["securityContext"]["capabilities"] == {"drop": ["ALL"]}  # the other default stays
+    pods = _spark_pods(render_chart({"spark": {"podSecurity": None}}))
+    assert not {"podSecurityContext", "securityContext"} & (pods["driver"].keys() | pods["executor"].keys())

@@ -257,3 +257,57 @@ def test_an_invalid_setting_names_its_variable(variable, value, tmp_path):
         SparkK8sSettings.from_env({variable: value}, namespace_file=str(tmp_path))
     assert info.value.field == variable
     assert variable in str(info.value) and repr(value) in str(info.value)
+
+
+# -- placement -------------------------------------------------------------------------------------
+
+
+def test_the_task_pod_fields_reach_the_driver_and_the_executors_and_volumes_the_application():
+    pod = {"tolerations": [{"key": "dedicated", "value": "spark", "effect": "NoSchedule"}],
+           "nodeSelector": {"pool": "spark"},
+           "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+           "podSecurityContext": {"runAsNonRoot": True}, "securityContext": {"allowPrivilegeEscalation": False},
+           "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}
+    volumes = ({"name": "scratch", "emptyDir": {}},)
+    app = manifest(launch_for(pod=pod, volumes=volumes))
+    for role in ("driver", "executor"):
+        assert {k: app["spec"][role][k] for k in pod} == pod
+    assert app["spec"]["volumes"] == [{"name": "scratch", "emptyDir": {}}]
+    assert app["spec"]["driver"]["serviceAccount"] == "spark"  # the platform's, unless the task names one
+    app["spec"]["driver"]["tolerations"].append({"key": "x"})  # the manifest shares nothing with the job
+    assert pod["tolerations"] == [{"key": "dedicated", "value": "spark", "effect": "NoSchedule"}]
+    assert app["spec"]["executor"]["tolerations"] == pod["tolerations"]
+
+
+def test_a_task_without_pod_fields_gets_none_of_them():
+    spec = manifest(launch_for())["spec"]
+    assert "volumes" not in spec
+    assert not {"tolerations", "nodeSelector", "affinity", "volumeMounts"} & (spec["driver"].keys() | spec["executor"].keys())
+
+
+def test_the_task_driver_service_account_replaces_the_platform_one_on_the_driver_only():
+    spec = manifest(launch_for(driver_service_account="team-spark"))["spec"]
+    assert spec["driver"]["serviceAccount"] == "team-spark"
+    assert "serviceAccount" not in spec["executor"]
+
+
+def test_the_platform_pod_security_applies_unless_the_task_sets_the_same_field():
+    default = {"podSecurityContext": {"runAsNonRoot": True}, "securityContext": {"allowPrivilegeEscalation": False}}
+    spec = manifest(launch_for(pod={"securityContext": {"readOnlyRootFilesystem": True}}), pod_security=default)["spec"]
+    for role in ("driver", "executor"):
+        assert spec[role]["podSecurityContext"] == {"runAsNonRoot": True}
+        assert spec[role]["securityContext"] == {"readOnlyRootFilesystem": True}
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"podSecurityContext": 1}', '{"affinity": {}}'])
+def test_a_bad_pod_security_setting_names_the_variable(text):
+    with pytest.raises(InvalidInput) as exc:
+        SparkK8sSettings.from_env({"DAGLINE_SPARK_NAMESPACE": "jobs", "DAGLINE_SPARK_POD_SECURITY": text})
+    assert exc.value.field == "DAGLINE_SPARK_POD_SECURITY"
+
+
+def test_the_pod_security_setting_is_read():
+    settings = SparkK8sSettings.from_env({"DAGLINE_SPARK_NAMESPACE": "jobs",
+                                          "DAGLINE_SPARK_POD_SECURITY": '{"podSecurityContext": {"fsGroup": 185}}'})
+    assert settings.pod_security == {"podSecurityContext": {"fsGroup": 185}}
+    assert SparkK8sSettings.from_env({"DAGLINE_SPARK_NAMESPACE": "jobs"}).pod_security is None

@@ -15,12 +15,19 @@ comma list of keys, or of prefixes written with a trailing `*` (`spark.kubernete
 An allowed entry wins over the refusals below. Keys are compared without case and surrounding spaces
 (Spark's own keys are case-sensitive, so a key spelt in another case would only be ignored by Spark;
 refusing it too costs nothing and closes any reader that is not).
+
+The same refusals hold for a task's pod fields (`pod_refusals`): a volume of `spark.volumes` of type
+hostPath, nfs, secret or projected (a projected volume can carry Secrets and service account tokens),
+and `spark.driver.serviceAccount`, are refused unless the admin allowed the Spark conf key that would do
+the same for both pods (`spark.kubernetes.{driver,executor}.volumes.hostPath.*`, `...volumes.nfs.*`,
+`...secrets.*`, and `spark.kubernetes.authenticate.driver.serviceAccountName`): one allow-list, one meaning.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from dagline.errors import InvalidInput
 
@@ -125,6 +132,42 @@ class SparkPolicy:
     def refusals(self, keys: Iterable[str]) -> list[tuple[str, str]]:
         """(key, why) for every refused key, in the order given."""
         return [(key, why) for key in keys if (why := self.refusal(key)) is not None]
+
+    def pod_refusals(self, volumes: Iterable[Mapping[str, Any]], service_account: str | None,
+                     ) -> list[tuple[tuple[str | int, ...], str]]:
+        """(path under the task's `spark`, why) for every volume and the driver service account refused."""
+        found: list[tuple[tuple[str | int, ...], str]] = []
+        for index, volume in enumerate(volumes):
+            for kind, conf in VOLUME_CONF.items():
+                if kind in volume and (why := self._refused_like(conf)) is not None:
+                    found.append((("volumes", index, kind), f"a {kind} volume {why}"))
+        if service_account and (why := self._refused_like(SERVICE_ACCOUNT_CONF)) is not None:
+            found.append((("driver", "serviceAccount"), f"{service_account!r} {why}"))
+        return found
+
+    def _refused_like(self, conf: str) -> str | None:
+        keys = [conf.replace("{role}", role) for role in ("driver", "executor")] if "{role}" in conf else [conf]
+        rule = next((r for key in keys if (r := self._rule(key)) is not None), None)
+        if rule is None:
+            return None
+        allow = " and ".join(k if not k.endswith(".") else k + "*" for k in dict.fromkeys(
+            (k[: k.rindex(".x")] + "." if k.endswith(".x") else k) for k in keys))
+        return (f"{rule.why}; refused by the Spark policy (a platform admin can allow it by listing {allow} in "
+                f"{ALLOWED_CONF_SETTING} / the chart's spark.allowedConf)")
+
+    def _rule(self, key: str) -> Refusal | None:
+        normal = _normal(key)
+        rule = next((r for r in REFUSED if r.matches(normal)), None)
+        return None if rule is None or self.is_allowed(key) else rule
+
+
+VOLUME_CONF = {  # volume type: the Spark conf key (".x": any key under the prefix) that does the same
+    "hostPath": "spark.kubernetes.{role}.volumes.hostPath.x",
+    "nfs": "spark.kubernetes.{role}.volumes.nfs.x",
+    "secret": "spark.kubernetes.{role}.secrets.x",
+    "projected": "spark.kubernetes.{role}.secrets.x",
+}
+SERVICE_ACCOUNT_CONF = "spark.kubernetes.authenticate.driver.serviceAccountName"
 
 
 def _normal(key: str) -> str:

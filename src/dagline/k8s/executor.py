@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import logging
 import os
 import re
@@ -105,6 +106,9 @@ class SparkK8sSettings:
     pending_timeout_s: float = DEFAULT_PENDING_TIMEOUT_S
     retention: str = "delete-succeeded"
     spark_version: str = DEFAULT_SPARK_VERSION
+    # DAGLINE_SPARK_POD_SECURITY: {podSecurityContext, securityContext} every driver and executor gets unless
+    # its task's spark.pod sets its own (the chart's spark.podSecurity: PodSecurity `restricted` by default)
+    pod_security: dict | None = None
 
     def __post_init__(self):
         if self.image is None:
@@ -144,8 +148,28 @@ class SparkK8sSettings:
         timeout = DEFAULT_PENDING_TIMEOUT_S
         if timeout_text is not None:
             timeout = parse_timeout(timeout_text, field="DAGLINE_SPARK_PENDING_TIMEOUT")
+        security = _pod_security(get(POD_SECURITY_SETTING))
         return cls(namespace=namespace, image=image, service_account=account, pending_timeout_s=timeout,
-                   retention=retention, spark_version=version)
+                   retention=retention, spark_version=version, pod_security=security)
+
+
+POD_SECURITY_SETTING = "DAGLINE_SPARK_POD_SECURITY"
+
+
+def _pod_security(text: str | None) -> dict | None:
+    """The default security contexts of Spark pods: a JSON object of `podSecurityContext` and/or
+    `securityContext` objects (Kubernetes' own fields); unset or `{}`: none."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise InvalidInput(f"not JSON: {exc}", field=POD_SECURITY_SETTING) from None
+    if not isinstance(value, dict) or set(value) - {"podSecurityContext", "securityContext"} or not all(
+            isinstance(v, dict) for v in value.values()):
+        raise InvalidInput("must be a JSON object of podSecurityContext and securityContext objects",
+                           field=POD_SECURITY_SETTING)
+    return {k: v for k, v in value.items() if v} or None
 
 
 def parse_timeout(text: str, *, field: str) -> float:
@@ -240,7 +264,7 @@ class SparkK8sExecutor:
                 manifest = sparkapp.build_manifest(
                     launch, namespace=self.settings.namespace, default_image=self.settings.image,
                     service_account=self.settings.service_account, spark_version=self.settings.spark_version,
-                    launched_at=now)
+                    launched_at=now, pod_security=self.settings.pod_security)
             except sparkapp.ManifestError as exc:
                 self._reports.append(self._report(launch, TIState.FAILED, now, message=str(exc), started_at=now))
                 continue
@@ -603,12 +627,20 @@ def _build(settings: ExecutorSettings) -> SparkK8sExecutor:
 
 _SHOWN = {"namespace": "DAGLINE_SPARK_NAMESPACE", "image": "DAGLINE_SPARK_IMAGE",
           "service_account": "DAGLINE_SPARK_SERVICE_ACCOUNT", "pending_timeout_s": "DAGLINE_SPARK_PENDING_TIMEOUT",
-          "retention": "DAGLINE_SPARK_RETENTION", "spark_version": "DAGLINE_SPARK_SPARK_VERSION"}
+          "retention": "DAGLINE_SPARK_RETENTION", "spark_version": "DAGLINE_SPARK_SPARK_VERSION",
+          "pod_security": POD_SECURITY_SETTING}
 
 
 def _shown(environ) -> list[ShownSetting]:
     spark = SparkK8sSettings.from_env(environ)
-    return [ShownSetting(f"spark_k8s.{name}", getattr(spark, name), variable) for name, variable in _SHOWN.items()]
+    return [ShownSetting(f"spark_k8s.{name}", _show(getattr(spark, name)), variable)
+            for name, variable in _SHOWN.items()]
+
+
+def _show(value):
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return "" if value is None else value
 
 
 KIND_CODE = KindCode(

@@ -34,6 +34,11 @@ namespace (never from the Spark namespace), are copied into that Secret, so a Sp
 ever names its own try's Secret (ADR 0040). A streaming try's driver pod gets the task's
 `stopGracePeriod` as its `terminationGracePeriodSeconds`: deleting the application (a stop) sends
 SIGTERM to the driver, which then has that long to stop its queries before the kill.
+
+Placement. The task's `spark.pod` (tolerations, nodeSelector, affinity, podSecurityContext,
+securityContext, volumeMounts) is given to the driver and the executors alike, `spark.volumes` becomes
+the application's `volumes`, and `spark.driver.serviceAccount` replaces the platform's service account
+on the driver; the Spark policy checked them at apply (`dagline.domain.spark_policy.pod_refusals`).
 """
 
 from __future__ import annotations
@@ -153,9 +158,11 @@ class ManifestError(DaglineError, ValueError):
 
 def build_manifest(
     launch: TaskLaunch, *, namespace: str, default_image: str, service_account: str, spark_version: str,
-    launched_at: dt.datetime,
+    launched_at: dt.datetime, pod_security: dict | None = None,
 ) -> dict:
-    """The SparkApplication of one try. Raises `ManifestError` when the task cannot run on Kubernetes."""
+    """The SparkApplication of one try. Raises `ManifestError` when the task cannot run on Kubernetes.
+    `pod_security` (`podSecurityContext`, `securityContext`) is the platform's default for both pods: a
+    task's `spark.pod` field of the same name replaces it."""
     job = launch.job
     main = job.main_application_file
     if not (_URI_SCHEME.match(main) or main.startswith("/")):
@@ -173,6 +180,11 @@ def build_manifest(
     if launch.streaming:
         driver["terminationGracePeriodSeconds"] = max(1, int(round(launch.stop_grace_s)))
     _put(executor, instances=job.executor_instances, cores=job.executor_cores, memory=job.executor_memory)
+    for role in (driver, executor):  # the task's spark.pod reaches both pods (SparkPodSpec fields)
+        role.update(_copy({**(pod_security or {}), **(job.pod or {})}))
+    if job.driver_service_account:
+        driver["serviceAccount"] = job.driver_service_account
+    spec_volumes = {"volumes": _copy(list(job.volumes))} if job.volumes else {}
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -193,6 +205,7 @@ def build_manifest(
             "restartPolicy": {"type": "Never"},  # dagline does the retrying, as a new try
             "driver": driver,
             "executor": executor,
+            **spec_volumes,
         },
     }
 
@@ -249,6 +262,15 @@ def owner_reference(app: dict) -> dict | None:
         return None
     return {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"], "uid": meta["uid"],
             "blockOwnerDeletion": False, "controller": False}
+
+
+def _copy(value):
+    """A deep copy of JSON data (the manifest never shares lists or dicts with the task's spec)."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_copy(v) for v in value]
+    return value
 
 
 def _put(target: dict, **values) -> None:

@@ -119,9 +119,14 @@ def _cross_field_problems(spec: DagSpec) -> list[tuple[str, str]]:
 
 
 def spark_policy_problems(spec: DagSpec, policy: SparkPolicy) -> list[tuple[str, str]]:
-    """Every `spark.conf` key the Spark policy refuses (`dagline.domain.spark_policy`), with its path."""
-    return [(format_path(["spec", "tasks", index, "spark", "conf", key]), f"{key!r}: {why}")
-            for index, task in enumerate(spec.tasks) for key, why in policy.refusals(task.spark.conf)]
+    """Every `spark.conf` key, volume and driver service account the Spark policy refuses
+    (`dagline.domain.spark_policy`), with its path."""
+    problems = [(format_path(["spec", "tasks", index, "spark", "conf", key]), f"{key!r}: {why}")
+                for index, task in enumerate(spec.tasks) for key, why in policy.refusals(task.spark.conf)]
+    for index, task in enumerate(spec.tasks):
+        refused = policy.pod_refusals(task.spark.volumes or (), task.spark.driver.service_account)
+        problems += [(format_path(["spec", "tasks", index, "spark", *where]), why) for where, why in refused]
+    return problems
 
 
 def check_dag_spec(spec: DagSpec, source: str | None = None, dag_id: str | None = None, *,

@@ -34,7 +34,8 @@ _OMITTED_WHEN_UNSET = {"deadline": None, "callbacks": None, "env": None}
 _LATER_DAG_FIELDS = {"triggers": []}
 _LATER_TASK_FIELDS = {"mode": "batch", "stopGracePeriod": None, "on": []}
 _LATER_DEFAULTS_FIELDS = {"spark": {"connect": False}}
-_LATER_SPARK_FIELDS = {"connect": None}
+_LATER_SPARK_FIELDS = {"connect": None, "pod": None, "volumes": None}
+_LATER_DRIVER_FIELDS = {"serviceAccount": None}
 
 
 def _omit_unset(mapping: dict[str, Any], later: Mapping[str, Any] | None = None) -> None:
@@ -49,7 +50,8 @@ def _omit_unset(mapping: dict[str, Any], later: Mapping[str, Any] | None = None)
 def normalized_spec(spec: DagSpec) -> dict[str, Any]:
     """The spec as JSON with every field present and defaults filled: what the database stores
     (fields added later appear only when set: `deadline`, `callbacks`, `triggers`, `defaults.spark`,
-    and a task's `mode`, `stopGracePeriod`, `on` and `spark.connect`)."""
+    and a task's `mode`, `stopGracePeriod`, `on`, `spark.connect`, `spark.pod`, `spark.volumes` and
+    `spark.driver.serviceAccount`)."""
     data = spec.model_dump(mode="json", by_alias=True)
     _omit_unset(data, _LATER_DAG_FIELDS)
     _omit_unset(data["defaults"], _LATER_DEFAULTS_FIELDS)
@@ -58,6 +60,7 @@ def normalized_spec(spec: DagSpec) -> dict[str, Any]:
             task["on"] = task.pop("onSignal")
         _omit_unset(task, _LATER_TASK_FIELDS)
         _omit_unset(task["spark"], _LATER_SPARK_FIELDS)
+        _omit_unset(task["spark"]["driver"], _LATER_DRIVER_FIELDS)
     return data
 
 

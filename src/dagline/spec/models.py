@@ -47,16 +47,56 @@ API_VERSION = "dagline.io/v1alpha1"  # for the Kubernetes code; `DagDocument.api
 
 
 class DriverSpec(SpecModel):
-    """Resources of the Spark driver (unset: Spark's defaults)."""
+    """Resources of the Spark driver (unset: Spark's defaults), and the identity it runs as."""
 
     cores: int | None = Field(None, ge=1, le=MAX_SPARK_CORES)
     memory: SparkMemory | None = Field(None, description="Spark memory size, e.g. 512m or 1g")
+    service_account: str | None = Field(
+        None, min_length=1, max_length=253,
+        description="Kubernetes only: the driver's service account instead of the platform's Spark service "
+                    "account (DAGLINE_SPARK_SERVICE_ACCOUNT); refused by the Spark policy unless the platform "
+                    "admin allows spark.kubernetes.authenticate.driver.serviceAccountName")
 
 
-class ExecutorSpec(DriverSpec):
+class ExecutorSpec(SpecModel):
     """Resources of the Spark executors."""
 
+    cores: int | None = Field(None, ge=1, le=MAX_SPARK_CORES)
+    memory: SparkMemory | None = Field(None, description="Spark memory size, e.g. 512m or 1g")
     instances: int | None = Field(None, ge=1, le=MAX_SPARK_INSTANCES)
+
+
+class VolumeMount(SpecModel):
+    """Where a volume of `spark.volumes` appears in the driver's and executors' Spark container."""
+
+    name: str = Field(min_length=1, max_length=63, description="the name of one of spark.volumes")
+    mount_path: str = Field(min_length=1, description="an absolute path in the container")
+    read_only: bool | None = None
+    sub_path: str | None = None
+
+
+class PodSpec(SpecModel):
+    """Kubernetes only: how the driver and executor pods are placed and secured (spark-operator v1beta2
+    SparkPodSpec fields, given to both). Free-form fields are Kubernetes objects as `kubectl explain pod.spec`
+    describes them; the Kubernetes API checks them when the spark-operator creates the pods."""
+
+    tolerations: list[dict[str, Any]] | None = Field(
+        None, description="pod tolerations, e.g. [{key: dedicated, value: spark, effect: NoSchedule}]")
+    node_selector: dict[str, str] | None = Field(None, description="node labels the pods must run on")
+    affinity: dict[str, Any] | None = Field(None, description="pod affinity (nodeAffinity, podAntiAffinity...)")
+    pod_security_context: dict[str, Any] | None = Field(
+        None, description="the pods' securityContext (runAsNonRoot, runAsUser, fsGroup, seccompProfile...)")
+    security_context: dict[str, Any] | None = Field(
+        None, description="the Spark container's securityContext (allowPrivilegeEscalation, capabilities...)")
+    volume_mounts: list[VolumeMount] | None = Field(None, description="mounts of spark.volumes")
+
+    @field_validator("tolerations", "affinity", "pod_security_context", "security_context", mode="before")
+    @classmethod
+    def _bounded(cls, value: Any) -> Any:
+        problem = json_value_problem(value)  # free-form: bounded before pydantic walks it
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 class SparkSpec(SpecModel):
@@ -73,9 +113,36 @@ class SparkSpec(SpecModel):
     image: str | None = Field(None, description="container image (Kubernetes only)")
     driver: DriverSpec = Field(default_factory=DriverSpec)
     executor: ExecutorSpec = Field(default_factory=ExecutorSpec)
+    pod: PodSpec | None = Field(None, description="Kubernetes only: placement and security of the driver and "
+                                                    "executor pods")
+    volumes: list[dict[str, Any]] | None = Field(
+        None, description="Kubernetes only: pod volumes (each {name, <type>: ...}) that spark.pod.volumeMounts "
+                          "mount; hostPath, nfs, secret and projected volumes are refused by the Spark policy "
+                          "unless the platform admin allows them")
     connect: bool | None = Field(
         None, description="true: run the job as `python job.py` against a warm Spark Connect server (no static "
                           "confs, driver or executor sizes); unset: the DAG's `defaults.spark.connect`")
+
+    @field_validator("volumes", mode="before")
+    @classmethod
+    def _bounded_volumes(cls, value: Any) -> Any:
+        problem = json_value_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _mounts_name_volumes(self) -> SparkSpec:
+        names = [v.get("name") for v in self.volumes or ()]
+        for volume, name in zip(self.volumes or (), names, strict=True):
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"volumes: every volume needs a name ({volume!r} has none)")
+        if len(set(names)) != len(names):
+            raise ValueError("volumes: a volume name is given twice")
+        for mount in (self.pod.volume_mounts if self.pod else None) or ():
+            if mount.name not in names:
+                raise ValueError(f"pod.volumeMounts: {mount.name!r} is not the name of one of spark.volumes")
+        return self
 
 
 class SparkDefaults(SpecModel):

@@ -1,0 +1,82 @@
+"""The SparkApplications dagline builds are valid for the spark-operator's own CRD (v1beta2 openAPIV3Schema,
+tests/unit/data/README.md says which version): every field it sets exists where it is set (the API server
+would silently prune a misplaced one, so unknown fields are errors here) and has the CRD's type."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import pathlib
+
+import jsonschema
+import pytest
+import yaml
+
+from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
+from dagline.k8s import sparkapp
+
+CRD = pathlib.Path(__file__).parent / "data" / "sparkoperator.k8s.io_sparkapplications.yaml.gz"
+LAUNCHED = dt.datetime(2026, 3, 2, 2, 0, tzinfo=dt.timezone.utc)
+KEY = TaskKey("sales-daily", "scheduled__2026-03-01T00:00:00+00:00", "clean_orders", 1)
+
+
+def _closed(schema):
+    """The schema with unknown properties refused wherever the API server would prune them."""
+    if isinstance(schema, list):
+        return [_closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _closed(v) for k, v in schema.items()}
+    if ("properties" in out and "additionalProperties" not in out
+            and not out.get("x-kubernetes-preserve-unknown-fields")):
+        out["additionalProperties"] = False
+    return out
+
+
+@pytest.fixture(scope="module")
+def validator():
+    crd = yaml.safe_load(gzip.decompress(CRD.read_bytes()))
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == sparkapp.VERSION)
+    schema = _closed(version["schema"]["openAPIV3Schema"])
+    return jsonschema.Draft7Validator(schema)
+
+
+PLACED = SparkJob(
+    main_application_file="local:///opt/jobs/clean.py", arguments=("--ds", "2026-03-01"),
+    conf=(("spark.sql.shuffle.partitions", "4"),), driver_cores=1, driver_memory="1g",
+    executor_instances=2, executor_cores=2, executor_memory="2g",
+    pod={
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "spark", "effect": "NoSchedule"}],
+        "nodeSelector": {"pool": "spark"},
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}]}}},
+        "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 185, "fsGroup": 185,
+                               "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "scratch", "mountPath": "/scratch", "readOnly": False}],
+    },
+    volumes=({"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}},),
+    driver_service_account="team-spark",
+)
+
+
+@pytest.mark.parametrize("job, streaming", [
+    (SparkJob("local:///opt/jobs/a.py"), False),
+    (PLACED, False),
+    (PLACED, True),
+], ids=["plain", "placed", "placed-streaming"])
+def test_built_applications_are_valid_for_the_spark_operator_crd(validator, job, streaming):
+    launch = TaskLaunch(ti_id=7, key=KEY, job=job, streaming=streaming, env=(("DAGLINE_API_URL", "http://x"),))
+    app = sparkapp.build_manifest(launch, namespace="jobs", default_image="spark:3.5.3", service_account="spark",
+                                  spark_version="3.5.3", launched_at=LAUNCHED)
+    errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(app)]
+    assert errors == []
+
+
+def test_the_check_catches_a_misplaced_field(validator):
+    app = sparkapp.build_manifest(TaskLaunch(ti_id=7, key=KEY, job=PLACED), namespace="jobs", default_image="s",
+                                  service_account="spark", spark_version="3.5.3", launched_at=LAUNCHED)
+    app["spec"]["driver"]["podSecurityContexts"] = {}  # a typo the API server would silently prune
+    app["spec"]["executor"]["nodeSelector"] = {"pool": 1}
+    paths = sorted(".".join(map(str, e.absolute_path)) for e in validator.iter_errors(app))
+    assert paths == ["spec.driver", "spec.executor.nodeSelector.pool"]
