@@ -118,3 +118,29 @@ def test_another_namespaces_objects_are_not_found_and_nothing_changes(db, teams)
 def test_a_bad_namespace_is_refused_as_invalid_input(db, teams):
     result = cli(db, "dags", "pause", "a-sales", "--namespace", "Not_A_Namespace", expect=2)
     assert "--namespace" in result.output
+
+
+def test_pools_list_keeps_what_the_namespaces_dags_may_use_and_delete_refuses_another_owners_pool(db, teams):
+    for name, owner in (("a-pool", A), ("b-pool", B), ("shared", None)):
+        cli(db, "pools", "set", name, "2", *(("--namespace", owner) if owner else ()))
+    listed = {r["name"]: r["namespace"] for r in _json(db, "pools", "list", "--namespace", A)}
+    assert listed["a-pool"] == A and listed["shared"] is None
+    assert "b-pool" not in listed
+    before = snapshot(db)
+    for name in ("b-pool", "shared"):
+        result = cli(db, "pools", "delete", name, "--namespace", A, expect=1)
+        assert "namespace 'a-team'" in result.output
+    assert snapshot(db) == before
+    cli(db, "pools", "delete", "a-pool", "--namespace", A)
+    assert "a-pool" not in {r["name"] for r in _json(db, "pools", "list")}
+
+
+def test_db_clean_with_namespace_checks_the_dag_and_needs_dag(db, teams):
+    before = _state(db)
+    result = cli(db, "db", "clean", "--older-than", "P1D", "--dag", "b-sales", "--namespace", A, "--yes", expect=1)
+    assert "namespace 'a-team'" in result.output
+    result = cli(db, "db", "clean", "--older-than", "P1D", "--namespace", A, "--yes", expect=2)
+    assert "--namespace needs --dag" in result.output
+    assert _state(db) == before
+    cleaned = _json(db, "db", "clean", "--older-than", "P1D", "--dag", "a-sales", "--namespace", A, "--dry-run")
+    assert cleaned["dry_run"] is True

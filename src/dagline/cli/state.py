@@ -308,27 +308,41 @@ def pools_set(obj: Context, name, slots, description, namespace, now):
 
 
 @pools.command("list")
+@click.option("--namespace", default=None, metavar="NS", callback=one_namespace,
+              help="Only the pools this Kubernetes namespace's DAGs may use: its own and the platform's "
+                   "(no namespace).")
 @limit_option
 @json_option
 @click.pass_obj
-def pools_list(obj: Context, limit, as_json):
+def pools_list(obj: Context, namespace, limit, as_json):
     """Pools, their slots and the slots in use."""
     from dagline.store.pools import list_pools
 
     with obj.db().begin() as conn:
         rows = list_pools(conn)
+    if namespace is not None:
+        rows = [r for r in rows if r["namespace"] in (None, namespace)]
     show_rows(rows, ["name", "namespace", "slots", "used_slots", "description"], as_json, limit=limit)
 
 
 @pools.command("delete")
 @click.argument("name")
+@click.option("--namespace", default=None, metavar="NS", callback=one_namespace,
+              help="Refuse (as not found) a pool this Kubernetes namespace does not own (a platform "
+                   "pool included).")
 @now_option
 @click.pass_obj
-def pools_delete(obj: Context, name, now):
+def pools_delete(obj: Context, name, namespace, now):
     """Delete a pool. Refused for `default`, and while a task of an active DAG names it or task
     instances are queued or running in it (the message names them)."""
-    from dagline.store.pools import remove_pool
+    from dagline.store.pools import list_pools, remove_pool
 
+    if namespace is not None:
+        with obj.db().begin() as conn:
+            owned = {r["name"] for r in list_pools(conn) if r["namespace"] == namespace}
+        if name not in owned:
+            raise NotFound(f"unknown pool {name!r} in namespace {namespace!r} (see `dagline pools list "
+                           f"--namespace {namespace}`)")
     if not remove_pool(obj.db(), name, now=make_clock(now).now(), refuse_in_use=True):
         raise NotFound(f"unknown pool {name!r} (see `dagline pools list`)")
     click.echo(f"pool {name}: deleted")
