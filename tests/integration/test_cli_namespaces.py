@@ -144,3 +144,24 @@ def test_db_clean_with_namespace_checks_the_dag_and_needs_dag(db, teams):
     assert _state(db) == before
     cleaned = _json(db, "db", "clean", "--older-than", "P1D", "--dag", "a-sales", "--namespace", A, "--dry-run")
     assert cleaned["dry_run"] is True
+
+
+def test_callbacks_list_and_redeliver_keep_to_the_namespaces_dags(db, teams):
+    from dagline.db.models import callback_outbox_t
+
+    with db.begin() as conn:
+        for dag_id in ("a-sales", "b-sales"):
+            conn.execute(callback_outbox_t.insert().values(
+                delivery_id=f"d-{dag_id}", channel="log", event="failed", dag_id=dag_id,
+                dag_run_id=teams["runs"][dag_id].id, target={}, payload={}, state="failed", attempts=3,
+                next_attempt_at=NOW, created_at=NOW))
+    assert [r["dag_id"] for r in _json(db, "callbacks", "list", "--namespace", A)] == ["a-sales"]
+    assert {r["dag_id"] for r in _json(db, "callbacks", "list")} == {"a-sales", "b-sales"}
+    b_run = teams["runs"]["b-sales"]
+    cli(db, "callbacks", "list", "--run", str(b_run.id), "--namespace", A, expect=1)
+    result = cli(db, "callbacks", "redeliver", "d-a-sales", "d-b-sales", "--namespace", A, expect=1)
+    assert "'d-b-sales' in namespace 'a-team'" in result.output
+    assert {r["state"] for r in _json(db, "callbacks", "list")} == {"failed"}
+    cli(db, "callbacks", "redeliver", "d-a-sales", "--namespace", A, "--now", NOW.isoformat())
+    assert {r["dag_id"]: r["state"] for r in _json(db, "callbacks", "list")} == {
+        "a-sales": "pending", "b-sales": "failed"}
