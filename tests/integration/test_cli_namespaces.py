@@ -165,3 +165,18 @@ def test_callbacks_list_and_redeliver_keep_to_the_namespaces_dags(db, teams):
     cli(db, "callbacks", "redeliver", "d-a-sales", "--namespace", A, "--now", NOW.isoformat())
     assert {r["dag_id"]: r["state"] for r in _json(db, "callbacks", "list")} == {
         "a-sales": "pending", "b-sales": "failed"}
+
+
+def test_runs_tasks_and_backfills_json_name_the_dags_namespace_last(db, teams):
+    a_run, local_run = teams["runs"]["a-sales"], teams["runs"]["local"]
+    shown = _json(db, "runs", "show", str(a_run.id))
+    assert list(shown)[-1] == "namespace" and shown["namespace"] == A
+    assert _json(db, "runs", "show", str(local_run.id))["namespace"] is None
+    [task] = _json(db, "tasks", "list", str(a_run.id))
+    assert list(task)[-1] == "namespace" and task["namespace"] == A
+    assert [t["namespace"] for t in _json(db, "tasks", "list", str(local_run.id))] == [None]
+    backfill = _json(db, "backfill", "show", str(teams["backfills"]["b-sales"]))
+    assert list(backfill)[-1] == "namespace" and backfill["namespace"] == B
+    listed = _json(db, "backfill", "list")
+    assert {r["dag_id"]: r["namespace"] for r in listed} == {"a-sales": A, "b-sales": B}
+    assert all(list(r)[-1] == "namespace" for r in listed)
