@@ -180,3 +180,14 @@ def test_runs_tasks_and_backfills_json_name_the_dags_namespace_last(db, teams):
     listed = _json(db, "backfill", "list")
     assert {r["dag_id"]: r["namespace"] for r in listed} == {"a-sales": A, "b-sales": B}
     assert all(list(r)[-1] == "namespace" for r in listed)
+
+
+def test_a_signal_sent_with_namespace_reaches_only_that_namespace(db, teams):
+    result = cli(db, "signals", "send", "stock.ready", "--value", "1", "--namespace", A, "--now", NOW.isoformat(),
+                 "--json")
+    assert "no DAG listens" in result.stderr  # of a-team: none of its DAGs does
+    sent = json.loads(result.stdout)
+    assert list(sent)[-1] == "namespace" and sent["namespace"] == A
+    assert "stock.ready" in [r["key"] for r in _json(db, "signals", "list", "--namespace", A)]
+    assert "stock.ready" not in [r["key"] for r in _json(db, "signals", "list", "--namespace", B)]
+    cli(db, "signals", "show", str(sent["seq"]), "--namespace", B, expect=1)
