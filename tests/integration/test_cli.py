@@ -74,7 +74,7 @@ def test_trigger_schedule_list_runs_and_tasks(db, applied):
     tasks = json.loads(cli(db, "tasks", "list", runs[0]["run_id"], "--json").output)
     assert list(tasks[0]) == ["task_id", "state", "try_number", "max_tries", "pool", "start_date", "end_date",
                               "external_id", "message", "duration_s", "deadline", "deadline_missed_at",
-                              "signal_seq", "stop_requested_at", "reason"]
+                              "signal_seq", "stop_requested_at", "reason", "namespace"]
     assert [t["state"] for t in tasks] == ["success", "success"]
     failed_runs = json.loads(cli(db, "runs", "list", "--state", "failed", "--json").output)
     assert failed_runs == []

@@ -118,3 +118,76 @@ def test_another_namespaces_objects_are_not_found_and_nothing_changes(db, teams)
 def test_a_bad_namespace_is_refused_as_invalid_input(db, teams):
     result = cli(db, "dags", "pause", "a-sales", "--namespace", "Not_A_Namespace", expect=2)
     assert "--namespace" in result.output
+
+
+def test_pools_list_keeps_what_the_namespaces_dags_may_use_and_delete_refuses_another_owners_pool(db, teams):
+    for name, owner in (("a-pool", A), ("b-pool", B), ("shared", None)):
+        cli(db, "pools", "set", name, "2", *(("--namespace", owner) if owner else ()))
+    listed = {r["name"]: r["namespace"] for r in _json(db, "pools", "list", "--namespace", A)}
+    assert listed["a-pool"] == A and listed["shared"] is None
+    assert "b-pool" not in listed
+    before = snapshot(db)
+    for name in ("b-pool", "shared"):
+        result = cli(db, "pools", "delete", name, "--namespace", A, expect=1)
+        assert "namespace 'a-team'" in result.output
+    assert snapshot(db) == before
+    cli(db, "pools", "delete", "a-pool", "--namespace", A)
+    assert "a-pool" not in {r["name"] for r in _json(db, "pools", "list")}
+
+
+def test_db_clean_with_namespace_checks_the_dag_and_needs_dag(db, teams):
+    before = _state(db)
+    result = cli(db, "db", "clean", "--older-than", "P1D", "--dag", "b-sales", "--namespace", A, "--yes", expect=1)
+    assert "namespace 'a-team'" in result.output
+    result = cli(db, "db", "clean", "--older-than", "P1D", "--namespace", A, "--yes", expect=2)
+    assert "--namespace needs --dag" in result.output
+    assert _state(db) == before
+    cleaned = _json(db, "db", "clean", "--older-than", "P1D", "--dag", "a-sales", "--namespace", A, "--dry-run")
+    assert cleaned["dry_run"] is True
+
+
+def test_callbacks_list_and_redeliver_keep_to_the_namespaces_dags(db, teams):
+    from dagline.db.models import callback_outbox_t
+
+    with db.begin() as conn:
+        for dag_id in ("a-sales", "b-sales"):
+            conn.execute(callback_outbox_t.insert().values(
+                delivery_id=f"d-{dag_id}", channel="log", event="failed", dag_id=dag_id,
+                dag_run_id=teams["runs"][dag_id].id, target={}, payload={}, state="failed", attempts=3,
+                next_attempt_at=NOW, created_at=NOW))
+    assert [r["dag_id"] for r in _json(db, "callbacks", "list", "--namespace", A)] == ["a-sales"]
+    assert {r["dag_id"] for r in _json(db, "callbacks", "list")} == {"a-sales", "b-sales"}
+    b_run = teams["runs"]["b-sales"]
+    cli(db, "callbacks", "list", "--run", str(b_run.id), "--namespace", A, expect=1)
+    result = cli(db, "callbacks", "redeliver", "d-a-sales", "d-b-sales", "--namespace", A, expect=1)
+    assert "'d-b-sales' in namespace 'a-team'" in result.output
+    assert {r["state"] for r in _json(db, "callbacks", "list")} == {"failed"}
+    cli(db, "callbacks", "redeliver", "d-a-sales", "--namespace", A, "--now", NOW.isoformat())
+    assert {r["dag_id"]: r["state"] for r in _json(db, "callbacks", "list")} == {
+        "a-sales": "pending", "b-sales": "failed"}
+
+
+def test_runs_tasks_and_backfills_json_name_the_dags_namespace_last(db, teams):
+    a_run, local_run = teams["runs"]["a-sales"], teams["runs"]["local"]
+    shown = _json(db, "runs", "show", str(a_run.id))
+    assert list(shown)[-1] == "namespace" and shown["namespace"] == A
+    assert _json(db, "runs", "show", str(local_run.id))["namespace"] is None
+    [task] = _json(db, "tasks", "list", str(a_run.id))
+    assert list(task)[-1] == "namespace" and task["namespace"] == A
+    assert [t["namespace"] for t in _json(db, "tasks", "list", str(local_run.id))] == [None]
+    backfill = _json(db, "backfill", "show", str(teams["backfills"]["b-sales"]))
+    assert list(backfill)[-1] == "namespace" and backfill["namespace"] == B
+    listed = _json(db, "backfill", "list")
+    assert {r["dag_id"]: r["namespace"] for r in listed} == {"a-sales": A, "b-sales": B}
+    assert all(list(r)[-1] == "namespace" for r in listed)
+
+
+def test_a_signal_sent_with_namespace_reaches_only_that_namespace(db, teams):
+    result = cli(db, "signals", "send", "stock.ready", "--value", "1", "--namespace", A, "--now", NOW.isoformat(),
+                 "--json")
+    assert "no DAG listens" in result.stderr  # of a-team: none of its DAGs does
+    sent = json.loads(result.stdout)
+    assert list(sent)[-1] == "namespace" and sent["namespace"] == A
+    assert "stock.ready" in [r["key"] for r in _json(db, "signals", "list", "--namespace", A)]
+    assert "stock.ready" not in [r["key"] for r in _json(db, "signals", "list", "--namespace", B)]
+    cli(db, "signals", "show", str(sent["seq"]), "--namespace", B, expect=1)

@@ -32,5 +32,6 @@ def test_every_command_naming_a_dag_run_or_backfill_takes_namespace():
 
 def test_the_listings_of_backfills_and_signals_and_a_signal_take_namespace():
     commands = dict(_commands(main))
-    for path in ("dags list", "runs list", "backfill list", "signals list", "signals show"):
+    for path in ("dags list", "runs list", "backfill list", "signals list", "signals show", "signals send",
+                 "pools list", "pools delete", "callbacks list", "callbacks redeliver", "db clean"):
         assert any("--namespace" in p.opts for p in commands[path].params), path

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from dagline.cli.base import Context, confirm, emit_json, json_option, make_clock, now_option
+from dagline.cli.base import Context, confirm, emit_json, json_option, make_clock, now_option, one_namespace
 from dagline.cli.dags import db
 from dagline.errors import InvalidInput
 
@@ -15,6 +15,9 @@ from dagline.errors import InvalidInput
 @click.option("--older-than", "older_than", required=True, metavar="DURATION",
               help="ISO-8601 duration, e.g. P90D: finished runs that ended longer ago than this are deleted.")
 @click.option("--dag", "dag_id", default=None, metavar="DAG_ID", help="Only this DAG's runs.")
+@click.option("--namespace", default=None, metavar="NS", callback=one_namespace,
+              help="With --dag: refuse (as not found) a DAG this Kubernetes namespace does not own. "
+                   "Needs --dag (retention cleans one DAG or all).")
 @click.option("--keep-last", default=1, show_default=True, type=click.IntRange(min=1),
               help="Keep each DAG's latest N runs on its timeline, however old.")
 @click.option("--archive", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
@@ -24,7 +27,7 @@ from dagline.errors import InvalidInput
 @json_option
 @now_option
 @click.pass_obj
-def db_clean(obj: Context, older_than, dag_id, keep_last, archive, dry_run, yes, as_json, now):
+def db_clean(obj: Context, older_than, dag_id, namespace, keep_last, archive, dry_run, yes, as_json, now):
     """Delete finished runs older than DURATION with their task instances, events, callbacks, signal
     actions, and handled signals, in small batches (each its own short transaction). Never a run that
     is queued or running, each DAG's latest run(s), the `previous` of a run not finished, runs of a
@@ -39,10 +42,17 @@ def db_clean(obj: Context, older_than, dag_id, keep_last, archive, dry_run, yes,
         raise InvalidInput(str(exc), field="--older-than") from None
     at = make_clock(now).now()
     cutoff = at - age
+    if namespace is not None and dag_id is None:
+        raise InvalidInput("--namespace needs --dag: history is cleaned for one DAG or for all; name the "
+                           "namespace's DAG to clean (see `dagline dags list --namespace NS`)", field="--namespace")
     database = obj.db()
     if dag_id is not None:
+        from dagline.store.namespaces import require_dag_in_namespace
+
         with database.begin() as conn:
             require_dag(conn, dag_id, active=False)
+            if namespace is not None:
+                require_dag_in_namespace(conn, dag_id, namespace)
     if not dry_run and not yes:
         found = clean_history(database, before=cutoff, now=at, dag_id=dag_id, keep_last=keep_last, dry_run=True)
         if found.runs or found.signals:

@@ -53,21 +53,26 @@ def _within(namespace: str | None) -> list[str] | None:
 @click.option("--value", "value_text", default=None, metavar="JSON", help="The value, as JSON (default: null).")
 @click.option("--id", "sender_id", default=None, metavar="ID",
               help="Your id for this signal: sending the same key and id again is the same signal.")
+@click.option("--namespace", default=None, metavar="NS", callback=one_namespace,
+              help="Send as this Kubernetes namespace: the signal reaches only its DAGs (as one sent with a "
+                   "token limited to it).")
 @now_option
 @json_option
 @click.pass_obj
-def signals_send(obj: Context, key, value_text, sender_id, now, as_json):
-    """Store a signal; prints its seq. Warns when no DAG listens to KEY."""
+def signals_send(obj: Context, key, value_text, sender_id, namespace, now, as_json):
+    """Store a signal; prints its seq. Warns when no DAG listens to KEY (of NS, with `--namespace`)."""
     from dagline.domain.signal_keys import parse_value
     from dagline.store.signals import listeners, send_signal
 
     value = parse_value(value_text, field="--value") if value_text is not None else None
     at = make_clock(now).now()
     with obj.db().begin() as conn:
-        seq, created = send_signal(conn, key, value, sender_id=sender_id, source=person(), now=at)  # a conflict: 1
-        listening = listeners(conn, key)
+        reach = {} if namespace is None else {"namespaces": [namespace]}
+        seq, created = send_signal(conn, key, value, sender_id=sender_id, source=person(), now=at,
+                                   **reach)  # a conflict: 1
+        listening = listeners(conn, key, **reach)
     if as_json:
-        emit_json({"seq": seq, "created": created, "key": key, "listeners": listening})
+        emit_json({"seq": seq, "created": created, "key": key, "listeners": listening, "namespace": namespace})
     else:
         click.echo(seq)
     if not created:

@@ -87,6 +87,7 @@ def _deadline_text(row: dict, timezone: str) -> str | None:
 def runs_show(obj: Context, run_ref, as_json, now):
     """One run: its fields and conf, its task instances with durations and why each one that is not
     running or finished waits, its neighbours on the timeline."""
+    from dagline.store.namespaces import dag_namespaces
     from dagline.store.read_models import run_detail
     from dagline.store.runs import find_run
     from dagline.store.waiting import task_reasons
@@ -96,7 +97,9 @@ def runs_show(obj: Context, run_ref, as_json, now):
         data = run_detail(conn, run)
         reasons = task_reasons(conn, run, now=make_clock(now).now())  # the scheduler's own words
         zone = dag_timezone_of(conn, data["dag_id"])
+        owner = dag_namespaces(conn, [data["dag_id"]]).get(data["dag_id"])
     data["tasks"] = [{**task, "reason": reasons.get(task["task_id"])} for task in data["tasks"]]
+    data["namespace"] = owner  # the DAG's (null for a file's DAG), last so the fields before keep their order
     if as_json:
         emit_json(data)
         return
@@ -155,6 +158,7 @@ def tasks():
 def tasks_list(obj: Context, run_ref, limit, as_json, now):
     """The task instances of a run, and why each one that is not running or finished waits (times in
     the DAG's zone; JSON in UTC)."""
+    from dagline.store.namespaces import dag_namespaces
     from dagline.store.read_models import list_tasks
     from dagline.store.runs import find_run
     from dagline.store.waiting import task_reasons
@@ -164,7 +168,8 @@ def tasks_list(obj: Context, run_ref, limit, as_json, now):
         rows = list_tasks(conn, run.id)
         zone = dag_timezone_of(conn, run.dag_id)
         reasons = task_reasons(conn, run, now=make_clock(now).now())  # the scheduler's own words
-    rows = [{**row, "reason": reasons.get(row["task_id"])} for row in rows]
+        owner = dag_namespaces(conn, [run.dag_id]).get(run.dag_id)
+    rows = [{**row, "reason": reasons.get(row["task_id"]), "namespace": owner} for row in rows]
     if not as_json:
         rows = [{**r, "deadline": _deadline_text(r, zone)} for r in rows]
     show_rows(rows, ["task_id", "state", "try_number", "max_tries", "pool", "start_date", "end_date", "duration",
@@ -308,27 +313,41 @@ def pools_set(obj: Context, name, slots, description, namespace, now):
 
 
 @pools.command("list")
+@click.option("--namespace", default=None, metavar="NS", callback=one_namespace,
+              help="Only the pools this Kubernetes namespace's DAGs may use: its own and the platform's "
+                   "(no namespace).")
 @limit_option
 @json_option
 @click.pass_obj
-def pools_list(obj: Context, limit, as_json):
+def pools_list(obj: Context, namespace, limit, as_json):
     """Pools, their slots and the slots in use."""
     from dagline.store.pools import list_pools
 
     with obj.db().begin() as conn:
         rows = list_pools(conn)
+    if namespace is not None:
+        rows = [r for r in rows if r["namespace"] in (None, namespace)]
     show_rows(rows, ["name", "namespace", "slots", "used_slots", "description"], as_json, limit=limit)
 
 
 @pools.command("delete")
 @click.argument("name")
+@click.option("--namespace", default=None, metavar="NS", callback=one_namespace,
+              help="Refuse (as not found) a pool this Kubernetes namespace does not own (a platform "
+                   "pool included).")
 @now_option
 @click.pass_obj
-def pools_delete(obj: Context, name, now):
+def pools_delete(obj: Context, name, namespace, now):
     """Delete a pool. Refused for `default`, and while a task of an active DAG names it or task
     instances are queued or running in it (the message names them)."""
-    from dagline.store.pools import remove_pool
+    from dagline.store.pools import list_pools, remove_pool
 
+    if namespace is not None:
+        with obj.db().begin() as conn:
+            owned = {r["name"] for r in list_pools(conn) if r["namespace"] == namespace}
+        if name not in owned:
+            raise NotFound(f"unknown pool {name!r} in namespace {namespace!r} (see `dagline pools list "
+                           f"--namespace {namespace}`)")
     if not remove_pool(obj.db(), name, now=make_clock(now).now(), refuse_in_use=True):
         raise NotFound(f"unknown pool {name!r} (see `dagline pools list`)")
     click.echo(f"pool {name}: deleted")

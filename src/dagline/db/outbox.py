@@ -215,9 +215,12 @@ def settle_failed(conn: Connection, outbox_id: int, *, attempt: int, error: str,
 
 
 def list_deliveries(conn: Connection, *, dag_run_id: int | None = None, state: str | None = None,
-                    limit: int | None = None) -> list[Any]:
-    """Outbox rows, oldest first (with `limit`, the newest `limit` of them)."""
-    stmt = select(callback_outbox_t).order_by(callback_outbox_t.c.id.desc() if limit else callback_outbox_t.c.id)
+                    limit: int | None = None, dag_ids: Iterable[str] | None = None) -> list[Any]:
+    """Outbox rows, oldest first (with `limit`, the newest `limit` of them); with `dag_ids`, only theirs."""
+    stmt = select(callback_outbox_t)
+    if dag_ids is not None:
+        stmt = stmt.where(callback_outbox_t.c.dag_id.in_(list(dag_ids)))
+    stmt = stmt.order_by(callback_outbox_t.c.id.desc() if limit else callback_outbox_t.c.id)
     if limit:
         stmt = stmt.limit(limit)
     if dag_run_id is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from dagline.db.models import dag_t
+from dagline.db.models import callback_outbox_t, dag_t
 from dagline.errors import NotFound
 
 
@@ -45,3 +45,27 @@ def require_in_namespace(conn: Connection, namespace: str, *, dag_id: str | None
                 pass
         raise NotFound(f"unknown backfill {backfill_id} in namespace {namespace!r} (see `dagline backfill list "
                        f"--namespace {namespace}`)")
+
+
+def namespace_dag_ids(conn: Connection, namespace: str) -> list[str]:
+    """The ids of the DAGs `namespace` owns."""
+    return list(conn.execute(select(dag_t.c.dag_id).where(dag_t.c.namespace == namespace)).scalars())
+
+
+def require_deliveries_in_namespace(conn: Connection, delivery_ids: list[str], namespace: str) -> None:
+    """Refuse (NotFound) a callback delivery of a DAG `namespace` does not own, naming the first one."""
+    owned = set(namespace_dag_ids(conn, namespace))
+    box = callback_outbox_t.c
+    for delivery_id, dag_id in conn.execute(select(box.delivery_id, box.dag_id)
+                                            .where(box.delivery_id.in_(delivery_ids)).order_by(box.id)):
+        if dag_id not in owned:
+            raise NotFound(f"unknown callback delivery {delivery_id!r} in namespace {namespace!r} (see "
+                           f"`dagline callbacks list --namespace {namespace}`)")
+
+
+def dag_namespaces(conn: Connection, dag_ids) -> dict[str, str | None]:
+    """dag_id -> the namespace owning it (None for a file's DAG), for the stored DAGs among `dag_ids`."""
+    wanted = sorted(set(dag_ids))
+    if not wanted:
+        return {}
+    return dict(conn.execute(select(dag_t.c.dag_id, dag_t.c.namespace).where(dag_t.c.dag_id.in_(wanted))).all())
