@@ -21,6 +21,7 @@ from dagline.store.dags import apply_dags
 from dagline.store.runs import trigger_run
 from dagline.store.tokens import create_token
 from tests.helpers.harness import schedule, write_dag
+from tests.helpers.tenancy import apply_team_dags
 from tests.helpers.web_session import csrf_field
 
 NOW = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)
@@ -47,13 +48,7 @@ spec:
 def teams(db, tmp_path):
     """`a-sales` owned by a-team, `b-sales` by team-b (as their DAG objects apply them), `local` from a
     file; one finished run each; a token per team and an unlimited one."""
-    loaded = []
-    for name, namespace in (("a-sales", A), ("b-sales", B), ("local", None)):
-        [item] = load_dag_paths([write_dag(tmp_path, _dag(name), name=f"{name}.yaml")])
-        loaded.append(LoadedDag(item.dag, f"k8s://{namespace}/{name}") if namespace else item)
-    apply_dags(db, loaded, now=NOW)
-    runs = {name: trigger_run(db, name, now=NOW, logical_date=NOW, conf={}, who="test")
-            for name in ("a-sales", "b-sales", "local")}
+    runs = apply_team_dags(db, tmp_path, _dag, now=NOW)
     schedule(db, NOW.isoformat())
     with db.begin() as conn:
         tokens = {"a": create_token(conn, "a", SCOPES, now=NOW, namespaces=[A]),

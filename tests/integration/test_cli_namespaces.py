@@ -11,12 +11,9 @@ import pytest
 from sqlalchemy import select
 
 from dagline.db.models import backfill_t, dag_run_t, dag_t
-from dagline.spec import LoadedDag, load_dag_paths
-from dagline.store.dags import apply_dags
-from dagline.store.runs import trigger_run
 from dagline.store.signals import send_signal
 from tests.helpers.cli import cli, snapshot
-from tests.helpers.harness import write_dag
+from tests.helpers.tenancy import apply_team_dags
 
 NOW = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)
 A, B = "a-team", "team-b"
@@ -41,13 +38,7 @@ spec:
 def teams(db, tmp_path):
     """`a-sales` owned by a-team, `b-sales` by team-b (as their DAG objects apply them), `local` from a
     file; a manual run, a backfill and a signal of each team."""
-    loaded = []
-    for name, namespace in (("a-sales", A), ("b-sales", B), ("local", None)):
-        [item] = load_dag_paths([write_dag(tmp_path, _dag(name), name=f"{name}.yaml")])
-        loaded.append(LoadedDag(item.dag, f"k8s://{namespace}/{name}") if namespace else item)
-    apply_dags(db, loaded, now=NOW)
-    runs = {name: trigger_run(db, name, now=NOW, logical_date=NOW, conf={}, who="test")
-            for name in ("a-sales", "b-sales", "local")}
+    runs = apply_team_dags(db, tmp_path, _dag, now=NOW)
     for name in ("a-sales", "b-sales"):
         cli(db, "backfill", "create", name, "--start", "2026-04-01", "--end", "2026-04-02",
             "--now", NOW.isoformat())

@@ -282,7 +282,7 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
 @click.pass_obj
 def backfill_list(obj: Context, dag_id, namespace, limit, as_json):
     """Backfills and their progress, oldest first; `--limit N`: the latest N."""
-    from dagline.store.namespaces import dag_namespaces
+    from dagline.store.dags import dag_namespaces
     from dagline.store.read_models import list_backfills
 
     with obj.db().begin() as conn:
@@ -303,7 +303,7 @@ def backfill_list(obj: Context, dag_id, namespace, limit, as_json):
 def backfill_show(obj: Context, backfill_id, as_json):
     """One backfill and its runs."""
     from dagline.store.backfills import backfill_row
-    from dagline.store.namespaces import dag_namespaces
+    from dagline.store.dags import dag_namespaces
     from dagline.store.read_models import backfill_dict, list_runs
 
     with obj.db().begin() as conn:

@@ -87,7 +87,7 @@ def _deadline_text(row: dict, timezone: str) -> str | None:
 def runs_show(obj: Context, run_ref, as_json, now):
     """One run: its fields and conf, its task instances with durations and why each one that is not
     running or finished waits, its neighbours on the timeline."""
-    from dagline.store.namespaces import dag_namespaces
+    from dagline.store.dags import dag_namespaces
     from dagline.store.read_models import run_detail
     from dagline.store.runs import find_run
     from dagline.store.waiting import task_reasons
@@ -158,7 +158,7 @@ def tasks():
 def tasks_list(obj: Context, run_ref, limit, as_json, now):
     """The task instances of a run, and why each one that is not running or finished waits (times in
     the DAG's zone; JSON in UTC)."""
-    from dagline.store.namespaces import dag_namespaces
+    from dagline.store.dags import dag_namespaces
     from dagline.store.read_models import list_tasks
     from dagline.store.runs import find_run
     from dagline.store.waiting import task_reasons

@@ -33,8 +33,14 @@ from dagline.k8s.conditions import Outcome
 from dagline.spec import Dag, LoadedDag, parse_dag_document
 from dagline.spec.app_files import check_application_files
 from dagline.spec.dag import deprecated_spellings
-from dagline.store.dags import K8S_SOURCE, apply_dags, dag_sources, dags_with_current_version, deactivate
-from dagline.store.dags import source_namespace as store_source_namespace
+from dagline.store.dags import (
+    K8S_SOURCE,
+    apply_dags,
+    dag_sources,
+    dags_with_current_version,
+    deactivate,
+    source_namespace,  # noqa: F401 - the mirror reads it from here
+)
 from dagline.store.pools import pool_namespaces
 from dagline.store.read_models import latest_runs, version_numbers
 from dagline.times import isoformat
@@ -53,10 +59,6 @@ def object_source(namespace: str, name: str) -> str:
     """How a DAG row names the object that defines it."""
     return f"{SOURCE_SCHEME}{namespace}/{name}"
 
-
-def source_namespace(source_path: str | None) -> str | None:
-    """The namespace of the object a DAG row came from; None for a file (`dagline dags apply`)."""
-    return store_source_namespace(source_path)
 
 
 def foreign_pools(db: Database, dag: Dag, namespace: str) -> list[str]:

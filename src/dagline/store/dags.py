@@ -383,8 +383,10 @@ def source_namespace(source_path: str | None) -> str | None:
 
 def dag_namespaces(conn: Connection, dag_ids: Iterable[str]) -> dict[str, str | None]:
     """dag_id -> the namespace owning the stored DAG (None: a file's DAG), for those of `dag_ids` stored."""
-    rows = conn.execute(select(dag_t.c.dag_id, dag_t.c.namespace).where(dag_t.c.dag_id.in_(list(dag_ids))))
-    return dict(rows.all())
+    wanted = sorted(set(dag_ids))
+    if not wanted:
+        return {}
+    return dict(conn.execute(select(dag_t.c.dag_id, dag_t.c.namespace).where(dag_t.c.dag_id.in_(wanted))).all())
 
 
 def dag_sources(conn: Connection, dag_ids: Iterable[str]) -> dict[str, str | None]:

@@ -62,10 +62,3 @@ def require_deliveries_in_namespace(conn: Connection, delivery_ids: list[str], n
             raise NotFound(f"unknown callback delivery {delivery_id!r} in namespace {namespace!r} (see "
                            f"`dagline callbacks list --namespace {namespace}`)")
 
-
-def dag_namespaces(conn: Connection, dag_ids) -> dict[str, str | None]:
-    """dag_id -> the namespace owning it (None for a file's DAG), for the stored DAGs among `dag_ids`."""
-    wanted = sorted(set(dag_ids))
-    if not wanted:
-        return {}
-    return dict(conn.execute(select(dag_t.c.dag_id, dag_t.c.namespace).where(dag_t.c.dag_id.in_(wanted))).all())
