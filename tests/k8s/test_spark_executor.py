@@ -930,11 +930,79 @@ def test_tasks_stop_deletes_the_streaming_tries_application_and_the_try_ends_suc
         assert token.startswith("dgl_")
 
         stop_task(pg_db, run.run_id, "serve", now=clock.now())
+        # the driver pod is deleted with the task's stopGracePeriod (no spark-operator webhook needed); the
+        # application stays until the pod has stopped, so the try goes on while its driver finishes
+        pod = f"{name}-driver"
+        iterate_until(scheduler, lambda: (NS, pod, 20) in kube.call(lambda em: em.pod_deletions),
+                      "the driver pod is deleted with a 20 s grace period")
+        scheduler.iterate()
+        assert tis(pg_db, run.id)["serve"].state == "running"
+        assert kube.get(APPS, NS, name)["metadata"].get("deletionTimestamp") is None
+        kube.call(lambda em: em.end_pod(NS, pod))  # the kubelet: the driver exited within its grace period
         iterate_until(scheduler, lambda: tis(pg_db, run.id)["serve"].state == "success", "the stopped try ends")
-        assert kube.get(APPS, NS, name, missing_ok=True) is None  # deleted: the driver pod gets SIGTERM
+        assert kube.get(APPS, NS, name, missing_ok=True) is None
         assert kube.get("secrets", NS, f"{name}-env", missing_ok=True) is None
         iterate_until(scheduler, lambda: runs(pg_db, "serving")[0]["state"] == "success", "the run ends")
     finally:
         scheduler.stop()
     assert len(spark_operator.submissions) == 1
     assert_invariants(pg_db)
+
+
+def _running_streaming_try(kube, make_executor, clock, grace_s=45):
+    executor = make_executor()
+    launch = launch_of(ti_id=11)
+    launch = TaskLaunch(ti_id=11, key=launch.key, job=launch.job, streaming=True, stop_grace_s=grace_s)
+    executor.launch([launch])
+    name = name_of(launch)
+    pod = f"{name}-driver"
+    kube.create("pods", NS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": NS},
+                             "spec": {"containers": [{"name": "spark-kubernetes-driver", "image": "spark"}]}})
+    set_state(kube, name, "RUNNING", pod=pod)
+    assert states(executor.sync()) == [(11, 1, "running")]
+    return executor, launch, name, pod
+
+
+def test_a_streaming_stop_gives_the_driver_its_grace_period_without_the_spark_operators_webhook(
+        kube, make_executor, clock):
+    executor, launch, name, pod = _running_streaming_try(kube, make_executor, clock, grace_s=45)
+
+    executor.cancel(launch.key)
+    assert kube.call(lambda em: em.pod_deletions) == [(NS, pod, 45)]
+    clock.advance(dt.timedelta(seconds=30))  # past the 30 s a pod gets by default: still stopping
+    assert executor.sync() == []
+    assert kube.get(APPS, NS, name)["metadata"].get("deletionTimestamp") is None  # kept while its driver stops
+    assert kube.get("pods", NS, pod)["metadata"]["deletionGracePeriodSeconds"] == 45
+
+    kube.call(lambda em: em.end_pod(NS, pod))  # the driver stopped its queries and exited
+    [report] = executor.sync()
+    assert (report.state, report.message) == (
+        "failed", f"cancelled: driver pod {pod} stopped (SIGTERM, then up to 45s); SparkApplication deleted")
+    assert kube.get(APPS, NS, name, missing_ok=True) is None
+
+
+def test_a_driver_that_outlives_its_grace_period_ends_the_stop_and_its_application_is_deleted(
+        kube, make_executor, clock):
+    executor, launch, name, pod = _running_streaming_try(kube, make_executor, clock, grace_s=45)
+
+    executor.cancel(launch.key)
+    executor.cancel(launch.key)  # asked again (a second stop): the stop under way goes on, no second delete
+    assert kube.call(lambda em: em.pod_deletions) == [(NS, pod, 45)]
+    clock.advance(dt.timedelta(seconds=45 + 14))
+    assert executor.sync() == [] and executor.free_slots() == 3  # the slot stays taken while it may still run
+    clock.advance(dt.timedelta(seconds=2))  # the grace period and the kubelet's slack have passed
+    [report] = executor.sync()
+    assert report.state == "failed" and report.message.startswith("cancelled:")
+    assert kube.get(APPS, NS, name, missing_ok=True) is None
+
+
+def test_a_batch_try_is_cancelled_by_deleting_its_application_at_once(kube, make_executor, clock):
+    executor = make_executor()
+    launch = launch_of(ti_id=12)
+    executor.launch([launch])
+    set_state(kube, name_of(launch), "RUNNING")
+    executor.sync()
+    executor.cancel(launch.key)
+    assert kube.get(APPS, NS, name_of(launch), missing_ok=True) is None
+    assert kube.call(lambda em: em.pod_deletions) == []
+    assert [r.message for r in executor.sync()] == ["cancelled: SparkApplication deleted"]

@@ -461,6 +461,7 @@ DISCOVERY_RULES = {
 SPARK_RULES = {("sparkoperator.k8s.io", "sparkapplications", verb)
                for verb in ("get", "list", "create", "patch", "delete")} | {
     ("", "secrets", "create")}  # each try's signal token, owned by its application: never read, patched or deleted
+SPARK_RULES |= {("", "pods", "get"), ("", "pods", "delete")}  # a streaming driver stopped with its grace (ADR 0090)
 
 
 def granted(manifests: list[dict]) -> set[tuple[str, str, str, str]]:

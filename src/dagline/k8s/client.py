@@ -162,6 +162,36 @@ class SparkApplications:
         return True
 
 
+class Pods:
+    """Pod calls in one namespace: stopping a streaming try's driver with its own grace period."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str, *, timeout=DEFAULT_TIMEOUT):
+        self.api = client.CoreV1Api(api_client)
+        self.namespace = namespace
+        self.timeout = timeout
+
+    def exists(self, name: str) -> bool:
+        try:
+            self.api.read_namespaced_pod(name, self.namespace, _request_timeout=self.timeout)
+        except CALL_ERRORS as exc:
+            if isinstance(exc, ApiException) and exc.status == 404:
+                return False
+            raise sorted_error(exc) from None
+        return True
+
+    def delete(self, name: str, *, grace_period_s: int) -> bool:
+        """Delete with this grace period (SIGTERM, then SIGKILL after it); False if it was already gone.
+        The API server honours `gracePeriodSeconds` whatever the pod spec says: no webhook needed."""
+        try:
+            self.api.delete_namespaced_pod(name, self.namespace, grace_period_seconds=grace_period_s,
+                                           _request_timeout=self.timeout)
+        except CALL_ERRORS as exc:
+            if isinstance(exc, ApiException) and exc.status == 404:
+                return False
+            raise sorted_error(exc) from None
+        return True
+
+
 class Secrets:
     """Secret calls in one namespace: creating the per-try Secrets holding a try's signal token."""
 

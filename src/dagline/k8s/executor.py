@@ -42,7 +42,13 @@ created at a later sync; a refused one (403) fails the try with the API's messag
 application; one that already exists (the same try's, from a launch whose answer was lost) is kept.
 `cancel` (a stop: `dagline tasks stop`, a stop or
 restart signal, `runs stop`) deletes the application, so the spark-operator deletes the driver pod
-and the driver gets SIGTERM, then its `terminationGracePeriodSeconds` (the task's stopGracePeriod).
+and the driver gets SIGTERM, then the pod's `terminationGracePeriodSeconds`. A running streaming try is
+stopped by deleting its driver pod first, with `gracePeriodSeconds` set to the task's stopGracePeriod
+(the API server honours it: no spark-operator webhook is needed, where the manifest's
+`driver.terminationGracePeriodSeconds` is applied only by that webhook), and its application is deleted
+once the pod is gone or the grace period (plus `STOP_SLACK_S`) has passed: the spark-operator's own
+delete of the driver would otherwise cut the grace period short. The try's slot stays taken until then,
+so its retry or restart never runs beside a driver still committing its last batch (ADR 0090).
 
 `adopt` looks each try's application up by name: found, it is followed (its state is reported at the
 next sync); missing, the launch is returned to the scheduler (a queued try is launched again, a
@@ -75,6 +81,7 @@ from dagline.k8s.client import (
     AlreadyExists,
     ApiRejected,
     ApiUnavailable,
+    Pods,
     Secrets,
     SparkApplications,
     load_api_client,
@@ -88,6 +95,7 @@ log = logging.getLogger(__name__)
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 RETENTIONS = ("delete-succeeded", "delete", "keep")
 DEFAULT_SPARK_VERSION = "3.5.3"
+STOP_SLACK_S = 15.0  # after a streaming driver's grace period: time for the kubelet to report the pod gone
 DEFAULT_PENDING_TIMEOUT_S = 600.0
 
 # Used with fullmatch: `$` would also match before a trailing newline.
@@ -208,6 +216,8 @@ class _Try:
     create_error: str | None = None  # why the last create attempt failed (transient)
     secret_owner: dict | None = None  # the application to own the try's Secret, while it is still to create
     task_values: tuple[tuple[str, str], ...] | None = None  # the task's env, read (None: not yet)
+    driver_pod: str | None = None    # as the application's status names it, once seen
+    stop_by: dt.datetime | None = None  # a graceful stop under way: its driver pod is deleted, this the bound
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,6 +246,7 @@ class SparkK8sExecutor:
         self._api_client = api_client
         self._apps: SparkApplications | None = None
         self._secrets: Secrets | None = None
+        self._pods: Pods | None = None
         self._tries: dict[TaskKey, _Try] = {}
         self._reports: list[TaskReport] = []
         self._cleanups: list[_Cleanup] = []   # run at the next sync (and retried while the API is down)
@@ -286,14 +297,19 @@ class SparkK8sExecutor:
         if any(t.created for t in self._tries.values()):
             if time.monotonic() - self._last_list >= self.list_interval_s and self._api_ready():
                 self._refresh()
+        self._end_graceful_stops()
         self._time_out_pending()
         reports, self._reports = self._reports, []
         self._syncs += 1
         return reports
 
     def cancel(self, key: TaskKey) -> None:
-        """Delete the try's application (wherever it was launched from); a followed try reports 'failed'."""
-        t = self._tries.pop(key, None)
+        """Delete the try's application (wherever it was launched from); a followed try reports 'failed'.
+        A running streaming try's driver pod is deleted first, with the task's grace period."""
+        t = self._tries.get(key)
+        if t is not None and self._stop_gracefully(t):
+            return
+        self._tries.pop(key, None)
         name = t.name if t is not None else sparkapp.application_name(key)
         self._delete_now(name, TIState.FAILED)  # its Secret goes with it (ownerReference)
         if t is not None:
@@ -357,6 +373,56 @@ class SparkK8sExecutor:
             api_client = self._api_client if self._api_client is not None else load_api_client()
             self._apps = SparkApplications(api_client, self.settings.namespace)
         return self._apps
+
+    def _pods_api(self) -> Pods:
+        if self._pods is None:
+            self._api()
+            self._pods = Pods(self._apps.api.api_client, self.settings.namespace)
+        return self._pods
+
+    def _stop_gracefully(self, t: _Try) -> bool:
+        """Start a graceful stop of a running streaming try; False when it is to be deleted at once."""
+        if t.stop_by is not None:
+            return True  # asked again: the stop under way goes on
+        if not (t.launch.streaming and t.created and t.started_at is not None) or not self._api_ready():
+            return False
+        grace = max(1, int(round(t.launch.stop_grace_s)))
+        pod = t.driver_pod or sparkapp.driver_pod_name(None, t.name)
+        try:
+            deleted = self._pods_api().delete(pod, grace_period_s=grace)
+        except (ApiUnavailable, ApiRejected) as exc:
+            self._api_error(f"deleting driver pod {pod} (a graceful stop)", exc)
+            return False  # the application is deleted: SIGTERM, then the pod's own grace period
+        if not deleted:
+            return False
+        t.driver_pod = pod
+        t.stop_by = self.clock.now() + dt.timedelta(seconds=grace + STOP_SLACK_S)
+        return True
+
+    def _end_graceful_stops(self) -> None:
+        """A stopping try ends once its driver pod is gone (or its bound passed): its application goes."""
+        now = self.clock.now()
+        for t in [t for t in self._tries.values() if t.stop_by is not None]:
+            if now < t.stop_by:
+                if not self._api_ready():
+                    continue
+                try:
+                    if self._pods_api().exists(t.driver_pod):
+                        continue
+                except (ApiUnavailable, ApiRejected) as exc:
+                    self._api_error(f"reading driver pod {t.driver_pod}", exc)
+                    continue
+            self._end_stop(t)
+
+    def _end_stop(self, t: _Try) -> None:
+        self._tries.pop(t.launch.key, None)
+        self._delete_now(t.name, TIState.FAILED)
+        now = self.clock.now()
+        grace = max(1, int(round(t.launch.stop_grace_s)))
+        self._reports.append(self._report(
+            t.launch, TIState.FAILED, now, started_at=t.started_at or now,
+            message=f"cancelled: driver pod {t.driver_pod} stopped (SIGTERM, then up to {grace}s); "
+                    "SparkApplication deleted"))
 
     def _secrets_api(self) -> Secrets:
         if self._secrets is None:
@@ -519,7 +585,12 @@ class SparkK8sExecutor:
     def _observe(self, t: _Try, obj: dict) -> None:
         seen = sparkapp.observe(obj)
         t.state = seen.state
+        t.driver_pod = sparkapp.driver_pod_name(obj, t.name)
         now = self.clock.now()
+        if t.stop_by is not None:
+            if seen.phase in (Phase.SUCCESS, Phase.FAILED):
+                self._end_stop(t)  # the driver ended within its grace period
+            return
         if seen.phase == Phase.RUNNING and t.started_at is None:
             t.started_at = now
             self._reports.append(self._report(t.launch, TIState.RUNNING, now, started_at=now))

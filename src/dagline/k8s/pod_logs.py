@@ -35,7 +35,7 @@ from dagline.k8s.client import (
     api_message,
     load_api_client,
 )
-from dagline.k8s.sparkapp import application_name
+from dagline.k8s.sparkapp import application_name, driver_pod_name
 
 
 def driver_pod(apps: SparkApplications, name: str) -> str:
@@ -48,7 +48,7 @@ def driver_pod(apps: SparkApplications, name: str) -> str:
         raise NoLog(
             f"SparkApplication {apps.namespace}/{name} no longer exists, and its driver pod went with it "
             "(DAGLINE_SPARK_RETENTION=keep keeps finished applications and their logs)")
-    return ((app.get("status") or {}).get("driverInfo") or {}).get("podName") or f"{name}-driver"
+    return driver_pod_name(app, name)
 
 
 def driver_log(key: TaskKey, namespace: str, *, api_client=None, tail_lines: int | None = None,

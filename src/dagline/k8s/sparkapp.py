@@ -328,6 +328,12 @@ def observe(obj: dict) -> Observation:
     return Observation(state, phase, failure_message(obj) if phase == Phase.FAILED else None)
 
 
+def driver_pod_name(obj: dict | None, name: str) -> str:
+    """The driver pod `status.driverInfo.podName` names; the spark-operator's `<application>-driver` before."""
+    status = (obj or {}).get("status") or {}
+    return (status.get("driverInfo") or {}).get("podName") or f"{name}-driver"
+
+
 def failure_message(obj: dict) -> str:
     """`<STATE>: <errorMessage> (driver pod <name>)`, shortened to a readable length."""
     status = obj.get("status") or {}

@@ -280,6 +280,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
     _orphaning: set[str] = attrs.field(factory=set, init=False)  # uids deleted with propagationPolicy=Orphan
     schemas: dict[tuple[str, str, str], dict[str, Any]] = attrs.field(factory=dict, init=False)
     pod_logs: dict[tuple[str, str], Any] = attrs.field(factory=dict, init=False)  # (ns, pod) -> str | Path
+    # every pod DELETE: (namespace, name, gracePeriodSeconds or None). One with a grace period > 0 leaves the
+    # pod terminating (`deletionGracePeriodSeconds`) until `end_pod`, as a kubelet would; a later delete may
+    # only shorten the grace period, as on a real API server
+    pod_deletions: list[tuple[str, str, int | None]] = attrs.field(factory=list, init=False)
 
     def __attrs_post_init__(self) -> None:
         # Discovery and error rendering come from the scaffold; every object URL is served here (as the
@@ -537,11 +541,25 @@ class KubeEmulator(kmock.KubernetesEmulator):
         return result
 
     def delete(self, res: ApiResource, namespace: str | None, name: str, options: dict[str, Any] | None = None,
-               *, propagation: str | None = None) -> dict[str, Any]:
+               *, propagation: str | None = None, grace_period_s: int | None = None) -> dict[str, Any]:
         current = self.current(res, namespace, name)
         if current is None:
             raise not_found(res, name)
         options = options if isinstance(options, dict) else {}
+        if grace_period_s is None and options.get("gracePeriodSeconds") is not None:
+            grace_period_s = int(options["gracePeriodSeconds"])
+        if res.plural == "pods":
+            self.pod_deletions.append((namespace, name, grace_period_s))
+            if grace_period_s:  # a pod stopping within its grace period: a kubelet ends it (`end_pod`)
+                meta = current["metadata"]
+                left = meta.get("deletionGracePeriodSeconds")
+                if left is None or grace_period_s < left:  # a later delete may only shorten it
+                    result = copy.deepcopy(current)
+                    result["metadata"].update(deletionTimestamp=meta.get("deletionTimestamp") or _now(),
+                                              deletionGracePeriodSeconds=grace_period_s)
+                    self._commit("MODIFIED", res, result, current)
+                    return result
+                return current
         pre = options.get("preconditions") or {}
         if pre.get("uid") and pre["uid"] != current["metadata"]["uid"]:
             raise conflict(res, name, f"Precondition failed: UID in precondition: {pre['uid']}, "
@@ -562,6 +580,14 @@ class KubeEmulator(kmock.KubernetesEmulator):
         result = copy.deepcopy(current)
         self._remove(res, result, current)
         return result
+
+    def end_pod(self, namespace: str, name: str) -> None:
+        """The kubelet's part: a terminating pod's containers have exited; it leaves the store."""
+        res = self.resource_named("pods")
+        current = self.current(res, namespace, name)
+        if current is None:
+            raise not_found(res, name)
+        self._remove(res, copy.deepcopy(current), current)
 
     def _remove(self, res: ApiResource, final: dict[str, Any], before: dict[str, Any]) -> None:
         """The object leaves the store; its dependents are garbage-collected (or orphaned)."""
@@ -677,8 +703,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
             return kmock.Response(status=200, payload=self.patch(res, namespace, name, body,
                                                                  content_type=content_type, subresource=sub))
         if method == "DELETE" and name is not None:
+            grace = params.get("gracePeriodSeconds")
             return kmock.Response(status=200, payload=self.delete(res, namespace, name, body,
-                                                                  propagation=params.get("propagationPolicy")))
+                                                                  propagation=params.get("propagationPolicy"),
+                                                                  grace_period_s=None if grace is None else int(grace)))
         if method == "DELETE":
             gone = self.list(res, namespace, params)
             for obj in gone["items"]:
