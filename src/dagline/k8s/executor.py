@@ -166,7 +166,7 @@ class SparkK8sSettings:
         interval_text = get("DAGLINE_SPARK_PREFLIGHT_INTERVAL")
         interval = DEFAULT_PREFLIGHT_INTERVAL_S
         if interval_text is not None:
-            interval = 0.0 if interval_text in ("0", "off") else parse_timeout(
+            interval = 0.0 if interval_text in ("0", "0.0", "off", "PT0S") else parse_timeout(
                 interval_text, field="DAGLINE_SPARK_PREFLIGHT_INTERVAL")
         return cls(namespace=namespace, image=image, service_account=account, pending_timeout_s=timeout,
                    retention=retention, spark_version=version, pod_security=security, pickup_timeout_s=pickup,
