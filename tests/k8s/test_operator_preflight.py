@@ -54,7 +54,7 @@ def try_failures(db, reason: str) -> list:
 
 def test_a_spark_operator_not_watching_the_namespace_fails_the_try_in_a_minute_and_the_dag_says_why(
         kube, run_kopf, spark_operator, pg_db):
-    spark_operator.namespaces = ["spark-elsewhere"]  # the chart's default jobNamespaces is [default]: not ours
+    spark_operator.watch_namespaces(["spark-elsewhere"])  # the chart's default jobNamespaces is [default]: not ours
     clock = FixedClock(START)
     with replica(run_kopf, pg_db, executor=spark_executor(clock), clock=clock) as runtime:
         kube.create("dags", NS, dag_manifest("daily", schedule=None))
