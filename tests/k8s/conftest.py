@@ -20,8 +20,9 @@ from tests.helpers.k8s.spark_operator import SparkOperator
 
 
 @pytest.fixture
-def kube(tmp_path, monkeypatch):
-    cluster = Cluster(tmp_path).start()
+def kube(tmp_path, monkeypatch, request):
+    # `@pytest.mark.parametrize("kube", [crds], indirect=True)`: a cluster with only those CRDs installed
+    cluster = Cluster(tmp_path).start(crds=getattr(request, "param", None))
     monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig_path))
     # The client reads $KUBECONFIG once, when it is imported: point its default at the emulator too.
     import kubernetes.config.kube_config

@@ -208,6 +208,33 @@ def test_an_application_stuck_before_its_driver_runs_fails_at_the_pending_timeou
     assert not executor.has_work()
 
 
+def test_an_application_no_spark_operator_picks_up_fails_at_the_pickup_timeout_saying_why(kube, make_executor, clock):
+    executor = make_executor(pending_timeout_s=900, pickup_timeout_s=60)
+    launch = launch_of()
+    executor.launch([launch])
+    assert executor.sync() == []
+    clock.advance(dt.timedelta(seconds=60))
+    assert executor.sync() == []  # exactly at the limit: still waiting
+
+    clock.advance(dt.timedelta(seconds=1))
+    [report] = executor.sync()  # a minute, not the fifteen of the pending timeout
+    assert report.state == "failed" and report.message.startswith("SparkOperatorNotWatching: no spark-operator")
+    assert "does it watch namespace default" in report.message and "DAGLINE_SPARK_PICKUP_TIMEOUT" in report.message
+    assert kube.get(APPS, NS, name_of(launch), missing_ok=True) is None  # it cannot start later beside the retry
+    assert executor.pickups.latest.picked is False  # what the preflight reads
+
+
+def test_a_create_the_api_answers_404_for_the_kind_fails_the_try_at_once_naming_the_missing_crd(kube, make_executor):
+    kube.call(lambda em: em[kmock.action.CREATE, SPARK_APPLICATIONS.ref] << 404 << {
+        "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404,
+        "message": "the server could not find the requested resource"})
+    executor = make_executor()
+    executor.launch([launch_of()])
+    [report] = executor.sync()
+    assert report.state == "failed" and report.message.startswith("SparkApplicationCRDMissing:")
+    assert "sparkapplications.sparkoperator.k8s.io" in report.message
+
+
 def test_a_running_application_has_no_pending_timeout(kube, make_executor, clock):
     executor = make_executor(pending_timeout_s=60)
     launch = launch_of()

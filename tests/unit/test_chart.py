@@ -143,7 +143,8 @@ def test_values_hold_the_documented_defaults():
     assert values["health"]["port"] == 8080 and values["metrics"]["port"] == 9090
     assert values["dagrunHistoryLimit"] == 50
     assert set(values["spark"]) == {"namespace", "createNamespace", "image", "version", "serviceAccount",
-                                    "pendingTimeout", "retention", "allowedConf", "podSecurity"}
+                                    "pendingTimeout", "pickupTimeout", "preflightInterval", "retention",
+                                    "allowedConf", "podSecurity"}
     assert values["spark"]["allowedConf"] == [] and values["callbacks"]["allowedNetworks"] == []  # nothing widened
     assert values["spark"]["retention"] in ("delete", "keep", "delete-succeeded")
     assert values["podSecurityContext"]["runAsNonRoot"] is True
@@ -253,6 +254,8 @@ EXPECTED_ENV = {
     "DAGLINE_SPARK_SPARK_VERSION": "3.5.3",
     "DAGLINE_SPARK_SERVICE_ACCOUNT": "spark-operator-spark",
     "DAGLINE_SPARK_PENDING_TIMEOUT": "PT15M",
+    "DAGLINE_SPARK_PICKUP_TIMEOUT": "PT1M",
+    "DAGLINE_SPARK_PREFLIGHT_INTERVAL": "PT5M",
     "DAGLINE_SPARK_RETENTION": "delete-succeeded",
     "DAGLINE_SPARK_POD_SECURITY": json.dumps({  # PodSecurity `restricted` for every Spark pod, by default
         "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 185, "seccompProfile": {"type": "RuntimeDefault"}},

@@ -80,3 +80,13 @@ def test_the_check_catches_a_misplaced_field(validator):
     app["spec"]["executor"]["nodeSelector"] = {"pool": 1}
     paths = sorted(".".join(map(str, e.absolute_path)) for e in validator.iter_errors(app))
     assert paths == ["spec.driver", "spec.executor.nodeSelector.pool"]
+
+
+def test_the_preflight_probe_is_valid_for_the_crd_and_suspended(validator):
+    from dagline.k8s.preflight import probe_manifest
+
+    probe = probe_manifest("spark-jobs", spark_version="3.5.3", image="spark:3.5.3", service_account="spark",
+                           created_at=LAUNCHED)
+    errors = sorted(validator.iter_errors(probe), key=str)
+    assert not errors, [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in errors]
+    assert probe["spec"]["suspend"] is True  # spark-operator 2.4+ starts no pod for it

@@ -82,6 +82,13 @@ def api_message(exc: ApiException) -> str:
     return str(exc.reason or "no reason given")
 
 
+def is_unknown_kind(exc: ApiException) -> bool:
+    """A 404 on a create or list meaning the API serves no such resource (its CRD is not installed: "the
+    server could not find the requested resource", or "404 page not found" for an unknown group), not a
+    missing namespace (`namespaces "x" not found`)."""
+    return exc.status == 404 and not api_message(exc).startswith('namespaces "')
+
+
 def sorted_error(exc: Exception) -> Exception:
     """A failed API call as dagline's error: ApiUnavailable (retry later), AlreadyExists or ApiRejected."""
     if isinstance(exc, ApiException):
@@ -140,6 +147,18 @@ class SparkApplications:
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return items
+
+    def kind_installed(self) -> bool:
+        """Whether the API serves SparkApplications (its CRD is installed): a one-item list, which the
+        executor's `list` permission allows (no permission on CRDs needed). False on the API's 404 for an
+        unknown resource; a missing namespace or a refusal raises `ApiRejected`."""
+        try:
+            self.api.list_namespaced_custom_object(limit=1, **self._args())
+        except CALL_ERRORS as exc:
+            if isinstance(exc, ApiException) and is_unknown_kind(exc):
+                return False
+            raise sorted_error(exc) from None
+        return True
 
     def delete(self, name: str) -> bool:
         """Delete (its driver and executor pods go with it); False if it was already gone."""

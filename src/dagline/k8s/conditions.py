@@ -58,6 +58,12 @@ def _condition(type_: str, status: str, reason: str, message: str, now: dt.datet
             "lastTransitionTime": since or k8s_time(now)}
 
 
+def condition(type_: str, status: str, reason: str, message: str, *, now: dt.datetime,
+              previous: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """One condition of any type (e.g. the Spark preflight's `SparkReady`)."""
+    return _condition(type_, status, reason, message, now, previous)
+
+
 def ready(reason: str, message: str, *, now: dt.datetime, previous=None) -> list[dict[str, Any]]:
     """The object is in the database and served."""
     return [_condition(READY, "True", reason, message, now, previous)]

@@ -14,7 +14,12 @@ try with the operator's errorMessage; RUNNING, SUCCEEDING and FAILING are runnin
 SUBMITTED, PENDING_RERUN, INVALIDATING and UNKNOWN are waiting. A try whose driver has not been seen
 running `pending_timeout_s` after its launch (dagline's clock; an image that cannot be pulled leaves
 an application in SUBMITTED for ever) is failed with a message saying so, and its application is
-deleted so it cannot start later beside the retry.
+deleted so it cannot start later beside the retry. Sooner: an application that has no status at all
+`pickup_timeout_s` after its launch (1 minute by default) was picked up by no spark-operator (none is
+installed, or it does not watch the Spark namespace): its try fails with `SparkOperatorNotWatching` in
+its message, and `pickups` (read by the preflight, `dagline.k8s.preflight`) remembers it, as it
+remembers a picked-up one. A create answered 404 for the kind fails its try with
+`SparkApplicationCRDMissing` at once.
 
 Errors. Connection errors, timeouts, 429 and 5xx never reach the scheduler loop: they are logged
 (once per outage), state is kept, and the call is retried at the next sync (a create that keeps
@@ -76,7 +81,7 @@ from dagline.errors import DaglineError, InvalidInput
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
 from dagline.executors.registry import ExecutorSettings, KindCode, ShownSetting
 from dagline.executors.secret_sources import LocalSecrets
-from dagline.k8s import sparkapp
+from dagline.k8s import preflight, sparkapp
 from dagline.k8s.client import (
     AlreadyExists,
     ApiRejected,
@@ -87,6 +92,7 @@ from dagline.k8s.client import (
     load_api_client,
 )
 from dagline.k8s.pod_logs import DriverLog
+from dagline.k8s.preflight import Pickups, Preflight
 from dagline.k8s.sparkapp import LABEL_OUTCOME, Phase
 from dagline.times import duration_seconds, parse_duration
 
@@ -97,6 +103,8 @@ RETENTIONS = ("delete-succeeded", "delete", "keep")
 DEFAULT_SPARK_VERSION = "3.5.3"
 STOP_SLACK_S = 15.0  # after a streaming driver's grace period: time for the kubelet to report the pod gone
 DEFAULT_PENDING_TIMEOUT_S = 600.0
+DEFAULT_PICKUP_TIMEOUT_S = 60.0
+DEFAULT_PREFLIGHT_INTERVAL_S = 300.0
 
 # Used with fullmatch: `$` would also match before a trailing newline.
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -117,6 +125,9 @@ class SparkK8sSettings:
     # DAGLINE_SPARK_POD_SECURITY: {podSecurityContext, securityContext} every driver and executor gets unless
     # its task's spark.pod sets its own (the chart's spark.podSecurity: PodSecurity `restricted` by default)
     pod_security: dict | None = None
+    # an application with no status this long after launch was picked up by no spark-operator (docs/adr/0080)
+    pickup_timeout_s: float = DEFAULT_PICKUP_TIMEOUT_S
+    preflight_interval_s: float = DEFAULT_PREFLIGHT_INTERVAL_S  # 0: no preflight
 
     def __post_init__(self):
         if self.image is None:
@@ -157,8 +168,17 @@ class SparkK8sSettings:
         if timeout_text is not None:
             timeout = parse_timeout(timeout_text, field="DAGLINE_SPARK_PENDING_TIMEOUT")
         security = _pod_security(get(POD_SECURITY_SETTING))
+        pickup_text = get("DAGLINE_SPARK_PICKUP_TIMEOUT")
+        pickup = DEFAULT_PICKUP_TIMEOUT_S if pickup_text is None else parse_timeout(
+            pickup_text, field="DAGLINE_SPARK_PICKUP_TIMEOUT")
+        interval_text = get("DAGLINE_SPARK_PREFLIGHT_INTERVAL")
+        interval = DEFAULT_PREFLIGHT_INTERVAL_S
+        if interval_text is not None:
+            interval = 0.0 if interval_text in ("0", "0.0", "off", "PT0S") else parse_timeout(
+                interval_text, field="DAGLINE_SPARK_PREFLIGHT_INTERVAL")
         return cls(namespace=namespace, image=image, service_account=account, pending_timeout_s=timeout,
-                   retention=retention, spark_version=version, pod_security=security)
+                   retention=retention, spark_version=version, pod_security=security, pickup_timeout_s=pickup,
+                   preflight_interval_s=interval)
 
 
 POD_SECURITY_SETTING = "DAGLINE_SPARK_POD_SECURITY"
@@ -212,6 +232,8 @@ class _Try:
     launched_at: dt.datetime
     created: bool = False            # the application exists (created here, or found)
     started_at: dt.datetime | None = None  # set when first seen running (and reported)
+    picked_up: bool = False          # seen with a status: a spark-operator watches its namespace
+    created_at: dt.datetime | None = None  # when its create succeeded (the pickup timeout counts from then)
     state: str = ""                  # the last state seen
     create_error: str | None = None  # why the last create attempt failed (transient)
     secret_owner: dict | None = None  # the application to own the try's Secret, while it is still to create
@@ -260,6 +282,7 @@ class SparkK8sExecutor:
         # namespace; without it (a plain `dagline scheduler --executor spark-k8s`), secret variables.
         self.read_secret: Callable[[str, str, str], str] | None = None
         self.local_secrets = LocalSecrets.from_env()
+        self.pickups = Pickups()  # whether the latest try's application was picked up: the preflight reads it
 
     # -- protocol -----------------------------------------------------------------------------
 
@@ -368,6 +391,16 @@ class SparkK8sExecutor:
 
     # -- internals ----------------------------------------------------------------------------
 
+    def spark_preflight(self) -> Preflight | None:
+        """The preflight of this executor's Spark namespace (None when `preflight_interval_s` is 0), fed
+        with this executor's evidence (`pickups`)."""
+        if self.settings.preflight_interval_s <= 0:
+            return None
+        apps = SparkApplications(self._api().api.api_client, self.settings.namespace)
+        return Preflight(apps, clock=self.clock, pickup_timeout_s=self.settings.pickup_timeout_s,
+                         spark_version=self.settings.spark_version, image=self.settings.image,
+                         service_account=self.settings.service_account, pickups=self.pickups)
+
     def _api(self) -> SparkApplications:
         if self._apps is None:
             api_client = self._api_client if self._api_client is not None else load_api_client()
@@ -474,8 +507,12 @@ class SparkK8sExecutor:
             self._adopt_existing(t)
             return
         except ApiRejected as exc:
-            self._finish(t, TIState.FAILED, f"the Kubernetes API refused the SparkApplication {t.name}: {exc}",
-                         cleanup=False)
+            if exc.status == 404 and not str(exc).startswith('404: namespaces "'):
+                message = (f"{preflight.CRD_MISSING}: the Kubernetes API does not serve SparkApplications "
+                           f"({exc}): install the spark-operator (the CRD {preflight.CRD_NAME})")
+            else:
+                message = f"the Kubernetes API refused the SparkApplication {t.name}: {exc}"
+            self._finish(t, TIState.FAILED, message, cleanup=False)
             return
         except ApiUnavailable as exc:
             t.create_error = str(exc)
@@ -483,6 +520,7 @@ class SparkK8sExecutor:
             return
         self._api_ok()
         t.created = True
+        t.created_at = self.clock.now()
         self._own_env_secret(t, created)
 
     def _own_env_secret(self, t: _Try, app: dict | None) -> None:
@@ -587,6 +625,9 @@ class SparkK8sExecutor:
         t.state = seen.state
         t.driver_pod = sparkapp.driver_pod_name(obj, t.name)
         now = self.clock.now()
+        if obj.get("status") and not t.picked_up:
+            t.picked_up = True
+            self.pickups.record(True, now, t.name)
         if t.stop_by is not None:
             if seen.phase in (Phase.SUCCESS, Phase.FAILED):
                 self._end_stop(t)  # the driver ended within its grace period
@@ -600,6 +641,7 @@ class SparkK8sExecutor:
             self._finish(t, TIState.FAILED, seen.message)
 
     def _time_out_pending(self) -> None:
+        self._time_out_unpicked()
         now = self.clock.now()
         limit = dt.timedelta(seconds=self.settings.pending_timeout_s)
         for t in [t for t in self._tries.values() if t.started_at is None and now - t.launched_at > limit]:
@@ -615,6 +657,27 @@ class SparkK8sExecutor:
                            f"(DAGLINE_SPARK_PENDING_TIMEOUT): {t.create_error or 'the API did not answer'}")
             self._tries.pop(t.launch.key, None)
             # delete even when no create succeeded: one may have, with its answer lost
+            self._delete_now(t.name, TIState.FAILED)
+            self._reports.append(self._report(t.launch, TIState.FAILED, now, message=message, started_at=now))
+
+    def _time_out_unpicked(self) -> None:
+        """Fail a try whose application no spark-operator picked up (no status at all) within the pickup
+        timeout: waiting the pending timeout would only end in a message about images."""
+        now = self.clock.now()
+        limit = dt.timedelta(seconds=self.settings.pickup_timeout_s)
+        if not self._fresh:
+            return  # no current news (the API is down): waiting is not the same as unwatched
+        for t in [t for t in self._tries.values()
+                  if t.created and not t.picked_up and t.started_at is None
+                  and now - (t.created_at or t.launched_at) > limit]:
+            waited = _duration_text(self.settings.pickup_timeout_s)
+            namespace = self.settings.namespace
+            message = (f"{preflight.NOT_WATCHING}: no spark-operator picked up SparkApplication "
+                       f"{self._external_id(t.name)} within {waited} (it has no status; "
+                       f"DAGLINE_SPARK_PICKUP_TIMEOUT): is the spark-operator installed, and does it watch "
+                       f"namespace {namespace}? (its Helm value spark.jobNamespaces); deleted")
+            self.pickups.record(False, now, t.name)
+            self._tries.pop(t.launch.key, None)
             self._delete_now(t.name, TIState.FAILED)
             self._reports.append(self._report(t.launch, TIState.FAILED, now, message=message, started_at=now))
 
@@ -699,7 +762,8 @@ def _build(settings: ExecutorSettings) -> SparkK8sExecutor:
 _SHOWN = {"namespace": "DAGLINE_SPARK_NAMESPACE", "image": "DAGLINE_SPARK_IMAGE",
           "service_account": "DAGLINE_SPARK_SERVICE_ACCOUNT", "pending_timeout_s": "DAGLINE_SPARK_PENDING_TIMEOUT",
           "retention": "DAGLINE_SPARK_RETENTION", "spark_version": "DAGLINE_SPARK_SPARK_VERSION",
-          "pod_security": POD_SECURITY_SETTING}
+          "pod_security": POD_SECURITY_SETTING, "pickup_timeout_s": "DAGLINE_SPARK_PICKUP_TIMEOUT",
+          "preflight_interval_s": "DAGLINE_SPARK_PREFLIGHT_INTERVAL"}
 
 
 def _shown(environ) -> list[ShownSetting]:

@@ -30,8 +30,8 @@ from typing import Any
 
 import kopf
 
-from dagline.k8s import backfills, dagruns, dags, pools
-from dagline.k8s.conditions import Outcome, as_merge_patch
+from dagline.k8s import backfills, dagruns, dags, pools, preflight
+from dagline.k8s.conditions import READY, Outcome, as_merge_patch, reason_of
 from dagline.k8s.resources import GROUP, LABEL_MANAGED, VERSION
 
 registry = kopf.get_default_registry()  # the one `kopf run -m dagline.k8s.handlers` serves
@@ -123,8 +123,24 @@ async def remember(event: Mapping[str, Any], resource, memo, **_):
 @kopf.on.update(*DAGS, field="spec", registry=registry, backoff=BACKOFF_S)
 def dag_changed(body, patch, memo, **_):
     runtime = _runtime(memo)
-    _report(body, patch, dags.apply_dag_object(runtime.db, _plain(body), now=runtime.clock.now(), who=runtime.who,
-                                               spark_policy=runtime.settings.spark_policy))
+    outcome = dags.apply_dag_object(runtime.db, _plain(body), now=runtime.clock.now(), who=runtime.who,
+                                    spark_policy=runtime.settings.spark_policy)
+    _report(body, patch, _with_spark_ready(runtime, body, outcome))
+
+
+def _with_spark_ready(runtime, body, outcome: Outcome) -> Outcome:
+    """An applied DAG keeps the Spark preflight's `SparkReady` condition (the status sync keeps it up to
+    date); a DAG applied while Spark is not ready also gets a Warning Event saying why."""
+    verdict = runtime.preflight.verdict if runtime.preflight is not None else None
+    if verdict is None or reason_of(outcome.status, READY) is None:
+        return outcome
+    previous = (body.get("status") or {}).get("conditions")
+    outcome.status["conditions"] = preflight.with_condition(outcome.status.get("conditions"), verdict,
+                                                            now=runtime.clock.now(), previous=previous)
+    before = next((c.get("status") for c in previous or () if c.get("type") == preflight.CONDITION), None)
+    if verdict.ready is False and before != "False":
+        outcome.warn(verdict.reason, verdict.message)
+    return outcome
 
 
 @kopf.on.delete(*DAGS, registry=registry, backoff=BACKOFF_S)

@@ -2,7 +2,8 @@
 
 The scheduler, executor and database figures are `dagline.metrics` (defined and documented there,
 the same as `dagline scheduler --metrics-port` serves); this module adds what only an operator
-replica has: its status sync (database -> DAG and DagRun objects) and the age of its last loop.
+replica has: its status sync (database -> DAG and DagRun objects), the age of its last loop and the
+Spark preflight's verdict (`dagline_spark_ready`, `dagline.k8s.preflight`).
 The database gauges are the same in every replica: aggregate them with `max`, not `sum`.
 """
 
@@ -35,4 +36,11 @@ def render(runtime) -> str:
                      stats.dagruns_created)
     lines += _family("dagline_dagrun_objects_deleted_total", "counter",
                      "DagRun objects deleted by the history limit.", stats.dagruns_deleted)
+    verdict = runtime.preflight.verdict if getattr(runtime, "preflight", None) is not None else None
+    if verdict is not None:
+        value = {True: "1.0", False: "0.0"}.get(verdict.ready, "NaN")
+        lines += ["# HELP dagline_spark_ready 1 when a spark-operator watches the Spark namespace, 0 when the "
+                  "preflight found it does not (or no SparkApplication CRD), NaN while unknown; the label says why.",
+                  "# TYPE dagline_spark_ready gauge",
+                  f'dagline_spark_ready{{reason="{verdict.reason}"}} {value}']
     return metrics.render().decode() + "\n".join(lines) + "\n"

@@ -21,7 +21,7 @@ import collections
 import dataclasses
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from dagline.clock import Clock
@@ -29,11 +29,12 @@ from dagline.db.engine import Database
 from dagline.domain.spark_policy import DEFAULT_POLICY, SparkPolicy
 from dagline.domain.states import RunState
 from dagline.errors import Unavailable
-from dagline.k8s import backfills, dagruns, dags, pools
+from dagline.k8s import backfills, dagruns, dags, pools, preflight
 from dagline.k8s.cache import ObjectCache
 from dagline.k8s.client import ApiRejected
-from dagline.k8s.conditions import as_merge_patch, reason_of
+from dagline.k8s.conditions import as_merge_patch, k8s_time, reason_of
 from dagline.k8s.objects import DaglineObjects
+from dagline.k8s.preflight import Verdict
 from dagline.k8s.resources import ANNOTATION_HISTORY_LIMIT
 from dagline.store.backfills import backfills_by_request_id
 from dagline.store.dags import dag_namespaces
@@ -77,7 +78,9 @@ def _deleting(body: Mapping[str, Any]) -> bool:
 
 class StatusSync:
     def __init__(self, db: Database, cache: ObjectCache, objects: DaglineObjects, *, clock: Clock, who: str,
-                 history_limit: int, spark_policy: SparkPolicy = DEFAULT_POLICY):
+                 history_limit: int, spark_policy: SparkPolicy = DEFAULT_POLICY,
+                 spark_verdict: Callable[[], Verdict | None] | None = None):
+        self.spark_verdict = spark_verdict  # the Spark preflight's latest verdict (None: no preflight)
         self.spark_policy = spark_policy  # DAG objects applied here are checked as the handlers check them
         self.db = db
         self.cache = cache
@@ -110,13 +113,20 @@ class StatusSync:
 
     # -- writing ------------------------------------------------------------------------------------
 
+    def _status(self, plural: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """The object's status as this replica last wrote it (the cache may not show that write yet)."""
+        meta = _meta(body)
+        current = dict(body.get("status") or {})
+        written = self._written.get((plural, meta["namespace"], meta["name"]))
+        if written is not None and written[0] == meta.get("resourceVersion"):
+            current.update(written[1])  # the cache has not seen this replica's last write yet
+        return current
+
     def _patch(self, plural: str, body: Mapping[str, Any], fields: Mapping[str, Any], *, always: bool = False) -> None:
         meta = _meta(body)
         key = (plural, meta["namespace"], meta["name"])
-        current = dict(body.get("status") or {})
+        current = self._status(plural, body)
         written = self._written.get(key)
-        if written is not None and written[0] == meta.get("resourceVersion"):
-            current.update(written[1])  # the cache has not seen this replica's last write yet
         changed = dict(fields) if always else {k: v for k, v in fields.items() if current.get(k) != v}
         if not changed:
             return
@@ -137,17 +147,35 @@ class StatusSync:
         objects = [o for o in self.cache.objects("dags") if not _deleting(o)]
         with self.db.begin() as conn:
             derived = dags.derived_statuses(conn, [_meta(o)["name"] for o in objects])
+        verdict = self.spark_verdict() if self.spark_verdict is not None else None
         for body in objects:
             namespace, name = _meta(body)["namespace"], _meta(body)["name"]
             stored = derived.get(name)
             if stored is not None and stored["source"] == dags.object_source(namespace, name):
-                self._patch("dags", body, dags.status_fields(stored))
+                fields = dags.status_fields(stored)
+                if verdict is not None and reason_of(body.get("status"), "Ready") is not None:
+                    fields["conditions"] = self._spark_ready(body, verdict)
+                self._patch("dags", body, fields)
             elif reason_of(body.get("status")) == "NameTaken":
                 owner = dags.source_namespace(stored["source"]) if stored and stored["active"] else None
                 if owner is None or owner == namespace:  # the other namespace's DAG is gone
                     outcome = dags.apply_dag_object(self.db, body, now=self.clock.now(), who=self.who,
                                                     spark_policy=self.spark_policy)
                     self._patch("dags", body, outcome.status, always=True)
+
+    def _spark_ready(self, body: Mapping[str, Any], verdict: Verdict) -> list[dict[str, Any]]:
+        """The DAG object's conditions with the preflight's `SparkReady`; a change of its status to True
+        or False is also an Event on the object (each replica that sees the change posts one)."""
+        current = self._status("dags", body).get("conditions") or []
+        before = next((c.get("status") for c in current if c.get("type") == preflight.CONDITION), None)
+        now = self.clock.now()
+        if verdict.status != before and verdict.status in ("True", "False"):
+            try:
+                self.objects.post_event(body, "Normal" if verdict.ready else "Warning", verdict.reason,
+                                        verdict.message, reporter=self.who, at=k8s_time(now))
+            except ApiRejected as exc:
+                log.warning("Event on DAG %s not posted: %s", _meta(body)["name"], exc)
+        return preflight.with_condition(current, verdict, now=now, previous=current)
 
     # -- DagRuns ------------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""The API calls the status sync makes on dagline's own objects: create and delete DagRuns, patch statuses.
+"""The API calls the status sync makes on dagline's own objects: create and delete DagRuns, patch statuses,
+post Events about them.
 
 Each call has a request timeout (a hung API server must not hang the sync). Outcomes the sync expects
 are values, not errors: a create that finds the object (409) returns False, a delete or status patch
@@ -23,6 +24,7 @@ class DaglineObjects:
 
     def __init__(self, api_client: client.ApiClient, *, timeout=DEFAULT_TIMEOUT):
         self.api = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
         self.timeout = timeout
 
     def _args(self, plural: str, namespace: str) -> dict[str, Any]:
@@ -50,6 +52,22 @@ class DaglineObjects:
                 return False
             raise sorted_error(exc) from None
         return True
+
+    def post_event(self, involved: Mapping[str, Any], type_: str, reason: str, message: str, *, reporter: str,
+                   at: str) -> None:
+        """A Kubernetes Event about one of dagline's objects (`at`: its time, as the API writes times)."""
+        meta = involved.get("metadata") or {}
+        body = {"apiVersion": "v1", "kind": "Event",
+                "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+                "involvedObject": {"apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
+                                   "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
+                "type": type_, "reason": reason, "message": message[:1024], "source": {"component": "dagline"},
+                "reportingComponent": "dagline.io/operator", "reportingInstance": reporter[:128],
+                "firstTimestamp": at, "lastTimestamp": at, "count": 1}
+        try:
+            self.core.create_namespaced_event(meta["namespace"], body, _request_timeout=self.timeout)
+        except CALL_ERRORS as exc:
+            raise sorted_error(exc) from None
 
     def patch_status(self, plural: str, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
         """Merge these fields into the object's status (None deletes one); False if the object is gone."""

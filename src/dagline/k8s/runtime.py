@@ -123,9 +123,13 @@ class Runtime:
         self.who = f"operator:{socket.gethostname()}:{os.getpid()}"[:100]
         self.cache = ObjectCache()
         self.health = Health(settings.liveness_timeout_s, scheduler_enabled=executor is not None)
+        # the Spark preflight (spark-k8s only, docs/adr/0080): its verdict goes on every DAG object
+        make_preflight = getattr(executor, "spark_preflight", None)
+        self.preflight = make_preflight() if make_preflight is not None else None
         self.sync = StatusSync(db, self.cache, DaglineObjects(api), clock=self.clock,
                                who=self.who, history_limit=settings.dagrun_history_limit,
-                               spark_policy=settings.spark_policy)
+                               spark_policy=settings.spark_policy,
+                               spark_verdict=(lambda: self.preflight.verdict) if self.preflight else None)
         read_secret = secret_reader(db, api)  # Secrets of the namespace owning the DAG, nowhere else
         if executor is not None and hasattr(executor, "read_secret"):
             executor.read_secret = read_secret  # spark-k8s: the tasks' env secretKeyRefs
@@ -175,6 +179,8 @@ class Runtime:
         if self.scheduler is not None:
             self._spawn("dagline-scheduler", self._run_scheduler)
         self._spawn("dagline-status-sync", self._run_sync)
+        if self.preflight is not None:
+            self._spawn("dagline-spark-preflight", self._run_preflight)
         log.info("operator replica %s: health on :%s, metrics on :%s, API on :%s, scheduler %s", self.who,
                  self.servers.health_port, self.servers.metrics_port, self.api.port if self.api else "-",
                  "off" if self.scheduler is None else f"with the {self.scheduler.executor.name} executor")
@@ -222,6 +228,18 @@ class Runtime:
         else:
             if not self._stop.is_set():
                 self.health.scheduler_error = "it returned without being asked to stop"
+
+    def _run_preflight(self) -> None:
+        """The Spark preflight at start, then every `DAGLINE_SPARK_PREFLIGHT_INTERVAL` (every 5 s while its
+        probe waits for an answer)."""
+        interval = self.scheduler.executor.settings.preflight_interval_s
+        while not self._stop.is_set():
+            try:
+                self.preflight.check()
+            except Exception as exc:  # noqa: BLE001 - a preflight must never stop the replica
+                log.warning("Spark preflight failed: %s: %s", type(exc).__name__, exc)
+            if self._stop.wait(min(interval, 5.0) if self.preflight.probing else interval):
+                return
 
     def _run_sync(self) -> None:
         while True:

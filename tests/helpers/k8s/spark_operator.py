@@ -13,6 +13,10 @@ writing `submissionAttempts`, `lastSubmissionAttemptTime`, `submissionID`, `driv
 `sparkApplicationId`, `executionAttempts`, `terminationTime` and `applicationState.errorMessage`
 through the status subresource. Deleting an application stops its run.
 
+Which namespaces it watches (`namespaces`, the real one's `spark.jobNamespaces`): every one by default
+(None); a list makes it ignore applications elsewhere, as the real one does with its default `[default]`.
+An application with `spec.suspend: true` goes SUSPENDING -> SUSPENDED and is never submitted (2.4+).
+
 What an application does is chosen per test:
 - mode `instant` (the default): every application completes at once;
 - rules (`operator.on(match, Behaviour(...))`, the `script` mode): a behaviour for the applications a
@@ -157,8 +161,9 @@ class SparkOperator:
     """Start with `.start()`, stop with `.stop()`; `mode`, `on()` and `submissions` are what tests use."""
 
     def __init__(self, cluster: Cluster, mode: str = "instant", *, workdir: Path | None = None,
-                 logs: Path | None = None):
+                 logs: Path | None = None, namespaces: list[str] | None = None):
         self.cluster = cluster
+        self.namespaces = namespaces  # None: every namespace (may be changed while it runs)
         self.mode = mode
         self.workdir = workdir or Path.cwd()
         self.logs = logs or Path(cluster.kubeconfig_path).parent / "spark-operator-logs"
@@ -202,6 +207,13 @@ class SparkOperator:
         with self._lock:
             self._rules.append(Rule(predicate, behaviour, times))
         return self
+
+    def watch_namespaces(self, namespaces: list[str] | None) -> None:
+        """Watch these namespaces from now on (None: every one), as the real operator restarted with new
+        `--namespaces`: it lists again and picks up the applications it now watches."""
+        self.namespaces = namespaces
+        for obj in self.cluster.request("GET", f"/apis/{GROUP}/{VERSION}/{PLURAL}")["items"]:
+            self._inbox.put(("ADDED", obj))
 
     def log_of(self, namespace: str, name: str) -> Path:
         """Where the `pyspark` mode writes an application's spark-submit output."""
@@ -303,6 +315,8 @@ class SparkOperator:
         meta = obj["metadata"]
         uid = meta["uid"]
         app = self._apps.get(uid)
+        if self.namespaces is not None and meta["namespace"] not in self.namespaces:
+            return  # not a namespace it watches: as if it never saw the application
         if kind == "DELETED":
             if app is not None:
                 app.gone = True
@@ -314,7 +328,10 @@ class SparkOperator:
             app = App(meta["namespace"], meta["name"], uid, meta.get("generation", 1), obj.get("spec") or {},
                       meta.get("labels") or {}, status=obj.get("status") or {})
             self._apps[uid] = app
-            if state in ("", None):
+            if state in ("", None) and (obj.get("spec") or {}).get("suspend"):
+                self._write(app, "SUSPENDING")
+                self._write(app, "SUSPENDED")
+            elif state in ("", None):
                 self._submit(app, obj)
             return  # an application someone else already ran is left as it is
         if meta.get("generation", 1) != app.generation:  # the spec changed: the operator re-runs it
