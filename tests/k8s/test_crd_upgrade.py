@@ -16,6 +16,10 @@ NS = "default"
 END = "2027-01-01T00:00:00Z"
 
 
+def definitions() -> list[dict]:
+    return [crds.custom_resource_definition(kind) for kind in KINDS]
+
+
 def older_dag_crd() -> dict:
     """The DAG CRD as an earlier release shipped it: without `spec.endDate`."""
     crd = copy.deepcopy(crds.custom_resource_definition(next(k for k in KINDS if k.kind == "DAG")))
@@ -41,7 +45,7 @@ def test_apply_upgrades_an_older_crd_so_a_new_field_survives(kube, capsys):
     assert stored["spec"] == crds.custom_resource_definition(next(k for k in KINDS if k.kind == "DAG"))["spec"]
 
     # applying again changes nothing (a hook run at every upgrade is a no-op when nothing changed)
-    again = apply_crds(load_api_client())
+    again = apply_crds(load_api_client(), definitions())
     assert {item.outcome for item in again} == {"unchanged"} and len(again) == len(KINDS)
 
 
@@ -50,7 +54,7 @@ def test_apply_creates_missing_crds_and_a_later_apply_removes_a_field_it_no_long
     try:
         monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig_path))
         api_client = load_api_client()
-        assert {item.outcome for item in apply_crds(api_client)} == {"created"}
+        assert {item.outcome for item in apply_crds(api_client, definitions())} == {"created"}
         names = {c["metadata"]["name"] for c in cluster.list("customresourcedefinitions")}
         assert names == {f"{kind.plural}.dagline.io" for kind in KINDS}
         cluster.create("dags", NS, dags.dag("sales", endDate=END))  # the kinds are served at once
@@ -65,7 +69,7 @@ def test_apply_creates_missing_crds_and_a_later_apply_removes_a_field_it_no_long
             em.server_side_apply(res, None, "pools.dagline.io", body, FIELD_MANAGER)
         cluster.call(apply_with_a_label)
         assert cluster.get("customresourcedefinitions", None, "pools.dagline.io")["metadata"]["labels"]
-        outcomes = {item.name: item.outcome for item in apply_crds(api_client)}
+        outcomes = {item.name: item.outcome for item in apply_crds(api_client, definitions())}
         assert outcomes == {**dict.fromkeys(outcomes, "unchanged"), "pools.dagline.io": "updated"}
         assert "labels" not in cluster.get("customresourcedefinitions", None, "pools.dagline.io")["metadata"]
     finally:

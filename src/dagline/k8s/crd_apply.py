@@ -3,9 +3,9 @@
 Helm installs a chart's `crds/` folder on the first install only and never upgrades it, and Flux's
 default skips it too: after `helm upgrade` the old schema stays, and the apiserver prunes every spec
 field it does not declare. This module is the chart's upgrade path (ADR 0084): its pre-install and
-pre-upgrade hook Job runs `python -m dagline.k8s.crds apply` in the operator image, which applies the
-CRDs generated from that image's own models (`dagline.k8s.crds.custom_resource_definition`), so the
-schemas always match the operator that reads the objects.
+pre-upgrade hook Job runs `python -m dagline.k8s.crds apply` in the operator image, which hands this
+module the CRDs generated from that image's own models (`dagline.k8s.crds.custom_resource_definition`),
+so the schemas always match the operator that reads the objects.
 
 Each CRD is sent as a server-side apply (`PATCH` with `application/apply-patch+yaml`, field manager
 `dagline`, `force=true`): the apiserver creates a missing CRD and otherwise sets exactly the fields
@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dagline.errors import OperationFailed
 from dagline.k8s.client import CALL_ERRORS, DEFAULT_TIMEOUT, api_message
-from dagline.k8s.crds import custom_resource_definition
-from dagline.k8s.resources import KINDS
 
 FIELD_MANAGER = "dagline"
 APPLY_PATCH = "application/apply-patch+yaml"  # JSON is YAML: the body is sent as JSON
@@ -52,22 +51,18 @@ def _resource_version(api: client.ApiextensionsV1Api, name: str) -> str | None:
 
 def _failed(name: str, doing: str, exc: Exception) -> OperationFailed:
     if isinstance(exc, ApiException):
-        hint = (" (the account needs get, create and patch on customresourcedefinitions named "
-                f"{', '.join(crd_names())})" if exc.status == 403 else "")
+        hint = (" (the account needs get, create and patch on this customresourcedefinition)"
+                if exc.status == 403 else "")
         return OperationFailed(f"{doing} CustomResourceDefinition {name}: {exc.status} {api_message(exc)}{hint}")
     return OperationFailed(f"{doing} CustomResourceDefinition {name}: the Kubernetes API could not be reached: {exc}")
 
 
-def crd_names() -> list[str]:
-    return [custom_resource_definition(kind)["metadata"]["name"] for kind in KINDS]
-
-
-def apply_crds(api_client: client.ApiClient, *, field_manager: str = FIELD_MANAGER) -> list[Applied]:
-    """Server-side apply every dagline CRD; raises `OperationFailed` naming the CRD the API refused."""
+def apply_crds(api_client: client.ApiClient, definitions: Iterable[dict], *,
+               field_manager: str = FIELD_MANAGER) -> list[Applied]:
+    """Server-side apply each CRD in turn; raises `OperationFailed` naming the CRD the API refused."""
     api = client.ApiextensionsV1Api(api_client)
     done = []
-    for kind in KINDS:
-        body = custom_resource_definition(kind)
+    for body in definitions:
         name = body["metadata"]["name"]
         before = _resource_version(api, name)
         try:

@@ -262,12 +262,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _apply() -> int:
-    """`apply`: the Kubernetes client is imported only here (`make crds` needs no cluster)."""
+    """`apply`: the Kubernetes client is imported only here (`make crds` needs no cluster); `crd_apply`
+    takes the definitions from this module rather than importing it (no import circle)."""
     from dagline.k8s.client import load_api_client
     from dagline.k8s.crd_apply import apply_crds
 
     try:
-        applied = apply_crds(load_api_client())
+        applied = apply_crds(load_api_client(), [custom_resource_definition(kind) for kind in KINDS])
     except DaglineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
