@@ -145,7 +145,7 @@ def test_values_hold_the_documented_defaults():
     assert values["health"]["port"] == 8080 and values["metrics"]["port"] == 9090
     assert values["dagrunHistoryLimit"] == 50
     assert set(values["spark"]) == {"namespace", "createNamespace", "image", "version", "serviceAccount",
-                                    "pendingTimeout", "retention", "allowedConf", "podSecurity"}
+                                    "pendingTimeout", "retention", "keepFinished", "allowedConf", "podSecurity"}
     assert values["spark"]["allowedConf"] == [] and values["callbacks"]["allowedNetworks"] == []  # nothing widened
     assert values["spark"]["retention"] in ("delete", "keep", "delete-succeeded")
     assert values["podSecurityContext"]["runAsNonRoot"] is True
@@ -260,6 +260,7 @@ EXPECTED_ENV = {
     "DAGLINE_SPARK_SERVICE_ACCOUNT": "spark-operator-spark",
     "DAGLINE_SPARK_PENDING_TIMEOUT": "PT15M",
     "DAGLINE_SPARK_RETENTION": "delete-succeeded",
+    "DAGLINE_SPARK_KEEP_FINISHED": "PT24H",  # driver pods and their logs stay a day (ADR 0085)
     "DAGLINE_SPARK_POD_SECURITY": json.dumps({  # PodSecurity `restricted` for every Spark pod, by default
         "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 185, "seccompProfile": {"type": "RuntimeDefault"}},
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}},
@@ -313,7 +314,7 @@ def test_values_reach_the_environment():
     manifests = render_chart({
         "watch": {"allNamespaces": True},
         "spark": {"namespace": "spark-jobs", "image": "registry.example/jobs:7", "retention": "keep",
-                  "pendingTimeout": 600},
+                  "pendingTimeout": 600, "keepFinished": "PT6H"},
         "health": {"port": 8181}, "dagrunHistoryLimit": 10, "replicaCount": 3,
         "database": {"secretName": "pg", "secretKey": "dsn"},
         "extraEnv": [{"name": "TZ", "value": "UTC"}], "pools": {"default": 256, "spark": 32},
@@ -325,6 +326,10 @@ def test_values_reach_the_environment():
     assert env["DAGLINE_SPARK_NAMESPACE"] == "spark-jobs"
     assert env["DAGLINE_SPARK_IMAGE"] == "registry.example/jobs:7"
     assert (env["DAGLINE_SPARK_RETENTION"], env["DAGLINE_SPARK_PENDING_TIMEOUT"]) == ("keep", "600")
+    assert env["DAGLINE_SPARK_KEEP_FINISHED"] == "PT6H"
+    from dagline.k8s.executor import SparkK8sSettings
+
+    assert SparkK8sSettings.from_env(env | {"DAGLINE_SPARK_POD_SECURITY": None}).keep_finished_s == 6 * 3600
     assert (env["DAGLINE_HEALTH_PORT"], env["DAGLINE_DAGRUN_HISTORY_LIMIT"]) == ("8181", "10")
     assert env["DAGLINE_DB_URL"] == {"secretKeyRef": {"name": "pg", "key": "dsn"}}
     assert env["TZ"] == "UTC"
@@ -715,6 +720,9 @@ def test_a_single_replica_gets_no_budget_that_would_block_every_drain():
     ({"replicas": 3}, "Additional property replicas is not allowed"),
     ({"logFormat": "xml"}, "logFormat must be one of the following"),
     ({"spark": {"retention": "forever"}}, "spark.retention must be one of the following"),
+    ({"spark": {"keepFinished": "a day"}}, "spark.keepFinished: Does not match pattern"),
+    ({"spark": {"keepFinished": -1}}, "spark.keepFinished: Must be greater than or equal to 0"),
+    ({"crds": {"upgrade": {"enabled": "yes"}}}, "crds.upgrade.enabled: Invalid type. Expected: boolean"),
     ({"api": {"port": 0}}, "api.port: Must be greater than or equal to 1"),
     ({"scheduler": {"paralellism": 8}}, "Additional property paralellism is not allowed"),
     ({"topologySpread": {"whenUnsatisfiable": "Sometimes"}}, "topologySpread.whenUnsatisfiable must be one of"),
