@@ -133,7 +133,7 @@ def test_a_task_with_a_relative_application_file_fails_with_the_field_named(kube
 
 
 def test_states_are_reported_once_each_and_a_success_is_deleted_after_it_was_reported(kube, make_executor, clock):
-    executor = make_executor()
+    executor = make_executor(keep_finished_s=0)  # no keep window: deleted at the sync after the report
     launch = launch_of()
     executor.launch([launch])
     name = name_of(launch)
@@ -349,7 +349,11 @@ def test_adopt_follows_existing_applications_by_name_and_returns_the_others(kube
     set_state(kube, name_of(running), "FAILED", error="OOMKilled")
     [report] = second.sync()
     assert (report.ti_id, report.state, report.message) == (1, "failed", "SparkApplication FAILED: OOMKilled")
-    assert len(kube.list(APPS, NS)) == 1  # the success was deleted once reported; the failure is kept
+    # the success was relabelled once reported, to be deleted a day later; the failure is kept
+    success = kube.get(APPS, NS, name_of(finished))
+    assert success["metadata"]["labels"]["dagline.io/outcome"] == "success"
+    assert success["metadata"]["annotations"]["dagline.io/delete-after"] == (
+        START + dt.timedelta(minutes=1, hours=24)).isoformat()
 
 
 def test_adopt_finds_an_outcome_reported_by_a_replica_that_died_before_recording_it(kube, make_executor):
