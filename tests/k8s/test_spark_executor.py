@@ -843,7 +843,9 @@ def test_a_real_pyspark_job_runs_as_a_spark_application(pg_db, kube, spark_opera
 
     assert run["state"] == "success", tis(pg_db, run["id"])
     assert json.loads(out.read_text()) == {"ds": "2026-03-01", "partitions": "3", "sums": {"a": 4, "b": 2}}
-    assert kube.list(APPS, NS) == []  # succeeded and recorded: deleted
+    [app] = kube.list(APPS, NS)  # succeeded and recorded: kept a day with its driver log, then deleted
+    assert app["metadata"]["labels"]["dagline.io/outcome"] == "success"
+    assert "dagline.io/delete-after" in app["metadata"]["annotations"]
     assert_invariants(pg_db)
 
 
