@@ -138,7 +138,12 @@ def test_chart_installs_the_crds_and_two_ready_replicas(installed: Cluster):
             assert established.get("NonStructuralSchema") != "True", crd["metadata"]["name"]
     deployment = installed.get("deployment", "dagline")
     assert deployment["status"].get("readyReplicas") == 2
-    assert installed.kubectl("-n", NAMESPACE, "get", "jobs", "-o", "name").strip() == ""  # hook Job cleaned up
+    assert installed.kubectl("-n", NAMESPACE, "get", "jobs", "-o", "name").strip() == ""  # hook Jobs cleaned up
+    for crd in crds:  # the CRD upgrade hook server-side applied them (ADR 0084)
+        if crd["metadata"]["name"].endswith(".dagline.io"):
+            managers = {field["manager"] for field in crd["metadata"].get("managedFields", [])}
+            assert "dagline" in managers, (crd["metadata"]["name"], managers)
+    assert "crd-upgrade" not in installed.kubectl("get", "clusterroles", "-o", "name")  # hook account removed
 
 
 def test_the_operator_account_has_exactly_the_rules_it_needs(installed: Cluster):
@@ -149,6 +154,9 @@ def test_the_operator_account_has_exactly_the_rules_it_needs(installed: Cluster)
                            ("patch", "sparkapplications.sparkoperator.k8s.io"),
                            ("delete", "sparkapplications.sparkoperator.k8s.io"), ("create", "secrets")]:
         assert installed.can_i(verb, resource, namespace=SPARK_NAMESPACE), f"cannot {verb} {resource}"
+    assert installed.can_i("get", "pods/log", namespace=SPARK_NAMESPACE)  # driver logs for the web UI (ADR 0085)
+    assert installed.can_i("delete", "pods", namespace=SPARK_NAMESPACE)  # a streaming stop's grace (ADR 0090)
+    assert not installed.can_i("list", "pods", namespace=SPARK_NAMESPACE)
     for verb in ("get", "list", "patch", "delete"):  # the per-try Secrets are only created (owned by their application)
         assert not installed.can_i(verb, "secrets", namespace=SPARK_NAMESPACE), f"may {verb} secrets"
     assert not installed.can_i("create", "sparkapplications.sparkoperator.k8s.io")  # not beside the database

@@ -19,6 +19,7 @@ import kmock
 import pytest
 
 from dagline.clock import FixedClock
+from dagline.errors import InvalidInput
 from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
 from dagline.k8s import sparkapp
 from dagline.k8s.client import load_api_client
@@ -57,10 +58,10 @@ def make_executor(kube, clock):
     """`make_executor(**settings)`: an executor on the emulator (credentials from the fixture's KUBECONFIG)."""
     made = []
 
-    def make(*, parallelism=4, api_client=None, list_interval_s=0.0, **settings):
+    def make(*, parallelism=4, api_client=None, list_interval_s=0.0, sweep_interval_s=60.0, **settings):
         executor = SparkK8sExecutor(SparkK8sSettings(namespace=NS, **settings), parallelism=parallelism, clock=clock,
                                     api_client=api_client or load_api_client(), list_interval_s=list_interval_s,
-                                    retry_interval_s=0.0)
+                                    retry_interval_s=0.0, sweep_interval_s=sweep_interval_s)
         executor.start()
         made.append(executor)
         return executor
@@ -132,7 +133,7 @@ def test_a_task_with_a_relative_application_file_fails_with_the_field_named(kube
 
 
 def test_states_are_reported_once_each_and_a_success_is_deleted_after_it_was_reported(kube, make_executor, clock):
-    executor = make_executor()
+    executor = make_executor(keep_finished_s=0)  # no keep window: deleted at the sync after the report
     launch = launch_of()
     executor.launch([launch])
     name = name_of(launch)
@@ -178,8 +179,8 @@ def test_a_failure_reports_the_operators_message_and_is_kept_for_its_logs(kube, 
 @pytest.mark.parametrize(("retention", "kept"), [
     ("delete", set()), ("keep", {"success", "failed"}), ("delete-succeeded", {"failed"}),
 ])
-def test_retention_of_finished_applications(kube, make_executor, retention, kept):
-    executor = make_executor(retention=retention)
+def test_retention_of_finished_applications_without_a_keep_window(kube, make_executor, retention, kept):
+    executor = make_executor(retention=retention, keep_finished_s=0)  # DAGLINE_SPARK_KEEP_FINISHED=0
     good, bad = launch_of("good", ti_id=1), launch_of("bad", ti_id=2)
     executor.launch([good, bad])
     set_state(kube, name_of(good), "COMPLETED")
@@ -188,6 +189,47 @@ def test_retention_of_finished_applications(kube, make_executor, retention, kept
     executor.sync()
     left = {a["metadata"]["labels"]["dagline.io/outcome"] for a in kube.list(APPS, NS)}
     assert left == kept
+
+
+@pytest.mark.parametrize(("retention", "left_after_a_day"), [
+    ("delete-succeeded", {"failed"}), ("delete", set()), ("keep", {"success", "failed"}),
+])
+def test_finished_applications_and_their_driver_logs_are_kept_a_day_then_swept_by_any_replica(
+        kube, make_executor, clock, retention, left_after_a_day):
+    executor = make_executor(retention=retention, sweep_interval_s=0)  # the default keep window: PT24H
+    good, bad = launch_of("good", ti_id=1), launch_of("bad", ti_id=2)
+    executor.launch([good, bad])
+    set_state(kube, name_of(good), "COMPLETED")
+    set_state(kube, name_of(bad), "FAILED")
+    finished_at = clock.now()
+    assert sorted(states(executor.sync())) == [(1, 1, "success"), (2, 1, "failed")]
+    executor.sync()
+    apps = {a["metadata"]["labels"]["dagline.io/outcome"]: a for a in kube.list(APPS, NS)}
+    assert set(apps) == {"success", "failed"}  # both kept, with their driver pods, for now
+    due = (finished_at + dt.timedelta(hours=24)).isoformat()
+    for outcome, app in apps.items():
+        deleted_later = outcome not in left_after_a_day
+        assert (app["metadata"].get("annotations", {}).get("dagline.io/delete-after") == due) is deleted_later
+
+    clock.advance(dt.timedelta(hours=23, minutes=59))
+    executor.sync()
+    assert len(kube.list(APPS, NS)) == 2  # not yet
+    executor.end()
+    # a day after the end, any replica's sweep deletes them: the time is in the cluster, not in a replica
+    clock.advance(dt.timedelta(minutes=2))
+    other = make_executor(retention="keep", sweep_interval_s=0)
+    other.sync()
+    assert {a["metadata"]["labels"]["dagline.io/outcome"] for a in kube.list(APPS, NS)} == left_after_a_day
+
+
+def test_keep_finished_is_read_from_the_environment_and_checked():
+    assert SparkK8sSettings.from_env({}).keep_finished_s == 86400
+    assert SparkK8sSettings.from_env({"DAGLINE_SPARK_KEEP_FINISHED": "PT6H"}).keep_finished_s == 6 * 3600
+    assert SparkK8sSettings.from_env({"DAGLINE_SPARK_KEEP_FINISHED": "0"}).keep_finished_s == 0
+    for bad in ("-1", "soon"):
+        with pytest.raises(InvalidInput) as caught:
+            SparkK8sSettings.from_env({"DAGLINE_SPARK_KEEP_FINISHED": bad})
+        assert caught.value.field == "DAGLINE_SPARK_KEEP_FINISHED"
 
 
 def test_an_application_stuck_before_its_driver_runs_fails_at_the_pending_timeout_and_is_deleted(
@@ -334,7 +376,11 @@ def test_adopt_follows_existing_applications_by_name_and_returns_the_others(kube
     set_state(kube, name_of(running), "FAILED", error="OOMKilled")
     [report] = second.sync()
     assert (report.ti_id, report.state, report.message) == (1, "failed", "SparkApplication FAILED: OOMKilled")
-    assert len(kube.list(APPS, NS)) == 1  # the success was deleted once reported; the failure is kept
+    # the success was relabelled once reported, to be deleted a day later; the failure is kept
+    success = kube.get(APPS, NS, name_of(finished))
+    assert success["metadata"]["labels"]["dagline.io/outcome"] == "success"
+    assert success["metadata"]["annotations"]["dagline.io/delete-after"] == (
+        START + dt.timedelta(minutes=1, hours=24)).isoformat()
 
 
 def test_adopt_finds_an_outcome_reported_by_a_replica_that_died_before_recording_it(kube, make_executor):
@@ -569,13 +615,13 @@ def test_a_failed_try_is_retried_as_a_new_application_and_succeeds(db, kube, spa
     assert "SparkApplication FAILED: Traceback: ValueError: flaky input" in retry.detail
     assert [s.spec["arguments"] for s in spark_operator.submissions] == [["--try", "1"], ["--try", "2"]]
 
-    # try 1 failed: kept, for its driver's logs; try 2 succeeded: deleted once recorded (default retention)
-    [kept] = kube.list(APPS, NS, label_selector="dagline.io/dag=flaky")
-    assert kept["metadata"]["labels"]["dagline.io/try"] == "1"
-    assert kept["metadata"]["labels"]["dagline.io/outcome"] == "failed"
-    versions = kube.history(APPS, NS, sparkapp.application_name(key2))
-    assert versions[0]["metadata"]["labels"]["dagline.io/try"] == "2"
-    assert sparkapp.application_state(versions[-2]) == "COMPLETED" and versions[-1] is None
+    # try 1 failed: kept, for its driver's logs; try 2 succeeded: kept a day, then deleted (default retention)
+    kept = {a["metadata"]["labels"]["dagline.io/try"]: a for a in kube.list(APPS, NS, label_selector="dagline.io/dag=flaky")}
+    assert kept["1"]["metadata"]["labels"]["dagline.io/outcome"] == "failed"
+    assert "dagline.io/delete-after" not in kept["1"]["metadata"].get("annotations", {})
+    assert kept["2"]["metadata"]["labels"]["dagline.io/outcome"] == "success"
+    assert sparkapp.application_state(kept["2"]) == "COMPLETED"
+    assert "dagline.io/delete-after" in kept["2"]["metadata"]["annotations"]
     assert_invariants(db)
 
 
@@ -587,7 +633,8 @@ def test_tasks_logs_reads_the_driver_pods_log_through_the_api(db, kube, spark_op
     spark_operator.on({"dagline.io/try": "1"}, Behaviour.fail("Traceback: ValueError: flaky input"))
     apply(db, write_dag(tmp_path, FLAKY_DAG))
     trigger_run(db, "flaky", now=clock.now())
-    run = run_until_done(db, make_executor(), clock, "flaky")
+    executor = make_executor(sweep_interval_s=0)
+    run = run_until_done(db, executor, clock, "flaky")
     url = db.engine.url.render_as_string(hide_password=False)
     cli = CliRunner()
 
@@ -596,14 +643,24 @@ def test_tasks_logs_reads_the_driver_pods_log_through_the_api(db, kube, spark_op
     assert first.exit_code == 0, first.output
     assert f"driver of default/{name}" in first.output and "arguments: --try 1" in first.output
     assert "exits with an error: Traceback: ValueError: flaky input" in first.output
-    # try 2 succeeded and the default retention deleted its application, and with it the driver pod
+    # try 2 succeeded: its application, driver pod and log stay a day (DAGLINE_SPARK_KEEP_FINISHED)
     second = cli.invoke(main, ["--db", url, "tasks", "logs", run["run_id"], "load"])
-    assert second.exit_code == 1 and "no longer exists" in second.output and "DAGLINE_SPARK_RETENTION" in second.output
+    assert second.exit_code == 0 and "arguments: --try 2" in second.output, second.output
+    # a day later the sweep has deleted it, and with it the driver pod: the reader says so
+    clock.advance(dt.timedelta(hours=24, seconds=1))
+    executor.sync()
+    second = cli.invoke(main, ["--db", url, "tasks", "logs", run["run_id"], "load"])
+    assert second.exit_code == 1 and "no longer exists" in second.output
+    assert "DAGLINE_SPARK_KEEP_FINISHED" in second.output and "DAGLINE_SPARK_RETENTION" in second.output
     # a driver pod whose container has not started: the API's own message
     kube.create("pods", NS, {"metadata": {"name": f"{name}-driver-2"}, "spec": {"containers": [{"name": "d"}]}})
     kube.patch_status(APPS, NS, name, {"driverInfo": {"podName": f"{name}-driver-2"}})
     waiting = cli.invoke(main, ["--db", url, "tasks", "logs", run["run_id"], "load", "--try", "1"])
     assert waiting.exit_code == 1 and "ContainerCreating" in waiting.output
+    # the application is there but its driver pod was deleted (by hand, an eviction, a node gone)
+    kube.delete("pods", NS, f"{name}-driver-2")
+    gone = cli.invoke(main, ["--db", url, "tasks", "logs", run["run_id"], "load", "--try", "1"])
+    assert gone.exit_code == 1 and f"the driver pod {NS}/{name}-driver-2 of SparkApplication {name} is gone" in gone.output
 
 
 def test_the_web_ui_shows_a_spark_k8s_tries_driver_log_as_tasks_logs_prints_it(
@@ -616,11 +673,14 @@ def test_the_web_ui_shows_a_spark_k8s_tries_driver_log_as_tasks_logs_prints_it(
 
     from dagline.api import ApiSettings, create_app
     from dagline.cli import main
+    from dagline.store.tokens import create_token
+    from tests.helpers.web_session import sign_in
 
     spark_operator.on({"dagline.io/try": "1"}, Behaviour.fail("Traceback: ValueError: flaky input"))
     apply(db, write_dag(tmp_path, FLAKY_DAG))
     trigger_run(db, "flaky", now=clock.now())
-    run = run_until_done(db, make_executor(), clock, "flaky")
+    executor = make_executor(sweep_interval_s=0)
+    run = run_until_done(db, executor, clock, "flaky")
     url = db.engine.url.render_as_string(hide_password=False)
     printed = CliRunner().invoke(main, ["--db", url, "tasks", "logs", run["run_id"], "load", "--try", "1"])
     assert printed.exit_code == 0, printed.output
@@ -628,7 +688,10 @@ def test_the_web_ui_shows_a_spark_k8s_tries_driver_log_as_tasks_logs_prints_it(
     assert f"driver of default/{name}" in printed.stdout  # the driver pod's log, not a file
 
     # the log folder is empty: what the page shows can only come from the driver pod
-    web = TestClient(create_app(db, ApiSettings(anonymous_read=True, log_folder=str(tmp_path / "no-logs"))))
+    web = TestClient(create_app(db, ApiSettings(log_folder=str(tmp_path / "no-logs"))), follow_redirects=False)
+    with db.begin() as conn:
+        token = create_token(conn, "reader", ("read",), now=clock.now())
+    sign_in(web, token)  # a signed-in reader, as on a cluster without anonymous reading
     first = web.get(f"/runs/{run['id']}/logs/load/1")  # a page's first view: the log's end
     assert first.status_code == 200 and first.headers["x-log-exists"] == "1"
     assert first.text == printed.stdout
@@ -642,14 +705,24 @@ def test_the_web_ui_shows_a_spark_k8s_tries_driver_log_as_tasks_logs_prints_it(
     assert page.status_code == 200 and shown is not None
     assert html.unescape(shown.group(1)) == printed.stdout
 
-    # try 2 succeeded and the default retention deleted its application, and with it the driver pod:
+    # try 2 succeeded: its driver log is still there the next morning (kept a day by default)
+    clock.advance(dt.timedelta(hours=12))
+    executor.sync()
+    page = web.get(f"/runs/{run['id']}?task=load&try=2")
+    shown = re.search(r'<pre class="log" id="log-text"[^>]*>(.*?)</pre>', page.text, re.DOTALL)
+    assert shown is not None and "arguments: --try 2" in html.unescape(shown.group(1))
+    assert "No log here" not in page.text
+
+    # a day after its end the sweep deleted its application, and with it the driver pod:
     # the page says so in the reader's words, as `tasks logs` does
+    clock.advance(dt.timedelta(hours=12, seconds=1))
+    executor.sync()
     gone = CliRunner().invoke(main, ["--db", url, "tasks", "logs", run["run_id"], "load"])
     assert gone.exit_code == 1 and "no longer exists" in gone.output
     missing = web.get(f"/runs/{run['id']}/logs/load/2")
     assert missing.status_code == 200 and missing.headers["x-log-exists"] == "0" and missing.text == ""
     page = web.get(f"/runs/{run['id']}?task=load&try=2").text
-    assert "No log here for try 2" in page and "no longer exists" in page and "DAGLINE_SPARK_RETENTION" in page
+    assert "No log here for try 2" in page and "no longer exists" in page and "DAGLINE_SPARK_KEEP_FINISHED" in page
 
 
 FOLLOWED_DAG = """\
@@ -797,7 +870,9 @@ def test_a_real_pyspark_job_runs_as_a_spark_application(pg_db, kube, spark_opera
 
     assert run["state"] == "success", tis(pg_db, run["id"])
     assert json.loads(out.read_text()) == {"ds": "2026-03-01", "partitions": "3", "sums": {"a": 4, "b": 2}}
-    assert kube.list(APPS, NS) == []  # succeeded and recorded: deleted
+    [app] = kube.list(APPS, NS)  # succeeded and recorded: kept a day with its driver log, then deleted
+    assert app["metadata"]["labels"]["dagline.io/outcome"] == "success"
+    assert "dagline.io/delete-after" in app["metadata"]["annotations"]
     assert_invariants(pg_db)
 
 

@@ -105,7 +105,9 @@ def default_values() -> dict[str, Any]:
 
 
 def one(manifests: list[dict], kind: str, name: str | None = None) -> dict:
-    found = [m for m in manifests if m["kind"] == kind and (name is None or m["metadata"]["name"] == name)]
+    """The one object of this kind (and name); without a name, the CRD upgrade hook's own are left aside."""
+    found = [m for m in manifests if m["kind"] == kind and (
+        m["metadata"]["name"] == name if name is not None else not m["metadata"]["name"].endswith("-crd-upgrade"))]
     assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
     return found[0]
 
@@ -144,7 +146,7 @@ def test_values_hold_the_documented_defaults():
     assert values["dagrunHistoryLimit"] == 50
     assert set(values["spark"]) == {"namespace", "createNamespace", "image", "version", "serviceAccount",
                                     "pendingTimeout", "pickupTimeout", "preflightInterval", "retention",
-                                    "allowedConf", "podSecurity"}
+                                    "keepFinished", "allowedConf", "podSecurity"}
     assert values["spark"]["allowedConf"] == [] and values["callbacks"]["allowedNetworks"] == []  # nothing widened
     assert values["spark"]["retention"] in ("delete", "keep", "delete-succeeded")
     assert values["podSecurityContext"]["runAsNonRoot"] is True
@@ -220,9 +222,12 @@ def test_templates_render_the_expected_objects():
     manifests = render_chart()
     kinds = sorted((m["kind"], m["metadata"]["name"]) for m in manifests)
     assert kinds == [
+        ("ClusterRole", "dagline-crd-upgrade"),
         ("ClusterRole", "dagline-discovery"),
+        ("ClusterRoleBinding", "dagline-crd-upgrade"),
         ("ClusterRoleBinding", "dagline-discovery"),
         ("Deployment", "dagline"),
+        ("Job", "dagline-crd-upgrade"),
         ("Job", "dagline-db-upgrade"),
         ("PodDisruptionBudget", "dagline"),
         ("Role", "dagline-controller"),
@@ -232,6 +237,7 @@ def test_templates_render_the_expected_objects():
         ("Service", "dagline-api"),
         ("Service", "dagline-metrics"),
         ("ServiceAccount", "dagline"),
+        ("ServiceAccount", "dagline-crd-upgrade"),
     ]
     for manifest in manifests:
         labels = manifest["metadata"]["labels"]
@@ -257,6 +263,7 @@ EXPECTED_ENV = {
     "DAGLINE_SPARK_PICKUP_TIMEOUT": "PT1M",
     "DAGLINE_SPARK_PREFLIGHT_INTERVAL": "PT5M",
     "DAGLINE_SPARK_RETENTION": "delete-succeeded",
+    "DAGLINE_SPARK_KEEP_FINISHED": "PT24H",  # driver pods and their logs stay a day (ADR 0085)
     "DAGLINE_SPARK_POD_SECURITY": json.dumps({  # PodSecurity `restricted` for every Spark pod, by default
         "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 185, "seccompProfile": {"type": "RuntimeDefault"}},
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}},
@@ -310,7 +317,7 @@ def test_values_reach_the_environment():
     manifests = render_chart({
         "watch": {"allNamespaces": True},
         "spark": {"namespace": "spark-jobs", "image": "registry.example/jobs:7", "retention": "keep",
-                  "pendingTimeout": 600},
+                  "pendingTimeout": 600, "keepFinished": "PT6H"},
         "health": {"port": 8181}, "dagrunHistoryLimit": 10, "replicaCount": 3,
         "database": {"secretName": "pg", "secretKey": "dsn"},
         "extraEnv": [{"name": "TZ", "value": "UTC"}], "pools": {"default": 256, "spark": 32},
@@ -322,6 +329,10 @@ def test_values_reach_the_environment():
     assert env["DAGLINE_SPARK_NAMESPACE"] == "spark-jobs"
     assert env["DAGLINE_SPARK_IMAGE"] == "registry.example/jobs:7"
     assert (env["DAGLINE_SPARK_RETENTION"], env["DAGLINE_SPARK_PENDING_TIMEOUT"]) == ("keep", "600")
+    assert env["DAGLINE_SPARK_KEEP_FINISHED"] == "PT6H"
+    from dagline.k8s.executor import SparkK8sSettings
+
+    assert SparkK8sSettings.from_env(env | {"DAGLINE_SPARK_POD_SECURITY": None}).keep_finished_s == 6 * 3600
     assert (env["DAGLINE_HEALTH_PORT"], env["DAGLINE_DAGRUN_HISTORY_LIMIT"]) == ("8181", "10")
     assert env["DAGLINE_DB_URL"] == {"secretKeyRef": {"name": "pg", "key": "dsn"}}
     assert env["TZ"] == "UTC"
@@ -385,7 +396,7 @@ def test_the_web_ui_gets_an_ingress_only_when_asked():
 
 def test_database_is_migrated_once_by_a_hook_job():
     manifests = render_chart()
-    job = one(manifests, "Job")
+    job = one(manifests, "Job", "dagline-db-upgrade")
     annotations = job["metadata"]["annotations"]
     assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
     assert "before-hook-creation" in annotations["helm.sh/hook-delete-policy"]
@@ -395,7 +406,53 @@ def test_database_is_migrated_once_by_a_hook_job():
     [container] = pod["containers"]
     assert container["command"] == ["dagline", "db", "upgrade"]
     assert container_env(container) == {"DAGLINE_DB_URL": EXPECTED_ENV["DAGLINE_DB_URL"]}
-    assert [m for m in render_chart({"migrations": {"enabled": False}}) if m["kind"] == "Job"] == []
+    assert [m for m in render_chart({"migrations": {"enabled": False}})
+            if m["kind"] == "Job" and m["metadata"]["name"] == "dagline-db-upgrade"] == []
+
+
+HOOK_OBJECTS = {("ServiceAccount", "dagline-crd-upgrade"), ("ClusterRole", "dagline-crd-upgrade"),
+                ("ClusterRoleBinding", "dagline-crd-upgrade"), ("Job", "dagline-crd-upgrade")}
+
+
+def test_crds_are_upgraded_by_a_hook_job_with_server_side_apply_and_an_account_of_its_own():
+    """Helm never upgrades crds/: a pre-install/pre-upgrade hook Job applies the operator image's CRDs
+    (tests/k8s/test_crd_upgrade.py shows the apply keeping a new field), as an account that may only get,
+    create and patch the four dagline CRDs by name."""
+    manifests = render_chart()
+    hooks = {(m["kind"], m["metadata"]["name"]): m for m in manifests
+             if (m["kind"], m["metadata"]["name"]) in HOOK_OBJECTS}
+    assert hooks.keys() == HOOK_OBJECTS
+    weights = {}
+    for (kind, _), manifest in hooks.items():
+        annotations = manifest["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
+        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+        weights[kind] = int(annotations["helm.sh/hook-weight"])
+    migration = int(one(manifests, "Job", "dagline-db-upgrade")["metadata"]["annotations"]["helm.sh/hook-weight"])
+    # the account and its rules exist before the Job runs, and the CRDs are current before the migration
+    assert weights["ServiceAccount"] == weights["ClusterRole"] == weights["ClusterRoleBinding"] < weights["Job"] < migration
+
+    [rule] = hooks[("ClusterRole", "dagline-crd-upgrade")]["rules"]
+    crd_files = sorted(path.name.removesuffix(".yaml") for path in (CHART / "crds").glob("*.yaml"))
+    assert rule == {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+                    "resourceNames": crd_files, "verbs": ["get", "create", "patch"]}
+    assert crd_files == ["backfills.dagline.io", "dagruns.dagline.io", "dags.dagline.io", "pools.dagline.io"]
+    binding = hooks[("ClusterRoleBinding", "dagline-crd-upgrade")]
+    assert binding["roleRef"]["name"] == "dagline-crd-upgrade"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "dagline-crd-upgrade", "namespace": NAMESPACE}]
+
+    pod = hooks[("Job", "dagline-crd-upgrade")]["spec"]["template"]["spec"]
+    assert (pod["serviceAccountName"], pod["restartPolicy"], pod["automountServiceAccountToken"]) == (
+        "dagline-crd-upgrade", "Never", True)
+    [container] = pod["containers"]
+    assert container["command"] == ["python", "-m", "dagline.k8s.crds", "apply"]
+    assert container["image"] == one(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert "env" not in container  # no database, no settings: only the cluster's API
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+    # off: none of it (the platform applies the CRDs, e.g. `kubectl apply --server-side -f charts/dagline/crds/`)
+    off = render_chart({"crds": {"upgrade": {"enabled": False}}})
+    assert not {(m["kind"], m["metadata"]["name"]) for m in off} & HOOK_OBJECTS
 
 
 def test_service_account_rbac_and_migrations_can_be_left_to_the_platform():
@@ -427,7 +484,7 @@ def test_production_values_size_and_place_the_operator():
     env = container_env(container)
     assert env["DAGLINE_DB_URL"] == {"secretKeyRef": {"name": "pg", "key": "dsn"}}
     assert (env["DAGLINE_PARALLELISM"], env["DAGLINE_DAGRUN_HISTORY_LIMIT"], env["TZ"]) == ("64", "10", "UTC")
-    job = one(manifests, "Job")  # the migration runs the same image, with the same database Secret
+    job = one(manifests, "Job", "dagline-db-upgrade")  # the migration runs the same image, with the same database Secret
     [migrate] = job["spec"]["template"]["spec"]["containers"]
     assert migrate["image"] == container["image"]
     assert container_env(migrate) == {"DAGLINE_DB_URL": {"secretKeyRef": {"name": "pg", "key": "dsn"}}}
@@ -463,7 +520,8 @@ DISCOVERY_RULES = {
 # What dagline.k8s.executor calls: create, get, list (it polls; no watch), patch (labels of kept ones), delete.
 SPARK_RULES = {("sparkoperator.k8s.io", "sparkapplications", verb)
                for verb in ("get", "list", "create", "patch", "delete")} | {
-    ("", "secrets", "create")}  # each try's signal token, owned by its application: never read, patched or deleted
+    ("", "secrets", "create"),  # each try's signal token, owned by its application: never read, patched or deleted
+    ("", "pods/log", "get")}  # the driver logs the web UI and `tasks logs` show
 SPARK_RULES |= {("", "pods", "get"), ("", "pods", "delete")}  # a streaming driver stopped with its grace (ADR 0090)
 
 
@@ -473,7 +531,8 @@ def granted(manifests: list[dict]) -> set[tuple[str, str, str, str]]:
     roles = {(m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"]): m
              for m in manifests if m["kind"] in ("Role", "ClusterRole")}
     grants = set()
-    for binding in (m for m in manifests if m["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+    for binding in (m for m in manifests if m["kind"] in ("RoleBinding", "ClusterRoleBinding")
+                    and (m["kind"], m["metadata"]["name"]) not in HOOK_OBJECTS):  # the CRD hook's: its own test
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["name"],
                                         "namespace": account["namespace"]}]
         ref = binding["roleRef"]
@@ -665,6 +724,9 @@ def test_a_single_replica_gets_no_budget_that_would_block_every_drain():
     ({"replicas": 3}, "Additional property replicas is not allowed"),
     ({"logFormat": "xml"}, "logFormat must be one of the following"),
     ({"spark": {"retention": "forever"}}, "spark.retention must be one of the following"),
+    ({"spark": {"keepFinished": "a day"}}, "spark.keepFinished: Does not match pattern"),
+    ({"spark": {"keepFinished": -1}}, "spark.keepFinished: Must be greater than or equal to 0"),
+    ({"crds": {"upgrade": {"enabled": "yes"}}}, "crds.upgrade.enabled: Invalid type. Expected: boolean"),
     ({"api": {"port": 0}}, "api.port: Must be greater than or equal to 1"),
     ({"scheduler": {"paralellism": 8}}, "Additional property paralellism is not allowed"),
     ({"topologySpread": {"whenUnsatisfiable": "Sometimes"}}, "topologySpread.whenUnsatisfiable must be one of"),

@@ -225,10 +225,11 @@ def test_settings_take_the_pods_namespace_and_every_variable(tmp_path):
     assert SparkK8sSettings.from_env({}, namespace_file=str(ns_file)).namespace == "data-team"
     env = {"DAGLINE_SPARK_NAMESPACE": "jobs", "DAGLINE_SPARK_IMAGE": "registry.example/etl:7",
            "DAGLINE_SPARK_SERVICE_ACCOUNT": "spark-runner", "DAGLINE_SPARK_PENDING_TIMEOUT": "PT2M",
-           "DAGLINE_SPARK_RETENTION": "keep", "DAGLINE_SPARK_SPARK_VERSION": "3.5.1"}
+           "DAGLINE_SPARK_RETENTION": "keep", "DAGLINE_SPARK_SPARK_VERSION": "3.5.1",
+           "DAGLINE_SPARK_KEEP_FINISHED": "PT2H"}
     assert SparkK8sSettings.from_env(env, namespace_file=str(ns_file)) == SparkK8sSettings(
         namespace="jobs", image="registry.example/etl:7", service_account="spark-runner", pending_timeout_s=120.0,
-        retention="keep", spark_version="3.5.1")
+        retention="keep", keep_finished_s=7200.0, spark_version="3.5.1")
 
 
 def test_the_default_image_follows_the_spark_version(tmp_path):

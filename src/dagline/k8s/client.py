@@ -170,10 +170,13 @@ class SparkApplications:
             raise sorted_error(exc) from None
         return True
 
-    def set_labels(self, name: str, labels: dict[str, str]) -> bool:
-        """Merge these labels into the object's; False if it is gone."""
+    def set_labels(self, name: str, labels: dict[str, str], annotations: dict[str, str] | None = None) -> bool:
+        """Merge these labels (and annotations) into the object's; False if it is gone."""
+        metadata: dict = {"labels": labels}
+        if annotations:
+            metadata["annotations"] = annotations
         try:
-            self.api.patch_namespaced_custom_object(name=name, body={"metadata": {"labels": labels}}, **self._args())
+            self.api.patch_namespaced_custom_object(name=name, body={"metadata": metadata}, **self._args())
         except CALL_ERRORS as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 return False

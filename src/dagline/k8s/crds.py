@@ -8,6 +8,7 @@ properties (the apiserver prunes unknown fields; `kubectl apply` refuses them), 
 
     python -m dagline.k8s.crds           # (make crds) write crds/ and charts/dagline/crds/
     python -m dagline.k8s.crds --check   # exit 1 if either folder differs from the models
+    python -m dagline.k8s.crds apply     # server-side apply them to the cluster (`dagline.k8s.crd_apply`)
 
 A union the schema cannot express structurally (two non-null types) fails the generation, naming the
 field, rather than producing a CRD the apiserver would reject.
@@ -239,10 +240,15 @@ def write(root: pathlib.Path) -> list[pathlib.Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dagline.k8s.crds", description=__doc__.splitlines()[0])
+    parser.add_argument("command", nargs="?", choices=("write", "apply"), default="write",
+                        help="write (default): the CRD files; apply: server-side apply the CRDs to the cluster "
+                             "of the kubeconfig or the pod's service account (field manager `dagline`)")
     parser.add_argument("--root", type=pathlib.Path, default=pathlib.Path.cwd(),
                         help="the repository root (default: the current folder)")
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 when the files drift")
     args = parser.parse_args(argv)
+    if args.command == "apply":
+        return _apply()
     if args.check:
         problems = check(args.root)
         for problem in problems:
@@ -252,6 +258,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1 if problems else 0
     for path in write(args.root):
         print(f"wrote {path}")
+    return 0
+
+
+def _apply() -> int:
+    """`apply`: the Kubernetes client is imported only here (`make crds` needs no cluster); `crd_apply`
+    takes the definitions from this module rather than importing it (no import circle)."""
+    from dagline.k8s.client import load_api_client
+    from dagline.k8s.crd_apply import apply_crds
+
+    try:
+        applied = apply_crds(load_api_client(), [custom_resource_definition(kind) for kind in KINDS])
+    except DaglineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for item in applied:
+        print(f"customresourcedefinition.apiextensions.k8s.io/{item.name} {item.outcome}")
     return 0
 
 

@@ -26,13 +26,19 @@ Errors. Connection errors, timeouts, 429 and 5xx never reach the scheduler loop:
 failing fails its try at the pending timeout). 403, 422 and other refusals of a create fail the
 try with the API's message.
 
-Retention (`DAGLINE_SPARK_RETENTION`): `delete-succeeded` (default) deletes an application once its
-success was reported and keeps failed ones (with their driver pod, for `kubectl logs`), relabelled
-`dagline.io/outcome=failed`; `delete` deletes every finished one; `keep` relabels them all. The
-delete or relabel happens at the *next* sync, after the scheduler has recorded the outcome, so a
+Retention (`DAGLINE_SPARK_RETENTION`, `DAGLINE_SPARK_KEEP_FINISHED`; ADR 0085): `delete-succeeded`
+(default) deletes succeeded applications and keeps failed ones (with their driver pod, for the web UI
+and `kubectl logs`) for good; `delete` deletes every finished one; `keep` deletes none. Every finished
+application is first relabelled `dagline.io/outcome=<success|failed>`; one the retention deletes also
+gets the annotation `dagline.io/delete-after` (dagline's clock plus `DAGLINE_SPARK_KEEP_FINISHED`, 24
+hours by default), and a sweep (at most once per `sweep_interval_s`, by any replica: the annotation
+is in the cluster) deletes those whose time has passed, taking their driver pods and logs along. So
+a succeeded try's driver log can be read for a day. `DAGLINE_SPARK_KEEP_FINISHED=0` deletes at once.
+The relabel or delete happens at the *next* sync, after the scheduler has recorded the outcome, so a
 replica dying in between leaves an application the next one can still adopt. No
-`timeToLiveSeconds` is set: the operator would delete an application whose outcome dagline may not
-have read yet. `cancel` deletes at once; `end` stops following and deletes nothing that runs.
+`timeToLiveSeconds` is set: the spark-operator would delete an application whose outcome dagline may
+not have read yet (a replica down longer than the TTL would then fail a try that succeeded).
+`cancel` deletes at once; `end` stops following and deletes nothing that runs.
 
 Signals and the task's env. A try with an environment (`DAGLINE_API_URL`, `DAGLINE_SIGNAL_TOKEN`, the
 task's `env`: its `secretKeyRef`s read through `read_secret`, which the operator points at the DAG
@@ -105,6 +111,8 @@ STOP_SLACK_S = 15.0  # after a streaming driver's grace period: time for the kub
 DEFAULT_PENDING_TIMEOUT_S = 600.0
 DEFAULT_PICKUP_TIMEOUT_S = 60.0
 DEFAULT_PREFLIGHT_INTERVAL_S = 300.0
+DEFAULT_KEEP_FINISHED_S = 86400.0  # a day: the driver log of last night's run can be read in the morning
+KEEP_FINISHED_SETTING = "DAGLINE_SPARK_KEEP_FINISHED"
 
 # Used with fullmatch: `$` would also match before a trailing newline.
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -121,6 +129,7 @@ class SparkK8sSettings:
     service_account: str = "spark"
     pending_timeout_s: float = DEFAULT_PENDING_TIMEOUT_S
     retention: str = "delete-succeeded"
+    keep_finished_s: float = DEFAULT_KEEP_FINISHED_S  # how long a finished application the retention deletes stays
     spark_version: str = DEFAULT_SPARK_VERSION
     # DAGLINE_SPARK_POD_SECURITY: {podSecurityContext, securityContext} every driver and executor gets unless
     # its task's spark.pod sets its own (the chart's spark.podSecurity: PodSecurity `restricted` by default)
@@ -176,9 +185,12 @@ class SparkK8sSettings:
         if interval_text is not None:
             interval = 0.0 if interval_text in ("0", "0.0", "off", "PT0S") else parse_timeout(
                 interval_text, field="DAGLINE_SPARK_PREFLIGHT_INTERVAL")
+        keep_text = get(KEEP_FINISHED_SETTING)
+        keep = DEFAULT_KEEP_FINISHED_S if keep_text is None else parse_timeout(
+            keep_text, field=KEEP_FINISHED_SETTING, zero=True)
         return cls(namespace=namespace, image=image, service_account=account, pending_timeout_s=timeout,
-                   retention=retention, spark_version=version, pod_security=security, pickup_timeout_s=pickup,
-                   preflight_interval_s=interval)
+                   retention=retention, keep_finished_s=keep, spark_version=version, pod_security=security,
+                   pickup_timeout_s=pickup, preflight_interval_s=interval)
 
 
 POD_SECURITY_SETTING = "DAGLINE_SPARK_POD_SECURITY"
@@ -200,8 +212,8 @@ def _pod_security(text: str | None) -> dict | None:
     return {k: v for k, v in value.items() if v} or None
 
 
-def parse_timeout(text: str, *, field: str) -> float:
-    """Seconds (`600`, `90.5`) or an ISO-8601 duration (`PT10M`), more than zero."""
+def parse_timeout(text: str, *, field: str, zero: bool = False) -> float:
+    """Seconds (`600`, `90.5`) or an ISO-8601 duration (`PT10M`), more than zero (or zero, with `zero`)."""
     try:
         seconds = float(text)
     except ValueError:
@@ -211,8 +223,9 @@ def parse_timeout(text: str, *, field: str) -> float:
             raise InvalidInput(
                 f"{text!r} is neither a number of seconds nor an ISO-8601 duration (e.g. 600 or PT10M)", field=field
             ) from None
-    if not seconds > 0 or seconds == float("inf"):
-        raise InvalidInput(f"{text!r} must be a positive, finite duration", field=field)
+    if not (seconds >= 0 if zero else seconds > 0) or seconds == float("inf"):
+        raise InvalidInput(f"{text!r} must be a {'non-negative' if zero else 'positive'}, finite duration",
+                           field=field)
     return seconds
 
 
@@ -248,6 +261,12 @@ class _Cleanup:
     outcome: str      # "success" | "failed"
     delete: bool      # else: relabel `dagline.io/outcome=<outcome>`
     after: int = 0    # run at a sync once this many syncs have returned (its report was recorded)
+    delete_after: dt.datetime | None = None  # with the relabel: when the sweep may delete it
+
+    def annotations(self) -> dict[str, str] | None:
+        if self.delete_after is None:
+            return None
+        return {sparkapp.ANNOTATION_DELETE_AFTER: self.delete_after.isoformat()}
 
 
 class SparkK8sExecutor:
@@ -257,7 +276,7 @@ class SparkK8sExecutor:
     host_bound = False  # applications live in the cluster: any replica can adopt them by label
 
     def __init__(self, settings: SparkK8sSettings, *, parallelism: int, clock=None, api_client=None,
-                 list_interval_s: float = 1.0, retry_interval_s: float = 2.0):
+                 list_interval_s: float = 1.0, retry_interval_s: float = 2.0, sweep_interval_s: float = 60.0):
         if parallelism < 1:
             raise ValueError("parallelism must be at least 1")
         self.settings = settings
@@ -265,6 +284,8 @@ class SparkK8sExecutor:
         self.clock = clock or SystemClock()
         self.list_interval_s = list_interval_s    # at most one list call per this many seconds
         self.retry_interval_s = retry_interval_s  # after a transient API error, no call for this long
+        self.sweep_interval_s = sweep_interval_s  # at most one sweep of expired finished applications per this
+        self._last_sweep = time.monotonic()       # the first sweep comes one interval after the start
         self._api_client = api_client
         self._apps: SparkApplications | None = None
         self._secrets: Secrets | None = None
@@ -322,6 +343,8 @@ class SparkK8sExecutor:
                 self._refresh()
         self._end_graceful_stops()
         self._time_out_pending()
+        if time.monotonic() - self._last_sweep >= self.sweep_interval_s and self._api_ready():
+            self._sweep()
         reports, self._reports = self._reports, []
         self._syncs += 1
         return reports
@@ -383,7 +406,7 @@ class SparkK8sExecutor:
                 if cleanup.delete and cleanup.after < self._syncs:
                     self._api().delete(cleanup.name)  # its report was returned before the last sync
                 else:
-                    self._api().set_labels(cleanup.name, {LABEL_OUTCOME: cleanup.outcome})
+                    self._api().set_labels(cleanup.name, {LABEL_OUTCOME: cleanup.outcome}, cleanup.annotations())
             except (ApiUnavailable, ApiRejected) as exc:
                 log.warning("could not clean up SparkApplication %s at shutdown: %s", cleanup.name, exc)
         self._tries.clear()
@@ -691,7 +714,12 @@ class SparkK8sExecutor:
         if cleanup:
             retention = self.settings.retention
             delete = retention == "delete" or (retention == "delete-succeeded" and state == TIState.SUCCESS)
-            self._cleanups.append(_Cleanup(t.name, state, delete, after=self._syncs + 1))
+            keep = self.settings.keep_finished_s
+            if delete and keep > 0:  # kept with its driver pod and log, then swept
+                self._cleanups.append(_Cleanup(t.name, state, False, after=self._syncs + 1,
+                                               delete_after=now + dt.timedelta(seconds=keep)))
+            else:
+                self._cleanups.append(_Cleanup(t.name, state, delete, after=self._syncs + 1))
 
     def _run_cleanups(self) -> None:
         """Deletes and relabels whose try's report the scheduler has recorded (a sync returned it since)."""
@@ -704,13 +732,37 @@ class SparkK8sExecutor:
                 if cleanup.delete:
                     self._api().delete(cleanup.name)
                 else:
-                    self._api().set_labels(cleanup.name, {LABEL_OUTCOME: cleanup.outcome})
+                    self._api().set_labels(cleanup.name, {LABEL_OUTCOME: cleanup.outcome}, cleanup.annotations())
             except ApiUnavailable as exc:
                 self._api_error(f"cleaning up SparkApplication {cleanup.name}", exc)
                 self._cleanups[:0] = due[i:]  # retry them, in order, at a later sync
                 return
             except ApiRejected as exc:
                 log.warning("could not clean up SparkApplication %s: %s", cleanup.name, exc)
+
+    def _sweep(self) -> None:
+        """Delete the finished applications whose `dagline.io/delete-after` has passed (whichever replica
+        finished them); their driver pods and logs go with them."""
+        try:
+            finished = self._api().list(sparkapp.FINISHED_SELECTOR)
+        except (ApiUnavailable, ApiRejected) as exc:
+            self._api_error("listing finished SparkApplications", exc)
+            return
+        self._api_ok()
+        self._last_sweep = time.monotonic()
+        now = self.clock.now()
+        for obj in finished:
+            meta = obj.get("metadata") or {}
+            due = _instant((meta.get("annotations") or {}).get(sparkapp.ANNOTATION_DELETE_AFTER))
+            if due is None or due > now:
+                continue
+            try:
+                self._api().delete(meta.get("name"))
+            except ApiUnavailable as exc:
+                self._api_error(f"deleting SparkApplication {meta.get('name')}", exc)
+                return  # the next sweep deletes the rest
+            except ApiRejected as exc:
+                log.warning("could not delete SparkApplication %s: %s", meta.get("name"), exc)
 
     def _delete_now(self, name: str, outcome: str) -> None:
         if not self._api_ready():
@@ -747,6 +799,15 @@ class SparkK8sExecutor:
         self._last_refusal = None
 
 
+def _instant(text: str | None) -> dt.datetime | None:
+    """An ISO-8601 instant with its offset, else None (an annotation someone else wrote is ignored)."""
+    try:
+        value = dt.datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+    return value if value is not None and value.tzinfo is not None else None
+
+
 def _duration_text(seconds: float) -> str:
     seconds = int(seconds)
     minutes, secs = divmod(seconds, 60)
@@ -761,7 +822,8 @@ def _build(settings: ExecutorSettings) -> SparkK8sExecutor:
 
 _SHOWN = {"namespace": "DAGLINE_SPARK_NAMESPACE", "image": "DAGLINE_SPARK_IMAGE",
           "service_account": "DAGLINE_SPARK_SERVICE_ACCOUNT", "pending_timeout_s": "DAGLINE_SPARK_PENDING_TIMEOUT",
-          "retention": "DAGLINE_SPARK_RETENTION", "spark_version": "DAGLINE_SPARK_SPARK_VERSION",
+          "retention": "DAGLINE_SPARK_RETENTION", "keep_finished_s": KEEP_FINISHED_SETTING,
+          "spark_version": "DAGLINE_SPARK_SPARK_VERSION",
           "pod_security": POD_SECURITY_SETTING, "pickup_timeout_s": "DAGLINE_SPARK_PICKUP_TIMEOUT",
           "preflight_interval_s": "DAGLINE_SPARK_PREFLIGHT_INTERVAL"}
 

@@ -5,7 +5,9 @@ A try of the spark-k8s executor is a SparkApplication (`sparkapp.application_nam
 namespace its `external_id` names); its driver pod is the one `status.driverInfo.podName` names (the
 spark-operator's `<application>-driver` when the status says nothing). The log is CoreV1
 `read_namespaced_pod_log`, streamed in chunks, so a large log is never held in memory. A finished
-application that the executor's retention deleted takes its pods along: the error says so.
+application that the executor's retention deleted takes its pods along (it keeps them
+`DAGLINE_SPARK_KEEP_FINISHED`, a day by default, ADR 0085), and a pod deleted on its own leaves an
+application without a driver: the error says which.
 
 `DriverLog` is the `TryLog` the registry opens for a stored spark-k8s try (in the namespace its
 `external_id` names, else `DAGLINE_SPARK_NAMESPACE`, else `default`). Following it (`--follow`, a
@@ -46,8 +48,9 @@ def driver_pod(apps: SparkApplications, name: str) -> str:
         raise NoLog(f"SparkApplication {apps.namespace}/{name} could not be read: {exc}") from None
     if app is None:
         raise NoLog(
-            f"SparkApplication {apps.namespace}/{name} no longer exists, and its driver pod went with it "
-            "(DAGLINE_SPARK_RETENTION=keep keeps finished applications and their logs)")
+            f"SparkApplication {apps.namespace}/{name} no longer exists, and its driver pod and log went with it "
+            "(finished applications are deleted DAGLINE_SPARK_KEEP_FINISHED after their end, PT24H by default, "
+            "or never with DAGLINE_SPARK_RETENTION=keep)")
     return driver_pod_name(app, name)
 
 
@@ -66,6 +69,9 @@ def driver_log(key: TaskKey, namespace: str, *, api_client=None, tail_lines: int
     try:
         response = client.CoreV1Api(api_client).read_namespaced_pod_log(pod, namespace, **kwargs)
     except CALL_ERRORS as exc:
+        if isinstance(exc, ApiException) and exc.status == 404:
+            raise NoLog(f"the driver pod {namespace}/{pod} of SparkApplication {name} is gone (deleted by hand, "
+                        f"evicted, or its node removed), and its log with it") from None
         if isinstance(exc, ApiException):
             raise NoLog(f"driver pod {namespace}/{pod} of SparkApplication {name}: "
                         f"{exc.status} {api_message(exc)}") from None

@@ -68,8 +68,12 @@ ANNOTATION_TASK_ID = "dagline.io/task-id"
 ANNOTATION_TRY_NUMBER = "dagline.io/try-number"
 ANNOTATION_TI_ID = "dagline.io/ti-id"
 ANNOTATION_LAUNCHED_AT = "dagline.io/launched-at"  # dagline's clock when the try was launched (ISO-8601)
+# A finished application whose outcome was recorded: dagline deletes it from then on (ISO-8601; see the
+# executor's retention). Until then its driver pod, and the log the web UI shows, stay.
+ANNOTATION_DELETE_AFTER = "dagline.io/delete-after"
 
 FOLLOWED_SELECTOR = f"{LABEL_MANAGED}={MANAGED_BY},{LABEL_OUTCOME}={OUTCOME_PENDING}"
+FINISHED_SELECTOR = f"{LABEL_MANAGED}={MANAGED_BY},{LABEL_OUTCOME}!={OUTCOME_PENDING}"
 
 MAX_NAME_LENGTH = 56     # 63 (DNS-1035 label) minus len("-ui-svc")
 LABEL_VALUE_MAX = 63

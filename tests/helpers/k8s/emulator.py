@@ -11,7 +11,15 @@ watch and delete-collection, `limit`/`continue`, watches that resume from a `res
 `ownerReferences`, the status subresource, name and label validation (422 Invalid), and
 `CustomResourceDefinition` objects that add their resources to discovery and whose schemas prune,
 default and validate the custom objects (the content rules themselves are in
-`tests.helpers.k8s.api_rules`).
+`tests.helpers.k8s.api_rules`), and server-side apply (below).
+
+Server-side apply: a PATCH with `Content-Type: application/apply-patch+yaml` (a JSON body) needs a
+`fieldManager` (422 without one, as the API server answers), creates a missing object, and otherwise
+merges the applied configuration into the object (objects field by field, lists as a whole) and
+removes the fields this manager applied last time and no longer applies. Simplified: each manager's
+fields are remembered by the emulator (`emulator.applied`), not written to `metadata.managedFields`,
+and conflicts with other managers are not detected (an applier sending `force=true`, as dagline's does,
+takes them over anyway).
 
 Everything runs in the event loop of the thread that serves it (`tests.helpers.k8s.cluster`); handlers
 are synchronous between awaits, so each request is atomic. Objects keep kmock's history of versions:
@@ -210,6 +218,31 @@ def invalid(res: ApiResource, name: str, causes: list[tuple[str, str]]) -> ApiEr
 
 STALE = "the object has been modified; please apply your changes to the latest version and try again"
 
+def _leaf_paths(obj: Any, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """The paths of an applied configuration's fields: into objects, stopping at lists and scalars."""
+    if isinstance(obj, dict) and obj:
+        return set().union(*(_leaf_paths(value, (*prefix, key)) for key, value in obj.items()))
+    return {prefix} if prefix else set()
+
+
+def _remove_path(obj: dict[str, Any], path: tuple[str, ...]) -> None:
+    for key in path[:-1]:
+        obj = obj.get(key)
+        if not isinstance(obj, dict):
+            return
+    obj.pop(path[-1], None)
+
+
+def _apply_merge(target: Any, config: Any) -> Any:
+    """Objects merged field by field, anything else (lists included) replaced."""
+    if not isinstance(config, dict) or not isinstance(target, dict):
+        return copy.deepcopy(config)
+    result = copy.deepcopy(target)
+    for key, value in config.items():
+        result[key] = _apply_merge(result.get(key), value)
+    return result
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -284,6 +317,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
     # pod terminating (`deletionGracePeriodSeconds`) until `end_pod`, as a kubelet would; a later delete may
     # only shorten the grace period, as on a real API server
     pod_deletions: list[tuple[str, str, int | None]] = attrs.field(factory=list, init=False)
+    # (object key, field manager) -> the leaf paths that manager applied last (server-side apply)
+    applied: dict[tuple[Any, str], set[tuple[str, ...]]] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         # Discovery and error rendering come from the scaffold; every object URL is served here (as the
@@ -444,7 +479,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
         obj["apiVersion"], obj["kind"] = res.api_version, res.kind
 
     def patch(self, res: ApiResource, namespace: str | None, name: str, patch: Any, *,
-              content_type: str = "application/merge-patch+json", subresource: str | None = None) -> dict[str, Any]:
+              content_type: str = "application/merge-patch+json", subresource: str | None = None,
+              field_manager: str | None = None) -> dict[str, Any]:
+        if "apply-patch" in content_type:
+            return self.server_side_apply(res, namespace, name, patch, field_manager, subresource=subresource)
         current = self.current(res, namespace, name)
         if current is None:
             raise not_found(res, name)
@@ -465,6 +503,36 @@ class KubeEmulator(kmock.KubernetesEmulator):
         else:
             raise ApiError(400, "BadRequest", "a patch must be a JSON object or a list of operations")
         return self._update(res, current, updated, subresource)
+
+    def server_side_apply(self, res: ApiResource, namespace: str | None, name: str, config: Any,
+                          field_manager: str | None, *, subresource: str | None = None) -> dict[str, Any]:
+        """Create the object, or set the fields `config` holds and drop those this manager no longer applies."""
+        if not field_manager:
+            raise invalid(res, name, [("fieldManager", "Required value: is required for apply patch")])
+        if not isinstance(config, dict):
+            raise ApiError(400, "BadRequest", "an apply patch must be an object")
+        config = copy.deepcopy(config)
+        self._check_type(res, config)
+        meta = config.get("metadata") if isinstance(config.get("metadata"), dict) else {}
+        if meta.get("name") not in (None, name):
+            raise ApiError(400, "BadRequest", f"the name of the object ({meta.get('name')}) does not match the name "
+                                              f"on the URL ({name})")
+        key = (self._key(res, namespace, name), field_manager)
+        paths = _leaf_paths(_without(config, "apiVersion", "kind"))
+        current = self.current(res, namespace, name)
+        if current is None:
+            if subresource is not None:
+                raise not_found(res, name)
+            created = self.create(res, namespace, dict(config, metadata=dict(meta, name=name)))
+            self.applied[key] = paths
+            return created
+        updated = copy.deepcopy(current)
+        for gone in sorted(self.applied.get(key, set()) - paths, key=len, reverse=True):
+            _remove_path(updated, gone)
+        updated = _apply_merge(updated, config)
+        result = self._update(res, current, updated, subresource)
+        self.applied[key] = paths
+        return result
 
     def replace(self, res: ApiResource, namespace: str | None, name: str, body: Any, *,
                 subresource: str | None = None) -> dict[str, Any]:
@@ -701,7 +769,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
             content_type = next((v for k, v in request.headers.items() if k.lower() == "content-type"),
                                 "application/merge-patch+json")
             return kmock.Response(status=200, payload=self.patch(res, namespace, name, body,
-                                                                 content_type=content_type, subresource=sub))
+                                                                 content_type=content_type, subresource=sub,
+                                                                 field_manager=params.get("fieldManager")))
         if method == "DELETE" and name is not None:
             grace = params.get("gracePeriodSeconds")
             return kmock.Response(status=200, payload=self.delete(res, namespace, name, body,
