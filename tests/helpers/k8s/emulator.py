@@ -13,6 +13,10 @@ watch and delete-collection, `limit`/`continue`, watches that resume from a `res
 default and validate the custom objects (the content rules themselves are in
 `tests.helpers.k8s.api_rules`).
 
+Watch streams can be made to go quiet (`freeze_watches`: open streams get nothing more and never end;
+with `new_ones=True` new streams too, until `thaw_watches`), as behind a load balancer that drops long
+connections silently.
+
 Everything runs in the event loop of the thread that serves it (`tests.helpers.k8s.cluster`); handlers
 are synchronous between awaits, so each request is atomic. Objects keep kmock's history of versions:
 `emulator.objects[resource, namespace, name].history`.
@@ -243,6 +247,7 @@ class Watcher:
     labels: Any
     fields: Any
     queue: asyncio.Queue = dataclasses.field(default_factory=asyncio.Queue)
+    frozen: bool = False  # a stream gone quiet: nothing reaches it, and it never ends by itself
 
     def matches(self, obj: dict[str, Any] | None) -> bool:
         if obj is None:
@@ -277,7 +282,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
     _changes: list[Change] = attrs.field(factory=list, init=False)
     _compacted: int = attrs.field(default=0, init=False)
     _watchers: list[Watcher] = attrs.field(factory=list, init=False)
-    _orphaning: set[str] = attrs.field(factory=set, init=False)  # uids deleted with propagationPolicy=Orphan
+    _orphaning: set[str] = attrs.field(factory=set, init=False)
+    _freezing: set[str] = attrs.field(factory=set, init=False)  # plurals whose new watches start frozen  # uids deleted with propagationPolicy=Orphan
     schemas: dict[tuple[str, str, str], dict[str, Any]] = attrs.field(factory=dict, init=False)
     pod_logs: dict[tuple[str, str], Any] = attrs.field(factory=dict, init=False)  # (ns, pod) -> str | Path
 
@@ -360,7 +366,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         change = Change(self.revision, type_, res, copy.deepcopy(obj), old)
         self._changes.append(change)
         for watcher in self._watchers:
-            if (event := watcher.event(change)) is not None:
+            if not watcher.frozen and (event := watcher.event(change)) is not None:
                 watcher.queue.put_nowait(event)
         if res.kind == "CustomResourceDefinition" and type_ != "DELETED":
             for declared in resources_of_crd(obj):
@@ -383,6 +389,25 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     def open_watches(self) -> list[tuple[ApiResource, str | None]]:
         return [(w.res, w.namespace) for w in self._watchers]
+
+    def freeze_watches(self, plural: str | None = None, *, new_ones: bool = False) -> int:
+        """Make the open watch streams of a resource (every one if None) go quiet, as a load balancer that
+        drops a long connection without closing it: no event reaches them, their `timeoutSeconds` passes
+        unnoticed, and the client only learns by its own timeouts. With `new_ones`, every watch opened
+        later is frozen from its start too (the watch cannot be renewed), until `thaw_watches()`.
+        Returns how many open streams were frozen."""
+        frozen = 0
+        for watcher in self._watchers:
+            if (plural is None or watcher.res.plural == plural) and not watcher.frozen:
+                watcher.frozen = True
+                frozen += 1
+        if new_ones:
+            self._freezing.add(plural or "*")
+        return frozen
+
+    def thaw_watches(self) -> None:
+        """New watches work again (streams already frozen stay dead, as dropped connections do)."""
+        self._freezing.clear()
 
     # --------------------------------------------------------------------------------- operations
     def create(self, res: ApiResource, namespace: str | None, body: Any) -> dict[str, Any]:
@@ -616,6 +641,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
             return
         else:
             backlog = [e for c in self._changes if c.revision > int(since) if (e := watcher.event(c)) is not None]
+        if "*" in self._freezing or res.plural in self._freezing:
+            watcher.frozen = True
+            backlog = []
         self._watchers.append(watcher)  # in the same step as the snapshot: no change falls in between
         try:
             for event in backlog:
@@ -624,10 +652,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
             deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
             while True:
                 remaining = None if deadline is None else deadline - asyncio.get_running_loop().time()
-                if remaining is not None and remaining <= 0:
+                if remaining is not None and remaining <= 0 and not watcher.frozen:
                     return
                 try:
-                    event = await asyncio.wait_for(watcher.queue.get(), remaining)
+                    event = await asyncio.wait_for(watcher.queue.get(), None if watcher.frozen else remaining)
                 except TimeoutError:
                     return
                 if event is _CLOSE:
