@@ -7,7 +7,8 @@ PUT is a 409, a failed JSON-patch `test` a 422), `uid`, `generation` (bumped whe
 metadata and status changes), `creationTimestamp`, `generateName`, label and field selectors on list,
 watch and delete-collection, `limit`/`continue`, watches that resume from a `resourceVersion`
 (410 Gone once compacted), PUT, `kind`/`apiVersion` on lists, 201 on create, 409 AlreadyExists,
-404 NotFound, deletion with `deletionTimestamp` held by finalizers, garbage collection by
+404 NotFound, deletion with `deletionTimestamp` held by finalizers, namespace deletion (Terminating,
+its objects deleted, gone once they are; no new objects in it meanwhile), garbage collection by
 `ownerReferences`, the status subresource, name and label validation (422 Invalid), and
 `CustomResourceDefinition` objects that add their resources to discovery and whose schemas prune,
 default and validate the custom objects (the content rules themselves are in
@@ -421,9 +422,13 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if res.namespaced:
             if namespace is None:
                 raise ApiError(404, "NotFound", f"{res.qualified} is namespaced: POST to a namespace")
-            if self.current(self.api_resources[("", "v1", "namespaces")], None, namespace) is None:
+            home = self.current(self.api_resources[("", "v1", "namespaces")], None, namespace)
+            if home is None:
                 raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found',
                                details={"name": namespace, "kind": "namespaces"})
+            if home["metadata"].get("deletionTimestamp"):
+                raise ApiError(403, "Forbidden", f'{res.qualified} is forbidden: unable to create new content in '
+                                                 f'namespace {namespace} because it is being terminated')
             if meta.get("namespace") not in (None, "", namespace):
                 raise ApiError(400, "BadRequest", "the namespace of the provided object does not match the "
                                                   "namespace sent on the request")
@@ -576,6 +581,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if (options.get("propagationPolicy") or propagation) == "Orphan":
             self._orphaning.add(current["metadata"]["uid"])
         meta = current["metadata"]
+        if res.kind == "Namespace":
+            return self._delete_namespace(res, current)
         if meta.get("deletionTimestamp"):
             return current
         if meta.get("finalizers"):
@@ -588,9 +595,38 @@ class KubeEmulator(kmock.KubernetesEmulator):
         self._remove(res, result, current)
         return result
 
+    def _delete_namespace(self, res: ApiResource, current: dict[str, Any]) -> dict[str, Any]:
+        """As the namespace controller: the namespace is Terminating, everything in it is deleted, and the
+        namespace goes once the last object has (objects held by finalizers keep it Terminating)."""
+        name = current["metadata"]["name"]
+        if not current["metadata"].get("deletionTimestamp"):
+            marked = copy.deepcopy(current)
+            marked["metadata"]["deletionTimestamp"] = _now()
+            marked["status"] = {"phase": "Terminating"}
+            self._commit("MODIFIED", res, marked, current)
+            current = marked
+        for dep_res, ns, dep_name, _obj in list(self._all_live()):
+            if dep_res is not None and dep_res.namespaced and ns == name:
+                if self.current(dep_res, ns, dep_name) is not None:
+                    self.delete(dep_res, ns, dep_name)
+        self._finish_namespace(name)
+        return current
+
+    def _finish_namespace(self, name: str | None) -> None:
+        """A Terminating namespace with nothing left in it is removed."""
+        namespaces = self.api_resources[("", "v1", "namespaces")]
+        current = self.current(namespaces, None, name) if name else None
+        if current is None or not current["metadata"].get("deletionTimestamp"):
+            return
+        if any(r is not None and r.namespaced and ns == name for r, ns, _n, _o in self._all_live()):
+            return
+        self._remove(namespaces, copy.deepcopy(current), current)
+
     def _remove(self, res: ApiResource, final: dict[str, Any], before: dict[str, Any]) -> None:
         """The object leaves the store; its dependents are garbage-collected (or orphaned)."""
         self._commit("DELETED", res, final, before)
+        if res.namespaced:
+            self._finish_namespace(final["metadata"].get("namespace"))
         uid = final["metadata"]["uid"]
         orphan = uid in self._orphaning
         self._orphaning.discard(uid)
