@@ -11,6 +11,7 @@ import kopf
 
 from dagline.k8s import handlers
 from dagline.k8s.settings import OperatorSettings
+from tests.helpers import prometheus
 from tests.helpers.k8s.operator_harness import NS, dag_manifest, dag_row, http_get, is_ready, replica
 
 
@@ -45,17 +46,19 @@ def test_a_watch_gone_quiet_is_renewed_and_brings_the_dag_created_meanwhile(kube
 
 
 def test_healthz_fails_naming_the_object_when_the_watch_cannot_be_renewed(kube, run_kopf, pg_db):
-    with replica(run_kopf, pg_db, watch_inactivity_timeout_s=0.5, liveness_timeout_s=3.0,
+    with replica(run_kopf, pg_db, watch_inactivity_timeout_s=1.0, liveness_timeout_s=6.0,
                  list_interval_s=0.2) as runtime:
         port = runtime.servers.health_port
         kube.wait_for(lambda: http_get(port, "/healthz"), until=lambda answer: answer[0] == 200, timeout=10,
                       what="live at first")
         _freeze_the_dags_watch(kube, new_ones=True)  # every new DAG watch is dead too
         kube.create("dags", NS, dag_manifest("late"))
-        code, text = kube.wait_for(lambda: http_get(port, "/healthz"), until=lambda answer: answer[0] == 503,
-                                   timeout=30, what="/healthz failing")
-        assert "the watch of dags has not brought default/late" in text and "cannot be renewed" in text
+        code, text = kube.wait_for(lambda: http_get(port, "/healthz"), timeout=30, what="/healthz failing for the watch",
+                                   until=lambda answer: answer[0] == 503 and "the watch of dags" in answer[1])
+        assert "the watch of dags has not brought default/late for" in text and "cannot be renewed" in text
         assert dag_row(pg_db, "late") is None  # the operator never learned of it
+        page = http_get(runtime.servers.metrics_port, "/metrics")[1]
+        assert prometheus.value(page, "dagline_watch_owed_objects") >= 1
         # The network heals: the next stream brings the DAG, and the replica is live again.
         kube.call(lambda em: em.thaw_watches())
         kube.wait_for(lambda: kube.get("dags", NS, "late"), until=is_ready, timeout=30, what="the DAG applied")

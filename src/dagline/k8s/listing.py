@@ -100,6 +100,11 @@ class Listing:
                     owed[key] = self._owed.get(key, began)
             self._owed = owed
 
+    def owed_count(self) -> int:
+        """How many listed objects the watches have not brought yet (a gauge)."""
+        with self._lock:
+            return len(self._owed)
+
     def problems(self) -> list[str]:
         """Why the watches are not live: objects owed longer than the bound, per kind (empty: live)."""
         now = time.monotonic()

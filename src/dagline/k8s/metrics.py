@@ -2,7 +2,8 @@
 
 The scheduler, executor and database figures are `dagline.metrics` (defined and documented there,
 the same as `dagline scheduler --metrics-port` serves); this module adds what only an operator
-replica has: its status sync (database -> DAG and DagRun objects) and the age of its last loop.
+replica has: its status sync (database -> DAG and DagRun objects), the age of its last loop, and its
+listing (`k8s.listing`: objects the watches owe, deletions they missed, DAGs swept).
 The database gauges are the same in every replica: aggregate them with `max`, not `sum`.
 """
 
@@ -35,4 +36,15 @@ def render(runtime) -> str:
                      stats.dagruns_created)
     lines += _family("dagline_dagrun_objects_deleted_total", "counter",
                      "DagRun objects deleted by the history limit.", stats.dagruns_deleted)
+    listing = runtime.listing
+    lines += _family("dagline_object_listings_total", "counter", "Listings of the served objects done.",
+                     listing.stats.listings)
+    lines += _family("dagline_object_listing_failures_total", "counter", "Listings ended by an outage.",
+                     listing.stats.failed_listings)
+    lines += _family("dagline_watch_owed_objects", "gauge",
+                     "Objects the API listed that the watches have not brought yet.", listing.owed_count())
+    lines += _family("dagline_watch_missed_deletions_total", "counter",
+                     "Deleted objects the watches did not report, found by a listing.", listing.stats.missed_deletions)
+    lines += _family("dagline_dags_swept_total", "counter",
+                     "DAGs deactivated by a listing because their object was gone.", listing.stats.dags_swept)
     return metrics.render().decode() + "\n".join(lines) + "\n"
