@@ -64,3 +64,18 @@ def test_healthz_fails_naming_the_object_when_the_watch_cannot_be_renewed(kube, 
         kube.wait_for(lambda: kube.get("dags", NS, "late"), until=is_ready, timeout=30, what="the DAG applied")
         kube.wait_for(lambda: http_get(port, "/healthz"), until=lambda answer: answer[0] == 200, timeout=10,
                       what="live again")
+
+
+def test_a_deletion_the_dead_watch_did_not_bring_is_found_by_the_listing(kube, run_kopf, pg_db):
+    with replica(run_kopf, pg_db, watch_inactivity_timeout_s=1.0, list_interval_s=0.2) as runtime:
+        kube.create("dags", NS, dag_manifest("daily"))
+        kube.wait_for(lambda: kube.get("dags", NS, "daily"), until=is_ready, timeout=30, what="DAG Ready")
+        _freeze_the_dags_watch(kube, new_ones=True)
+        kube.delete("dags", NS, "daily")
+        kube.wait_for(lambda: dag_row(pg_db, "daily"), until=lambda row: not row.is_active, timeout=30,
+                      what="the DAG deactivated without its DELETED event")
+        assert runtime.listing.stats.missed_deletions == 1 and runtime.cache.get("dags", NS, "daily") is None
+        kube.call(lambda em: em.thaw_watches())  # the event comes late: handled again, nothing changes
+        kube.create("dags", NS, dag_manifest("other"))
+        kube.wait_for(lambda: kube.get("dags", NS, "other"), until=is_ready, timeout=30, what="the watch back")
+        assert dag_row(pg_db, "daily").is_active is False
