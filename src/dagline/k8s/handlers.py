@@ -128,9 +128,14 @@ async def remember(event: Mapping[str, Any], resource, memo, **_):
     runtime = _runtime(memo)
     if event.get("type") == "DELETED":
         runtime.cache.remove(resource.plural, meta.get("namespace"), meta.get("name"))
-        # Not retried if the database is out: the listing finds the DAG again (`k8s.listing`).
-        await asyncio.to_thread(deletions.object_gone, runtime.db, runtime.cache, resource.plural, obj,
-                                clock=runtime.clock, who=runtime.who)
+        try:
+            await asyncio.to_thread(deletions.object_gone, runtime.db, runtime.cache, resource.plural, obj,
+                                    clock=runtime.clock, who=runtime.who)
+        except Exception:
+            # kopf does not retry event handlers: back in the cache, the next listing finds it gone
+            # and tries again (`k8s.listing`).
+            runtime.cache.put(resource.plural, obj)
+            raise
     else:
         runtime.cache.put(resource.plural, obj)
 

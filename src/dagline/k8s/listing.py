@@ -16,7 +16,9 @@ lists the DAG, DagRun, Backfill and Pool objects the replica serves and:
 3. **sweep**: an active DAG whose defining object is gone (deleted while no replica ran: objects carry
    no finalizer, docs/adr/0083) is deactivated, after a GET confirms the object is gone.
 
-A listing that fails (API outage) is logged and tried again at the next interval; it changes nothing.
+A listing that fails (an outage of the API or the database) is logged and tried again at the next
+interval. A deletion whose undoing failed (here or from its DELETED event) stays in the cache, so the
+next listing finds it gone again.
 """
 
 from __future__ import annotations
@@ -137,7 +139,11 @@ class Listing:
                 continue
             self.stats.missed_deletions += 1
             log.info("%s %s/%s is gone, and the watch did not say so: undone now", plural, namespace, name)
-            object_gone(self.db, self.cache, plural, gone, clock=self.clock, who=self.who)
+            try:
+                object_gone(self.db, self.cache, plural, gone, clock=self.clock, who=self.who)
+            except Exception:
+                self.cache.put(plural, gone)  # the next listing tries again
+                raise
 
     # -- 3. the sweep ---------------------------------------------------------------------------------
 
