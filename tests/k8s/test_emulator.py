@@ -8,6 +8,7 @@ finalizers, garbage collection, selectors, watch resumption, and real kopf handl
 from __future__ import annotations
 
 import threading
+import urllib.request
 
 import kopf
 import pytest
@@ -218,6 +219,34 @@ def test_finalizers_hold_a_deletion_until_removed(kube):
     kube.patch("dags", NS, "a", {"metadata": {"finalizers": None}})
     assert kube.get("dags", NS, "a", missing_ok=True) is None
     assert kube.history("dags", NS, "a")[-1] is None
+
+
+def test_a_namespace_deletion_deletes_its_objects_and_waits_for_their_finalizers(kube):
+    kube.create_namespace("team-a")
+    kube.create("dags", "team-a", dag("free"))
+    kube.create("dags", "team-a", dag("held", finalizers=["dagline.io/finalizer"]))
+    kube.delete("namespaces", None, "team-a")
+    terminating = kube.get("namespaces", None, "team-a")
+    assert terminating["status"]["phase"] == "Terminating" and terminating["metadata"]["deletionTimestamp"]
+    assert kube.get("dags", "team-a", "free", missing_ok=True) is None
+    assert kube.get("dags", "team-a", "held")["metadata"]["deletionTimestamp"]  # held by its finalizer
+    with pytest.raises(KubeApiError) as exc:
+        kube.create("dags", "team-a", dag("new"))
+    assert exc.value.status == 403 and "being terminated" in str(exc.value)
+    kube.patch("dags", "team-a", "held", {"metadata": {"finalizers": None}})
+    assert kube.get("namespaces", None, "team-a", missing_ok=True) is None  # the last object went: so does it
+
+
+def test_a_frozen_watch_gets_nothing_and_a_new_one_catches_up(kube):
+    since = kube.create("dags", NS, dag("a"))["metadata"]["resourceVersion"]
+    kube.call(lambda em: em.freeze_watches("dags", new_ones=True))
+    kube.create("dags", NS, dag("b"))
+    url = kube.url + kube.resource("dags").path(NS) + f"?watch=true&resourceVersion={since}&timeoutSeconds=1"
+    with urllib.request.urlopen(url, timeout=2) as frozen, pytest.raises(TimeoutError):
+        frozen.read()  # nothing comes, and the stream does not end at its timeoutSeconds either
+    kube.call(lambda em: em.thaw_watches())
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in kube.watch("dags", NS, resource_version=since)] == [
+        ("ADDED", "b")]
 
 
 def test_deleting_an_owner_deletes_its_dependents(kube):

@@ -41,6 +41,10 @@ def test_settings_come_from_the_chart_variables():
     ("DAGLINE_STATUS_INTERVAL", "0", "must be positive"),
     ("DAGLINE_API_PORT", "-2", "or -1 for no API"),
     ("DAGLINE_API_URL", "dagline-api:8793", "is not an http(s) URL"),
+    ("DAGLINE_WATCH_TIMEOUT", "0", "must be positive"),
+    ("DAGLINE_WATCH_INACTIVITY_TIMEOUT", "soon", "must be a number, got 'soon'"),
+    ("DAGLINE_WATCH_CONNECT_TIMEOUT", "-1", "must be positive"),
+    ("DAGLINE_LIST_INTERVAL", "nan", "must be positive"),
 ])
 def test_a_bad_setting_is_refused_naming_the_variable(variable, value, says):
     with pytest.raises(InvalidInput) as caught:

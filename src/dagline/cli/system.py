@@ -141,6 +141,10 @@ def settings_in_force(obj: Context) -> list[Setting]:
     operator_vars = {"namespace": "DAGLINE_NAMESPACE", "health_port": "DAGLINE_HEALTH_PORT",
                      "metrics_port": "DAGLINE_METRICS_PORT", "dagrun_history_limit": "DAGLINE_DAGRUN_HISTORY_LIMIT",
                      "status_interval_s": "DAGLINE_STATUS_INTERVAL", "liveness_timeout_s": "DAGLINE_LIVENESS_TIMEOUT",
+                     "watch_timeout_s": "DAGLINE_WATCH_TIMEOUT",
+                     "watch_inactivity_timeout_s": "DAGLINE_WATCH_INACTIVITY_TIMEOUT",
+                     "watch_connect_timeout_s": "DAGLINE_WATCH_CONNECT_TIMEOUT",
+                     "list_interval_s": "DAGLINE_LIST_INTERVAL",
                      "executor": "DAGLINE_EXECUTOR", "parallelism": "DAGLINE_PARALLELISM",
                      "log_format": "DAGLINE_LOG_FORMAT", "api_port": "DAGLINE_API_PORT", "api_url": "DAGLINE_API_URL",
                      "platform_pools": "DAGLINE_PLATFORM_POOLS"}

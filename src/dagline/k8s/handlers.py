@@ -8,12 +8,16 @@ the scheduler loop, the status sync and the probe servers beside kopf; the clean
 Every replica runs every handler (standalone kopf, no peering, no leader). Handlers are idempotent and
 their statuses are derived from the database, so two replicas handling one event agree:
 
-| kind | create / resume / spec change | delete |
+| kind | create / resume / spec change | deleted (`k8s.deletions`) |
 |---|---|---|
 | DAG | validate, apply a version (`k8s.dags`) | deactivate the DAG |
 | DagRun (user's) | trigger one manual run (`k8s.dagruns`) | nothing: the run keeps going |
 | Backfill | create the backfill once; `spec.paused` (`k8s.backfills`) | cancel it |
 | Pool | set the pool's slots (`k8s.pools`) | hand the name over, or remove the pool |
+
+No handler needs a finalizer (docs/adr/0083): a deletion is handled from the `DELETED` watch event,
+after the object is gone, and what no replica saw is found by the listing (`k8s.listing`). kopf
+removes the finalizer older versions put on objects (`dagline.io/finalizer`) at its next event.
 
 kopf's event handlers feed the `ObjectCache` the status sync (`k8s.mirror`) reads. An invalid object
 gets conditions and a Warning Event and is not retried (its next change is); an outage of the
@@ -30,7 +34,7 @@ from typing import Any
 
 import kopf
 
-from dagline.k8s import backfills, dagruns, dags, pools, preflight
+from dagline.k8s import backfills, dagruns, dags, deletions, pools, preflight
 from dagline.k8s.conditions import READY, Outcome, as_merge_patch, reason_of
 from dagline.k8s.resources import GROUP, LABEL_MANAGED, VERSION
 
@@ -40,7 +44,7 @@ DAGS = (GROUP, VERSION, "dags")
 DAGRUNS = (GROUP, VERSION, "dagruns")
 BACKFILLS = (GROUP, VERSION, "backfills")
 POOLS = (GROUP, VERSION, "pools")
-FINALIZER = "dagline.io/finalizer"
+FINALIZER = "dagline.io/finalizer"  # no handler needs it; kopf removes it from objects older versions marked
 ANNOTATION_PREFIX = "kopf.dagline.io"
 BACKOFF_S = 10.0
 
@@ -80,8 +84,19 @@ async def start_replica(settings: kopf.OperatorSettings, memo, **_):
 
         memo["runtime"] = await asyncio.to_thread(Runtime.from_env)
     runtime = _runtime(memo)
+    watch_settings(settings, runtime.settings)
     await asyncio.to_thread(runtime.start)
     memo["heartbeat"] = asyncio.create_task(_kopf_heartbeat(runtime.health), name="dagline kopf heartbeat")
+
+
+def watch_settings(settings: kopf.OperatorSettings, operator) -> None:
+    """kopf's watch timeouts from the operator's settings (docs/adr/0082): each watch request ends after
+    `DAGLINE_WATCH_TIMEOUT` on the server's side and 30 s later on the client's; a stream that brings
+    nothing for `DAGLINE_WATCH_INACTIVITY_TIMEOUT` is replaced by a new one, resuming where it was."""
+    settings.watching.server_timeout = operator.watch_timeout_s
+    settings.watching.client_timeout = operator.watch_client_timeout_s
+    settings.watching.connect_timeout = operator.watch_connect_timeout_s
+    settings.watching.inactivity_timeout = operator.watch_inactivity_timeout_s
 
 
 async def _kopf_heartbeat(health) -> None:
@@ -110,10 +125,19 @@ async def stop_replica(memo, **_):
 async def remember(event: Mapping[str, Any], resource, memo, **_):
     obj = event.get("object") or {}
     meta = obj.get("metadata") or {}
+    runtime = _runtime(memo)
     if event.get("type") == "DELETED":
-        _runtime(memo).cache.remove(resource.plural, meta.get("namespace"), meta.get("name"))
+        runtime.cache.remove(resource.plural, meta.get("namespace"), meta.get("name"))
+        try:
+            await asyncio.to_thread(deletions.object_gone, runtime.db, runtime.cache, resource.plural, obj,
+                                    clock=runtime.clock, who=runtime.who)
+        except Exception:
+            # kopf does not retry event handlers: back in the cache, the next listing finds it gone
+            # and tries again (`k8s.listing`).
+            runtime.cache.put(resource.plural, obj)
+            raise
     else:
-        _runtime(memo).cache.put(resource.plural, obj)
+        runtime.cache.put(resource.plural, obj)
 
 
 # -- DAG -------------------------------------------------------------------------------------------------
@@ -143,14 +167,6 @@ def _with_spark_ready(runtime, body, outcome: Outcome) -> Outcome:
     return outcome
 
 
-@kopf.on.delete(*DAGS, registry=registry, backoff=BACKOFF_S)
-def dag_deleted(body, memo, logger, **_):
-    runtime = _runtime(memo)
-    cancelled = dags.delete_dag_object(runtime.db, _plain(body), now=runtime.clock.now(), who=runtime.who)
-    if cancelled is not None:
-        logger.info("DAG deactivated: %s queued runs cancelled; running runs finish", cancelled)
-
-
 # -- DagRun ----------------------------------------------------------------------------------------------
 
 USER_DAGRUNS = {LABEL_MANAGED: kopf.ABSENT}
@@ -175,13 +191,6 @@ def backfill_changed(body, patch, memo, **_):
                                                    who=runtime.who))
 
 
-@kopf.on.delete(*BACKFILLS, registry=registry, backoff=BACKOFF_S)
-def backfill_deleted(body, memo, logger, **_):
-    runtime = _runtime(memo)
-    cancelled = backfills.cancel_backfill_object(runtime.db, _plain(body), now=runtime.clock.now(), who=runtime.who)
-    logger.info("backfill cancelled: %s runs that had not started were failed", cancelled)
-
-
 # -- Pool ------------------------------------------------------------------------------------------------
 
 def _same_name(runtime, body) -> list[dict[str, Any]]:
@@ -197,11 +206,3 @@ def pool_changed(body, patch, memo, **_):
     runtime = _runtime(memo)
     _report(body, patch, pools.apply_pool_object(runtime.db, _plain(body), _same_name(runtime, body),
                                                  now=runtime.clock.now(), who=runtime.who))
-
-
-@kopf.on.delete(*POOLS, registry=registry, backoff=BACKOFF_S)
-def pool_deleted(body, patch, memo, **_):
-    runtime = _runtime(memo)
-    outcome = pools.release_pool_object(runtime.db, _plain(body), _same_name(runtime, body),
-                                        now=runtime.clock.now(), who=runtime.who)
-    _report(body, patch, outcome)  # its status is empty: the object is going; its events are what counts

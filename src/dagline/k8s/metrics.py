@@ -2,8 +2,9 @@
 
 The scheduler, executor and database figures are `dagline.metrics` (defined and documented there,
 the same as `dagline scheduler --metrics-port` serves); this module adds what only an operator
-replica has: its status sync (database -> DAG and DagRun objects), the age of its last loop and the
-Spark preflight's verdict (`dagline_spark_ready`, `dagline.k8s.preflight`).
+replica has: its status sync (database -> DAG and DagRun objects), the age of its last loop, the
+Spark preflight's verdict (`dagline_spark_ready`, `dagline.k8s.preflight`) and its listing
+(`k8s.listing`: objects the watches owe, deletions they missed, DAGs swept).
 The database gauges are the same in every replica: aggregate them with `max`, not `sum`.
 """
 
@@ -43,4 +44,15 @@ def render(runtime) -> str:
                   "preflight found it does not (or no SparkApplication CRD), NaN while unknown; the label says why.",
                   "# TYPE dagline_spark_ready gauge",
                   f'dagline_spark_ready{{reason="{verdict.reason}"}} {value}']
+    listing = runtime.listing
+    lines += _family("dagline_object_listings_total", "counter", "Listings of the served objects done.",
+                     listing.stats.listings)
+    lines += _family("dagline_object_listing_failures_total", "counter", "Listings ended by an outage.",
+                     listing.stats.failed_listings)
+    lines += _family("dagline_watch_owed_objects", "gauge",
+                     "Objects the API listed that the watches have not brought yet.", listing.owed_count())
+    lines += _family("dagline_watch_missed_deletions_total", "counter",
+                     "Deleted objects the watches did not report, found by a listing.", listing.stats.missed_deletions)
+    lines += _family("dagline_dags_swept_total", "counter",
+                     "DAGs deactivated by a listing because their object was gone.", listing.stats.dags_swept)
     return metrics.render().decode() + "\n".join(lines) + "\n"

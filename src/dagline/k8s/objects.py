@@ -1,5 +1,5 @@
-"""The API calls the status sync makes on dagline's own objects: create and delete DagRuns, patch statuses,
-post Events about them.
+"""The API calls the status sync and the listing make on dagline's own objects: create and delete DagRuns,
+patch statuses, post Events about them, list a kind, check that an object exists.
 
 Each call has a request timeout (a hung API server must not hang the sync). Outcomes the sync expects
 are values, not errors: a create that finds the object (409) returns False, a delete or status patch
@@ -15,7 +15,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dagline.k8s.client import CALL_ERRORS, DEFAULT_TIMEOUT, AlreadyExists, sorted_error
+from dagline.k8s.client import CALL_ERRORS, DEFAULT_TIMEOUT, LIST_PAGE, AlreadyExists, sorted_error
 from dagline.k8s.resources import GROUP, VERSION
 
 
@@ -79,3 +79,33 @@ class DaglineObjects:
                 return False
             raise sorted_error(exc) from None
         return True
+
+    def list(self, plural: str, namespace: str | None) -> list[dict[str, Any]]:
+        """Every object of a kind in a namespace (None: every namespace), page by page."""
+        found: list[dict[str, Any]] = []
+        token = None
+        while True:
+            args = {"group": GROUP, "version": VERSION, "plural": plural, "limit": LIST_PAGE,
+                    "_request_timeout": self.timeout, **({"_continue": token} if token else {})}
+            try:
+                if namespace is None:
+                    page = self.api.list_cluster_custom_object(**args)
+                else:
+                    page = self.api.list_namespaced_custom_object(namespace=namespace, **args)
+            except CALL_ERRORS as exc:
+                raise sorted_error(exc) from None
+            found.extend(page.get("items") or ())
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return found
+
+    def exists(self, plural: str, namespace: str, name: str) -> bool:
+        """Whether the object exists now (one being deleted counts): a list by name, as the operator's role
+        grants `list`, not `get`."""
+        try:
+            page = self.api.list_namespaced_custom_object(
+                group=GROUP, version=VERSION, namespace=namespace, plural=plural,
+                field_selector=f"metadata.name={name}", _request_timeout=self.timeout)
+        except CALL_ERRORS as exc:
+            raise sorted_error(exc) from None
+        return bool(page.get("items"))

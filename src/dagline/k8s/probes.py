@@ -1,7 +1,9 @@
 """The HTTP endpoints of a replica: `/healthz` and `/readyz` on the health port, `/metrics` on the metrics port.
 
-- `/healthz` (liveness): 200 while kopf's event loop turns and the scheduler loop and status sync make
-  progress; 503 with the reasons otherwise, so Kubernetes restarts a wedged replica.
+- `/healthz` (liveness): 200 while kopf's event loop turns, the scheduler loop and status sync make
+  progress, and the watches bring what the API lists (`k8s.listing`: a watch that cannot be renewed is
+  named with the objects it has not brought); 503 with the reasons otherwise, so Kubernetes restarts a
+  wedged replica.
 - `/readyz` (readiness): 200 while the database answers `SELECT 1`; 503 with the error otherwise.
 - `/metrics`: Prometheus text (`dagline.k8s.metrics`: every `dagline.metrics` figure plus the operator's own).
 Each server runs in a thread of its own (`ThreadingHTTPServer`); when both ports are the same, one

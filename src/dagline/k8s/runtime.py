@@ -9,7 +9,8 @@ iteration finishes, running Spark applications are left for a peer to adopt), th
 
 `Health` is what the probes answer: live while kopf's event loop turns, the scheduler loop makes
 progress (an iteration, even one ended by a database error, within `DAGLINE_LIVENESS_TIMEOUT`) and the
-status sync runs; ready while the database answers.
+status sync runs, and the watches bring every object the listing finds (`k8s.listing`, within
+`OperatorSettings.watch_bound_s`); ready while the database answers.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dagline.executors import registry
 from dagline.executors.base import Executor
 from dagline.k8s.cache import ObjectCache
 from dagline.k8s.callback_events import kubernetes_event_channel, secret_reader
+from dagline.k8s.listing import Listing
 from dagline.k8s.mirror import StatusSync, SyncStopped
 from dagline.k8s.objects import DaglineObjects
 from dagline.k8s.settings import OperatorSettings
@@ -54,6 +56,7 @@ class Health:
     scheduler_beat: float | None = None
     scheduler_error: str | None = None
     sync_beat: float | None = None
+    watch_problems: Callable[[], list[str]] | None = None  # the listing's watch check
     loops: int = 0
     last_loop_s: float = 0.0
 
@@ -79,6 +82,8 @@ class Health:
             else:
                 stale(self.scheduler_beat, "the scheduler loop has made no progress")
         stale(self.sync_beat, "the status sync has not run")
+        if self.watch_problems is not None:
+            found.extend(self.watch_problems())
         return found
 
 
@@ -130,6 +135,9 @@ class Runtime:
                                who=self.who, history_limit=settings.dagrun_history_limit,
                                spark_policy=settings.spark_policy,
                                spark_verdict=(lambda: self.preflight.verdict) if self.preflight else None)
+        self.listing = Listing(db, self.cache, DaglineObjects(api), namespace=settings.namespace, clock=self.clock,
+                               who=self.who, bound_s=settings.watch_bound_s)
+        self.health.watch_problems = self.listing.problems
         read_secret = secret_reader(db, api)  # Secrets of the namespace owning the DAG, nowhere else
         if executor is not None and hasattr(executor, "read_secret"):
             executor.read_secret = read_secret  # spark-k8s: the tasks' env secretKeyRefs
@@ -181,6 +189,7 @@ class Runtime:
         self._spawn("dagline-status-sync", self._run_sync)
         if self.preflight is not None:
             self._spawn("dagline-spark-preflight", self._run_preflight)
+        self._spawn("dagline-listing", self._run_listing)
         log.info("operator replica %s: health on :%s, metrics on :%s, API on :%s, scheduler %s", self.who,
                  self.servers.health_port, self.servers.metrics_port, self.api.port if self.api else "-",
                  "off" if self.scheduler is None else f"with the {self.scheduler.executor.name} executor")
@@ -239,6 +248,16 @@ class Runtime:
             except Exception as exc:  # noqa: BLE001 - a preflight must never stop the replica
                 log.warning("Spark preflight failed: %s: %s", type(exc).__name__, exc)
             if self._stop.wait(min(interval, 5.0) if self.preflight.probing else interval):
+                return
+
+    def _run_listing(self) -> None:
+        while True:
+            try:
+                self.listing.run()
+            except Exception as exc:  # noqa: BLE001 - an outage of the API or the database: next time
+                self.listing.stats.failed_listings += 1
+                log.warning("listing of the served objects failed: %s: %s", type(exc).__name__, exc)
+            if self._stop.wait(self.settings.list_interval_s):
                 return
 
     def _run_sync(self) -> None:

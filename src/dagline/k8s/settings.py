@@ -9,6 +9,10 @@
 | `DAGLINE_DAGRUN_HISTORY_LIMIT` | 50 | finished DagRun objects kept per DAG (the annotation overrides it) |
 | `DAGLINE_STATUS_INTERVAL` | 2 | seconds between two status syncs (database -> object status) |
 | `DAGLINE_LIVENESS_TIMEOUT` | 60 | seconds without progress of kopf or the scheduler loop before `/healthz` fails |
+| `DAGLINE_WATCH_TIMEOUT` | 300 | seconds one watch request lasts (kopf's `server_timeout`; client: 30 s more) |
+| `DAGLINE_WATCH_INACTIVITY_TIMEOUT` | 70 | seconds a watch stream may bring nothing before kopf opens a new one |
+| `DAGLINE_WATCH_CONNECT_TIMEOUT` | 30 | seconds to connect a watch request |
+| `DAGLINE_LIST_INTERVAL` | 60 | seconds between two listings (`k8s.listing`: the watch check, the sweep) |
 | `DAGLINE_EXECUTOR` | spark-k8s | the scheduler loop's executor, a name in `executors.registry` (`noop`: demos) |
 | `DAGLINE_PARALLELISM` | 32 | tries the executor runs at once |
 | `DAGLINE_LOG_FORMAT` | text | `json`: one JSON object per log line, and a line per scheduler decision |
@@ -39,6 +43,7 @@ from dagline.errors import InvalidInput
 from dagline.executors import registry
 from dagline.limits import MAX_SETTING_SECONDS
 
+WATCH_CLIENT_GRACE_S = 30.0  # client_timeout = DAGLINE_WATCH_TIMEOUT + this
 _POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,255}")  # used with fullmatch
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # used with fullmatch
 
@@ -52,6 +57,10 @@ class OperatorSettings:
     dagrun_history_limit: int = 50
     status_interval_s: float = 2.0
     liveness_timeout_s: float = 60.0
+    watch_timeout_s: float = 300.0             # kopf's settings.watching.server_timeout (docs/adr/0082)
+    watch_inactivity_timeout_s: float = 70.0   # kopf's settings.watching.inactivity_timeout
+    watch_connect_timeout_s: float = 30.0      # kopf's settings.watching.connect_timeout
+    list_interval_s: float = 60.0              # the listing: watch check and sweep (`k8s.listing`)
     executor: str = "spark-k8s"
     parallelism: int = 32
     log_format: str = "text"
@@ -64,6 +73,19 @@ class OperatorSettings:
     def spark_policy(self) -> SparkPolicy:
         """The Spark policy DAG objects are applied with."""
         return SparkPolicy.parse(self.spark_allowed_conf, field=ALLOWED_CONF_SETTING)
+
+    @property
+    def watch_client_timeout_s(self) -> float:
+        """kopf's `client_timeout`: a watch request ends on the client's side even if neither the API server
+        nor a load balancer between closes it."""
+        return self.watch_timeout_s + WATCH_CLIENT_GRACE_S
+
+    @property
+    def watch_bound_s(self) -> float:
+        """How long an object the API lists may stay unseen by the watch before `/healthz` fails: a healthy
+        kopf opens a new stream within the inactivity timeout (or at the end of a request), and the new
+        stream brings what it missed; the liveness timeout is the slack."""
+        return min(self.watch_inactivity_timeout_s, self.watch_client_timeout_s) + self.liveness_timeout_s
 
     @property
     def try_api_url(self) -> str:
@@ -91,6 +113,13 @@ class OperatorSettings:
         if not 0 < self.liveness_timeout_s <= MAX_SETTING_SECONDS:
             raise InvalidInput(f"must be positive, at most {MAX_SETTING_SECONDS:,.0f} s, got "
                                f"{self.liveness_timeout_s}", field="DAGLINE_LIVENESS_TIMEOUT")
+        for name, env in (("watch_timeout_s", "DAGLINE_WATCH_TIMEOUT"),
+                          ("watch_inactivity_timeout_s", "DAGLINE_WATCH_INACTIVITY_TIMEOUT"),
+                          ("watch_connect_timeout_s", "DAGLINE_WATCH_CONNECT_TIMEOUT"),
+                          ("list_interval_s", "DAGLINE_LIST_INTERVAL")):
+            if not 0 < getattr(self, name) <= MAX_SETTING_SECONDS:
+                raise InvalidInput(f"must be positive, at most {MAX_SETTING_SECONDS:,.0f} s, got "
+                                   f"{getattr(self, name)}", field=env)
         registry.kind(self.executor, field="DAGLINE_EXECUTOR")  # a known name, or an error listing them
         if self.log_format not in ("text", "json"):
             raise InvalidInput(f"must be text or json, got {self.log_format!r}", field="DAGLINE_LOG_FORMAT")
@@ -130,6 +159,10 @@ class OperatorSettings:
             "dagrun_history_limit": number("DAGLINE_DAGRUN_HISTORY_LIMIT", int),
             "status_interval_s": number("DAGLINE_STATUS_INTERVAL", float),
             "liveness_timeout_s": number("DAGLINE_LIVENESS_TIMEOUT", float),
+            "watch_timeout_s": number("DAGLINE_WATCH_TIMEOUT", float),
+            "watch_inactivity_timeout_s": number("DAGLINE_WATCH_INACTIVITY_TIMEOUT", float),
+            "watch_connect_timeout_s": number("DAGLINE_WATCH_CONNECT_TIMEOUT", float),
+            "list_interval_s": number("DAGLINE_LIST_INTERVAL", float),
             "executor": text("DAGLINE_EXECUTOR"),
             "parallelism": number("DAGLINE_PARALLELISM", int),
             "log_format": text("DAGLINE_LOG_FORMAT"),

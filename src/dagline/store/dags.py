@@ -389,6 +389,15 @@ def dag_namespaces(conn: Connection, dag_ids: Iterable[str]) -> dict[str, str | 
     return dict(conn.execute(select(dag_t.c.dag_id, dag_t.c.namespace).where(dag_t.c.dag_id.in_(wanted))).all())
 
 
+def active_object_dags(conn: Connection, namespace: str | None) -> dict[str, str]:
+    """dag_id -> `k8s://<namespace>/<name>` of the active DAGs a Kubernetes object defines, in `namespace`
+    (None: every namespace): what a listing of DAG objects is compared with."""
+    prefix = K8S_SOURCE + (f"{namespace}/" if namespace else "")
+    rows = conn.execute(select(dag_t.c.dag_id, dag_t.c.source_path).where(
+        dag_t.c.is_active.is_(True), dag_t.c.source_path.startswith(prefix, autoescape=True)))
+    return dict(rows.all())
+
+
 def dag_sources(conn: Connection, dag_ids: Iterable[str]) -> dict[str, str | None]:
     """dag_id -> the `source_path` of the stored DAG (a file, or the `k8s://<namespace>/<name>` object
     defining it), for those of `dag_ids` stored."""

@@ -7,7 +7,8 @@ PUT is a 409, a failed JSON-patch `test` a 422), `uid`, `generation` (bumped whe
 metadata and status changes), `creationTimestamp`, `generateName`, label and field selectors on list,
 watch and delete-collection, `limit`/`continue`, watches that resume from a `resourceVersion`
 (410 Gone once compacted), PUT, `kind`/`apiVersion` on lists, 201 on create, 409 AlreadyExists,
-404 NotFound, deletion with `deletionTimestamp` held by finalizers, garbage collection by
+404 NotFound, deletion with `deletionTimestamp` held by finalizers, namespace deletion (Terminating,
+its objects deleted, gone once they are; no new objects in it meanwhile), garbage collection by
 `ownerReferences`, the status subresource, name and label validation (422 Invalid), and
 `CustomResourceDefinition` objects that add their resources to discovery and whose schemas prune,
 default and validate the custom objects (the content rules themselves are in
@@ -20,6 +21,10 @@ removes the fields this manager applied last time and no longer applies. Simplif
 fields are remembered by the emulator (`emulator.applied`), not written to `metadata.managedFields`,
 and conflicts with other managers are not detected (an applier sending `force=true`, as dagline's does,
 takes them over anyway).
+
+Watch streams can be made to go quiet (`freeze_watches`: open streams get nothing more and never end;
+with `new_ones=True` new streams too, until `thaw_watches`), as behind a load balancer that drops long
+connections silently.
 
 Everything runs in the event loop of the thread that serves it (`tests.helpers.k8s.cluster`); handlers
 are synchronous between awaits, so each request is atomic. Objects keep kmock's history of versions:
@@ -276,6 +281,7 @@ class Watcher:
     labels: Any
     fields: Any
     queue: asyncio.Queue = dataclasses.field(default_factory=asyncio.Queue)
+    frozen: bool = False  # a stream gone quiet: nothing reaches it, and it never ends by itself
 
     def matches(self, obj: dict[str, Any] | None) -> bool:
         if obj is None:
@@ -310,7 +316,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
     _changes: list[Change] = attrs.field(factory=list, init=False)
     _compacted: int = attrs.field(default=0, init=False)
     _watchers: list[Watcher] = attrs.field(factory=list, init=False)
-    _orphaning: set[str] = attrs.field(factory=set, init=False)  # uids deleted with propagationPolicy=Orphan
+    _orphaning: set[str] = attrs.field(factory=set, init=False)
+    _freezing: set[str] = attrs.field(factory=set, init=False)  # plurals whose new watches start frozen  # uids deleted with propagationPolicy=Orphan
     schemas: dict[tuple[str, str, str], dict[str, Any]] = attrs.field(factory=dict, init=False)
     pod_logs: dict[tuple[str, str], Any] = attrs.field(factory=dict, init=False)  # (ns, pod) -> str | Path
     # every pod DELETE: (namespace, name, gracePeriodSeconds or None). One with a grace period > 0 leaves the
@@ -399,7 +406,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         change = Change(self.revision, type_, res, copy.deepcopy(obj), old)
         self._changes.append(change)
         for watcher in self._watchers:
-            if (event := watcher.event(change)) is not None:
+            if not watcher.frozen and (event := watcher.event(change)) is not None:
                 watcher.queue.put_nowait(event)
         if res.kind == "CustomResourceDefinition" and type_ != "DELETED":
             for declared in resources_of_crd(obj):
@@ -423,6 +430,25 @@ class KubeEmulator(kmock.KubernetesEmulator):
     def open_watches(self) -> list[tuple[ApiResource, str | None]]:
         return [(w.res, w.namespace) for w in self._watchers]
 
+    def freeze_watches(self, plural: str | None = None, *, new_ones: bool = False) -> int:
+        """Make the open watch streams of a resource (every one if None) go quiet, as a load balancer that
+        drops a long connection without closing it: no event reaches them, their `timeoutSeconds` passes
+        unnoticed, and the client only learns by its own timeouts. With `new_ones`, every watch opened
+        later is frozen from its start too (the watch cannot be renewed), until `thaw_watches()`.
+        Returns how many open streams were frozen."""
+        frozen = 0
+        for watcher in self._watchers:
+            if (plural is None or watcher.res.plural == plural) and not watcher.frozen:
+                watcher.frozen = True
+                frozen += 1
+        if new_ones:
+            self._freezing.add(plural or "*")
+        return frozen
+
+    def thaw_watches(self) -> None:
+        """New watches work again (streams already frozen stay dead, as dropped connections do)."""
+        self._freezing.clear()
+
     # --------------------------------------------------------------------------------- operations
     def create(self, res: ApiResource, namespace: str | None, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):
@@ -435,9 +461,13 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if res.namespaced:
             if namespace is None:
                 raise ApiError(404, "NotFound", f"{res.qualified} is namespaced: POST to a namespace")
-            if self.current(self.api_resources[("", "v1", "namespaces")], None, namespace) is None:
+            home = self.current(self.api_resources[("", "v1", "namespaces")], None, namespace)
+            if home is None:
                 raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found',
                                details={"name": namespace, "kind": "namespaces"})
+            if home["metadata"].get("deletionTimestamp"):
+                raise ApiError(403, "Forbidden", f'{res.qualified} is forbidden: unable to create new content in '
+                                                 f'namespace {namespace} because it is being terminated')
             if meta.get("namespace") not in (None, "", namespace):
                 raise ApiError(400, "BadRequest", "the namespace of the provided object does not match the "
                                                   "namespace sent on the request")
@@ -637,6 +667,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if (options.get("propagationPolicy") or propagation) == "Orphan":
             self._orphaning.add(current["metadata"]["uid"])
         meta = current["metadata"]
+        if res.kind == "Namespace":
+            return self._delete_namespace(res, current)
         if meta.get("deletionTimestamp"):
             return current
         if meta.get("finalizers"):
@@ -657,9 +689,38 @@ class KubeEmulator(kmock.KubernetesEmulator):
             raise not_found(res, name)
         self._remove(res, copy.deepcopy(current), current)
 
+    def _delete_namespace(self, res: ApiResource, current: dict[str, Any]) -> dict[str, Any]:
+        """As the namespace controller: the namespace is Terminating, everything in it is deleted, and the
+        namespace goes once the last object has (objects held by finalizers keep it Terminating)."""
+        name = current["metadata"]["name"]
+        if not current["metadata"].get("deletionTimestamp"):
+            marked = copy.deepcopy(current)
+            marked["metadata"]["deletionTimestamp"] = _now()
+            marked["status"] = {"phase": "Terminating"}
+            self._commit("MODIFIED", res, marked, current)
+            current = marked
+        for dep_res, ns, dep_name, _obj in list(self._all_live()):
+            if dep_res is not None and dep_res.namespaced and ns == name:
+                if self.current(dep_res, ns, dep_name) is not None:
+                    self.delete(dep_res, ns, dep_name)
+        self._finish_namespace(name)
+        return current
+
+    def _finish_namespace(self, name: str | None) -> None:
+        """A Terminating namespace with nothing left in it is removed."""
+        namespaces = self.api_resources[("", "v1", "namespaces")]
+        current = self.current(namespaces, None, name) if name else None
+        if current is None or not current["metadata"].get("deletionTimestamp"):
+            return
+        if any(r is not None and r.namespaced and ns == name for r, ns, _n, _o in self._all_live()):
+            return
+        self._remove(namespaces, copy.deepcopy(current), current)
+
     def _remove(self, res: ApiResource, final: dict[str, Any], before: dict[str, Any]) -> None:
         """The object leaves the store; its dependents are garbage-collected (or orphaned)."""
         self._commit("DELETED", res, final, before)
+        if res.namespaced:
+            self._finish_namespace(final["metadata"].get("namespace"))
         uid = final["metadata"]["uid"]
         orphan = uid in self._orphaning
         self._orphaning.discard(uid)
@@ -710,6 +771,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
             return
         else:
             backlog = [e for c in self._changes if c.revision > int(since) if (e := watcher.event(c)) is not None]
+        if "*" in self._freezing or res.plural in self._freezing:
+            watcher.frozen = True
+            backlog = []
         self._watchers.append(watcher)  # in the same step as the snapshot: no change falls in between
         try:
             for event in backlog:
@@ -718,10 +782,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
             deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
             while True:
                 remaining = None if deadline is None else deadline - asyncio.get_running_loop().time()
-                if remaining is not None and remaining <= 0:
+                if remaining is not None and remaining <= 0 and not watcher.frozen:
                     return
                 try:
-                    event = await asyncio.wait_for(watcher.queue.get(), remaining)
+                    event = await asyncio.wait_for(watcher.queue.get(), None if watcher.frozen else remaining)
                 except TimeoutError:
                     return
                 if event is _CLOSE:
