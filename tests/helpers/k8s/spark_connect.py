@@ -143,7 +143,9 @@ class SparkConnectOperator:
         return process
 
     def _listening(self, server: Server) -> bool:
-        return server.process is None or server.process.wait_listening(0.0)
+        if server.process is None:
+            return True
+        return server.process.check() is None and server.process.healthy  # listens (never blocks the loop)
 
     def _server_pod(self, server: Server) -> None:
         body = {"apiVersion": "v1", "kind": "Pod",
