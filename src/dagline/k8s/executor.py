@@ -44,6 +44,15 @@ application; one that already exists (the same try's, from a launch whose answer
 restart signal, `runs stop`) deletes the application, so the spark-operator deletes the driver pod
 and the driver gets SIGTERM, then its `terminationGracePeriodSeconds` (the task's stopGracePeriod).
 
+Spark Connect tries (`spark.connect: true`, ADR 0086) are Pods instead (`dagline.k8s.sparkconnect`), followed
+the same way (listed by `dagline.io/outcome=pending`, Pod phases as states, the same retention, pending
+timeout, Secret, `cancel` and `adopt`) on their DAG's SparkConnect server. A try's Pod is created once
+that server exists (created by the DAG's first Connect try; a 409 means it exists), is `Ready` (looked at
+at most once per `list_interval_s`) and carries this sync's `dagline.io/last-used` mark. Every
+`idle_check_interval_s` (once this replica ran a Connect try) the servers dagline created are listed, and
+one unused for `DAGLINE_SPARK_CONNECT_IDLE_TIMEOUT` with no followed Pod on it is deleted with a
+`resourceVersion` precondition, so a mark by another replica in between keeps it.
+
 `adopt` looks each try's application up by name: found, it is followed (its state is reported at the
 next sync); missing, the launch is returned to the scheduler (a queued try is launched again, a
 running one is a zombie).
