@@ -315,7 +315,7 @@ def test_a_real_pyspark_job_runs_on_a_spark_connect_server(connect_kube, make_ex
         executor.launch([launch])
         final = None
         while final is None:
-            final = next((r for r in sync_until(executor, "the job to end", timeout=180) if r.state != "running"),
+            final = next((r for r in sync_until(executor, "the job to end", timeout=420) if r.state != "running"),
                          None)
         assert final.state == "success", final.message
         assert out.read_text() == "3 3"  # the job ran on the server, with the task's session conf

@@ -137,7 +137,7 @@ class SparkConnectOperator:
     def _local_server(self, server: Server):
         from dagline.executors.connect_server import ConnectServer, ConnectSettings
 
-        process = ConnectServer(ConnectSettings(driver_memory="512m", cores=1),
+        process = ConnectServer(ConnectSettings(driver_memory="512m", cores=1, start_timeout_s=600),
                                 self.logs / f"{server.namespace}.{server.name}-server.log")
         process.ensure()
         return process
