@@ -296,6 +296,15 @@ def test_a_connect_dag_runs_on_its_server_and_a_failed_try_is_retried(db, connec
     key2 = TaskKey("warm", run["run_id"], "load", 2)
     log = (tmp_path / "connect-logs" / f"{NS}.{sparkapp.application_name(key2)}.log").read_text()
     assert f"token set: True remote: sc://{server['metadata']['name']}-server.{NS}.svc:15002" in log
+    # `dagline tasks logs` reads a Connect try's log from its Pod, as a SparkApplication's from its driver pod
+    from click.testing import CliRunner
+
+    from dagline.cli import main as cli
+
+    url = db.engine.url.render_as_string(hide_password=False)
+    shown = CliRunner().invoke(cli, ["--db", url, "tasks", "logs", run["run_id"], "load", "--try", "1"])
+    assert shown.exit_code == 0, shown.output
+    assert "builtins.ValueError: flaky input" in shown.output
     assert_invariants(db)
 
 
