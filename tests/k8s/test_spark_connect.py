@@ -331,3 +331,16 @@ def test_a_real_pyspark_job_runs_on_a_spark_connect_server(connect_kube, make_ex
     finally:
         operator.stop()
     assert not operator.errors, operator.errors
+
+
+def test_without_the_sparkconnect_crd_a_connect_try_fails_saying_what_is_missing(kube, clock, tmp_path):
+    executor = SparkK8sExecutor(SparkK8sSettings(namespace=NS, connect_client_image="jobs:1"), parallelism=2,
+                                clock=clock, api_client=load_api_client(), list_interval_s=0.0, retry_interval_s=0.0)
+    executor.start()
+    try:
+        executor.launch([launch_of(job_file(tmp_path, "print('x')\n"))])
+        [report] = executor.sync()
+    finally:
+        executor.end()
+    assert report.state == "failed"
+    assert "refused the SparkConnect sales-" in report.message and "sparkconnects.sparkoperator.k8s.io" in report.message

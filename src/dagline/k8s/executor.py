@@ -731,8 +731,10 @@ class SparkK8sExecutor:
             except AlreadyExists:
                 pass  # this DAG's server for this size, created by a replica or an earlier try
             except ApiRejected as exc:
+                hint = (" (is the spark-operator 2.3 or later installed, with its sparkconnects.sparkoperator.k8s.io "
+                        "CRD?)" if exc.status == 404 else "")
                 self._finish(t, TIState.FAILED, f"the Kubernetes API refused the SparkConnect {server.name} (the "
-                                          f"DAG's Spark Connect server): {exc}", cleanup=False)
+                                          f"DAG's Spark Connect server): {exc}{hint}", cleanup=False)
                 return False
             except ApiUnavailable as exc:
                 t.create_error = str(exc)
