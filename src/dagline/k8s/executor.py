@@ -391,8 +391,8 @@ class SparkK8sExecutor:
                 continue
             if obj is None or not sparkapp.same_try(obj, launch.key):
                 if obj is not None:
-                    log.warning("%s %s exists but belongs to another try: not adopted", name,
-                                "Pod" if launch.job.connect else "SparkApplication")
+                    log.warning("%s %s exists but belongs to another try: not adopted",
+                                "Pod" if launch.job.connect else "SparkApplication", name)
                 left.append(launch)
                 continue
             self._follow(launch, name, obj)
