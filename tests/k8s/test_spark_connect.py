@@ -88,7 +88,7 @@ def launch_of(main: str, *, task="load", try_number=1, ti_id=7, **job) -> TaskLa
                       env=(("DAGLINE_API_URL", "http://dagline-api:8793"), ("DAGLINE_SIGNAL_TOKEN", "try-token")))
 
 
-def sync_until(executor, what, *, timeout=20.0):
+def sync_until(executor, what, *, timeout=60.0):
     """Sync until a report arrives; the reports of that sync."""
     return wait_for(executor.sync, what, timeout=timeout)
 
@@ -344,3 +344,29 @@ def test_without_the_sparkconnect_crd_a_connect_try_fails_saying_what_is_missing
         executor.end()
     assert report.state == "failed"
     assert "refused the SparkConnect sales-" in report.message and "sparkconnects.sparkoperator.k8s.io" in report.message
+
+
+def test_a_restarted_replica_adopts_a_running_connect_try_instead_of_launching_it_again(
+        connect_kube, connect_operator, make_executor, tmp_path):
+    go = tmp_path / "go"
+    main = job_file(tmp_path, f"""\
+        import os, time
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.05)
+        print("finished")
+    """)
+    launch = launch_of(main)
+    first = make_executor()
+    first.launch([launch])
+    assert [r.state for r in sync_until(first, "the try to run")] == ["running"]
+    first.end()  # the replica stops; the Pod runs on
+
+    second = make_executor()
+    assert second.adopt([launch]) == []  # its Pod exists and names this try: followed, not launched again
+    assert second.adopt([launch_of(main, try_number=2, ti_id=8)]) != []  # no Pod: back to the scheduler
+    go.write_text("")
+    reports = []
+    while "success" not in [r.state for r in reports]:
+        reports += sync_until(second, "the adopted try to end")
+    assert len(connect_kube.list("pods", NS, label_selector="dagline.io/task=load")) <= 1
+    assert len(connect_operator.jobs) == 1  # one Pod ran, once
