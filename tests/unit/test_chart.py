@@ -146,7 +146,8 @@ def test_values_hold_the_documented_defaults():
     assert values["dagrunHistoryLimit"] == 50
     assert set(values["spark"]) == {"namespace", "createNamespace", "image", "version", "serviceAccount",
                                     "pendingTimeout", "pickupTimeout", "preflightInterval", "retention",
-                                    "keepFinished", "allowedConf", "podSecurity"}
+                                    "keepFinished", "allowedConf", "podSecurity", "connect"}
+    assert values["spark"]["connect"]["image"] == "" and values["spark"]["connect"]["idleTimeout"] == "PT30M"
     assert values["spark"]["allowedConf"] == [] and values["callbacks"]["allowedNetworks"] == []  # nothing widened
     assert values["spark"]["retention"] in ("delete", "keep", "delete-succeeded")
     assert values["podSecurityContext"]["runAsNonRoot"] is True
@@ -264,6 +265,8 @@ EXPECTED_ENV = {
     "DAGLINE_SPARK_PREFLIGHT_INTERVAL": "PT5M",
     "DAGLINE_SPARK_RETENTION": "delete-succeeded",
     "DAGLINE_SPARK_KEEP_FINISHED": "PT24H",  # driver pods and their logs stay a day (ADR 0085)
+    "DAGLINE_SPARK_CONNECT_SPARK_VERSION": "4.0.1",
+    "DAGLINE_SPARK_CONNECT_IDLE_TIMEOUT": "PT30M",
     "DAGLINE_SPARK_POD_SECURITY": json.dumps({  # PodSecurity `restricted` for every Spark pod, by default
         "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 185, "seccompProfile": {"type": "RuntimeDefault"}},
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}},
@@ -321,7 +324,8 @@ def test_values_reach_the_environment():
     manifests = render_chart({
         "watch": {"allNamespaces": True},
         "spark": {"namespace": "spark-jobs", "image": "registry.example/jobs:7", "retention": "keep",
-                  "pendingTimeout": 600, "keepFinished": "PT6H"},
+                  "pendingTimeout": 600, "keepFinished": "PT6H",
+                  "connect": {"clientImage": "registry.example/jobs-py:7", "idleTimeout": "PT1H"}},
         "health": {"port": 8181}, "dagrunHistoryLimit": 10, "replicaCount": 3,
         "database": {"secretName": "pg", "secretKey": "dsn"},
         "extraEnv": [{"name": "TZ", "value": "UTC"}], "pools": {"default": 256, "spark": 32},
@@ -337,6 +341,9 @@ def test_values_reach_the_environment():
     from dagline.k8s.executor import SparkK8sSettings
 
     assert SparkK8sSettings.from_env(env | {"DAGLINE_SPARK_POD_SECURITY": None}).keep_finished_s == 6 * 3600
+    assert env["DAGLINE_SPARK_CONNECT_CLIENT_IMAGE"] == "registry.example/jobs-py:7"
+    assert (env["DAGLINE_SPARK_CONNECT_IDLE_TIMEOUT"], env["DAGLINE_SPARK_CONNECT_SPARK_VERSION"]) == ("PT1H", "4.0.1")
+    assert "DAGLINE_SPARK_CONNECT_IMAGE" not in env  # unset: spark:<version>
     assert (env["DAGLINE_HEALTH_PORT"], env["DAGLINE_DAGRUN_HISTORY_LIMIT"]) == ("8181", "10")
     assert env["DAGLINE_DB_URL"] == {"secretKeyRef": {"name": "pg", "key": "dsn"}}
     assert env["TZ"] == "UTC"
@@ -521,12 +528,14 @@ CONTROLLER_RULES = {
 DISCOVERY_RULES = {
     ("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("list", "watch")
 } | {("", "namespaces", "list"), ("", "namespaces", "watch")}
-# What dagline.k8s.executor calls: create, get, list (it polls; no watch), patch (labels of kept ones), delete.
-SPARK_RULES = {("sparkoperator.k8s.io", "sparkapplications", verb)
+# What dagline.k8s.executor calls: create, get, list (it polls; no watch), patch (labels of kept ones, a server's
+# last use), delete -- on SparkApplications, and for Spark Connect tasks on SparkConnects and the tries' Pods.
+SPARK_RULES = {(group, resource, verb)
+               for group, resource in (("sparkoperator.k8s.io", "sparkapplications"),
+                                       ("sparkoperator.k8s.io", "sparkconnects"), ("", "pods"))
                for verb in ("get", "list", "create", "patch", "delete")} | {
     ("", "secrets", "create"),  # each try's signal token, owned by its application: never read, patched or deleted
     ("", "pods/log", "get")}  # the driver logs the web UI and `tasks logs` show
-SPARK_RULES |= {("", "pods", "get"), ("", "pods", "delete")}  # a streaming driver stopped with its grace (ADR 0090)
 
 
 def granted(manifests: list[dict]) -> set[tuple[str, str, str, str]]:

@@ -44,6 +44,27 @@ def test_a_dag_that_does_not_use_connect_keeps_its_version():
     assert parse(defaults="  defaults: {spark: {connect: true}}").version != plain.version
 
 
+def test_the_dags_connect_server_size_is_a_new_version_and_reaches_its_connect_tries_only():
+    with_connect = parse(defaults="  defaults: {spark: {connect: true}}")
+    assert "connectServer" not in with_connect.spec_json["defaults"]["spark"]  # unset: the version it always had
+    sized = parse(defaults="  defaults: {spark: {connect: true, connectServer: {cores: 2, memory: 4g, "
+                           "executor: {instances: 3}}}}", b=", connect: false")
+    assert sized.version != with_connect.version and sized.version == spec_version(sized.spec)
+    assert Dag.from_spec_json("warm", sized.spec_json).version == sized.version
+    from dagline.scheduler.launches import spark_job
+
+    job_a = spark_job(sized.tasks["a"], {})
+    assert job_a.connect_server == {"cores": 2, "memory": "4g", "executor": {"instances": 3}}
+    assert spark_job(sized.tasks["b"], {}).connect_server is None  # a spark-submit task has no server
+
+
+def test_a_bad_connect_server_size_is_refused_naming_the_field():
+    with pytest.raises(InvalidInput, match=r"connectServer\.memory|connectServer.*memory"):
+        parse(defaults="  defaults: {spark: {connect: true, connectServer: {memory: lots}}}")
+    with pytest.raises(InvalidInput, match="driver"):
+        parse(defaults="  defaults: {spark: {connectServer: {driver: {cores: 1}}}}")
+
+
 @pytest.mark.parametrize("setting, field", [
     (", conf: {spark.executor.memory: 4g}", 'spec.tasks[0].spark.conf["spark.executor.memory"]'),
     (", conf: {spark.jars: x.jar}", 'spec.tasks[0].spark.conf["spark.jars"]'),

@@ -50,6 +50,8 @@ class SparkJob:
     executor_cores: int | None = None
     executor_memory: str | None = None
     connect: bool = False  # run as `python <app>` against a Spark Connect server, not through spark-submit
+    # Kubernetes only: the size of the DAG's Spark Connect server ({cores, memory, executor: {...}}; ADR 0086)
+    connect_server: dict | None = None
     # Kubernetes only (ignored locally): SparkPodSpec fields of both pods (tolerations, nodeSelector, affinity,
     # podSecurityContext, securityContext, volumeMounts), the application's volumes, the driver's service account
     pod: dict | None = None

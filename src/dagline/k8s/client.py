@@ -1,7 +1,8 @@
 """The Kubernetes API as dagline uses it: loading credentials, and SparkApplication calls with errors sorted.
 
-`load_api_client` finds credentials the way kubectl and in-cluster pods do. `SparkApplications` wraps
-the few custom-object calls the `spark-k8s` executor makes, with a request timeout on each (a hung
+`load_api_client` finds credentials the way kubectl and in-cluster pods do. `SparkApplications` and
+`SparkConnects` wrap the few custom-object calls the `spark-k8s` executor makes, `Pods` the calls on
+Spark Connect tries' driver pods, with a request timeout on each (a hung
 API server must not hang the scheduler loop), `Secrets` the per-try Secret calls (a try's signal
 token), and both turn the client's exceptions into three kinds
 the executor acts on:
@@ -24,6 +25,9 @@ from kubernetes.config.config_exception import ConfigException
 
 from dagline.errors import DaglineError, OperationFailed, Unavailable
 from dagline.k8s.sparkapp import GROUP, PLURAL, VERSION
+from dagline.k8s.sparkconnect import GROUP as CONNECT_GROUP
+from dagline.k8s.sparkconnect import PLURAL as CONNECT_PLURAL
+from dagline.k8s.sparkconnect import VERSION as CONNECT_VERSION
 
 DEFAULT_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds per request
 LIST_PAGE = 500
@@ -105,8 +109,10 @@ CALL_ERRORS = (  # what a call through the kubernetes client may raise
     ApiException, urllib3.exceptions.HTTPError, OSError)
 
 
-class SparkApplications:
-    """SparkApplication calls in one namespace."""
+class CustomObjects:
+    """Calls on one kind of custom object in one namespace (SparkApplications, SparkConnects)."""
+
+    group, version, plural = GROUP, VERSION, PLURAL
 
     def __init__(self, api_client: client.ApiClient, namespace: str, *, timeout=DEFAULT_TIMEOUT):
         self.api = client.CustomObjectsApi(api_client)
@@ -114,7 +120,7 @@ class SparkApplications:
         self.timeout = timeout
 
     def _args(self) -> dict:
-        return {"group": GROUP, "version": VERSION, "namespace": self.namespace, "plural": PLURAL,
+        return {"group": self.group, "version": self.version, "namespace": self.namespace, "plural": self.plural,
                 "_request_timeout": self.timeout}
 
     def create(self, body: dict) -> dict:
@@ -149,7 +155,7 @@ class SparkApplications:
                 return items
 
     def kind_installed(self) -> bool:
-        """Whether the API serves SparkApplications (its CRD is installed): a one-item list, which the
+        """Whether the API serves this kind (its CRD is installed): a one-item list, which the
         executor's `list` permission allows (no permission on CRDs needed). False on the API's 404 for an
         unknown resource; a missing namespace or a refusal raises `ApiRejected`."""
         try:
@@ -160,53 +166,117 @@ class SparkApplications:
             raise sorted_error(exc) from None
         return True
 
-    def delete(self, name: str) -> bool:
-        """Delete (its driver and executor pods go with it); False if it was already gone."""
+    def delete(self, name: str, *, resource_version: str | None = None) -> bool:
+        """Delete (what it owns goes with it); False if it was already gone. With `resource_version`, only
+        that version of it: a changed object is a 409 (`AlreadyExists` is not raised: `ApiRejected`)."""
+        body = {"preconditions": {"resourceVersion": resource_version}} if resource_version else None
         try:
-            self.api.delete_namespaced_custom_object(name=name, **self._args())
+            self.api.delete_namespaced_custom_object(name=name, body=body, **self._args())
         except CALL_ERRORS as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 return False
+            if isinstance(exc, ApiException) and exc.status == 409:
+                raise ApiRejected(409, api_message(exc)) from None
             raise sorted_error(exc) from None
         return True
+
+    def patch_metadata(self, name: str, metadata: dict) -> dict | None:
+        """Merge labels or annotations into the object's; the object, or None if it is gone."""
+        try:
+            return self.api.patch_namespaced_custom_object(name=name, body={"metadata": metadata}, **self._args())
+        except CALL_ERRORS as exc:
+            if isinstance(exc, ApiException) and exc.status == 404:
+                return None
+            raise sorted_error(exc) from None
 
     def set_labels(self, name: str, labels: dict[str, str], annotations: dict[str, str] | None = None) -> bool:
         """Merge these labels (and annotations) into the object's; False if it is gone."""
         metadata: dict = {"labels": labels}
         if annotations:
             metadata["annotations"] = annotations
-        try:
-            self.api.patch_namespaced_custom_object(name=name, body={"metadata": metadata}, **self._args())
-        except CALL_ERRORS as exc:
-            if isinstance(exc, ApiException) and exc.status == 404:
-                return False
-            raise sorted_error(exc) from None
-        return True
+        return self.patch_metadata(name, metadata) is not None
+
+
+class SparkApplications(CustomObjects):
+    """SparkApplication calls in one namespace."""
+
+
+class SparkConnects(CustomObjects):
+    """SparkConnect calls in one namespace: the Spark Connect servers of DAGs (ADR 0086)."""
+
+    group, version, plural = CONNECT_GROUP, CONNECT_VERSION, CONNECT_PLURAL
 
 
 class Pods:
-    """Pod calls in one namespace: stopping a streaming try's driver with its own grace period."""
+    """Pod calls in one namespace: the driver Pods of Spark Connect tries, with the same methods as
+    `CustomObjects` (objects are the API's JSON, as for custom objects), and a streaming SparkApplication's
+    driver pod deleted with its grace period."""
 
     def __init__(self, api_client: client.ApiClient, namespace: str, *, timeout=DEFAULT_TIMEOUT):
         self.api = client.CoreV1Api(api_client)
         self.namespace = namespace
         self.timeout = timeout
 
-    def exists(self, name: str) -> bool:
+    def _json(self, response) -> dict:
+        return json.loads(response.data or b"{}")
+
+    def create(self, body: dict) -> dict:
         try:
-            self.api.read_namespaced_pod(name, self.namespace, _request_timeout=self.timeout)
+            return self._json(self.api.create_namespaced_pod(self.namespace, body, _request_timeout=self.timeout,
+                                                             _preload_content=False))
+        except CALL_ERRORS as exc:
+            raise sorted_error(exc) from None
+
+    def get(self, name: str) -> dict | None:
+        try:
+            return self._json(self.api.read_namespaced_pod(name, self.namespace, _request_timeout=self.timeout,
+                                                           _preload_content=False))
+        except CALL_ERRORS as exc:
+            if isinstance(exc, ApiException) and exc.status == 404:
+                return None
+            raise sorted_error(exc) from None
+
+    def list(self, label_selector: str) -> list[dict]:
+        items: list[dict] = []
+        token = None
+        while True:
+            kwargs = {"label_selector": label_selector, "limit": LIST_PAGE}
+            if token:
+                kwargs["_continue"] = token
+            try:
+                page = self._json(self.api.list_namespaced_pod(self.namespace, _request_timeout=self.timeout,
+                                                               _preload_content=False, **kwargs))
+            except CALL_ERRORS as exc:
+                raise sorted_error(exc) from None
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
+    def delete(self, name: str, *, grace_period_s: int | None = None) -> bool:
+        """Delete: the job's container gets SIGTERM, then its terminationGracePeriodSeconds, or
+        `grace_period_s` when given (the API server honours a delete's grace period whatever the pod spec
+        says: no webhook needed, ADR 0090); False if gone."""
+        grace = {} if grace_period_s is None else {"grace_period_seconds": grace_period_s}
+        try:
+            self.api.delete_namespaced_pod(name, self.namespace, _request_timeout=self.timeout,
+                                           _preload_content=False, **grace)
         except CALL_ERRORS as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 return False
             raise sorted_error(exc) from None
         return True
 
-    def delete(self, name: str, *, grace_period_s: int) -> bool:
-        """Delete with this grace period (SIGTERM, then SIGKILL after it); False if it was already gone.
-        The API server honours `gracePeriodSeconds` whatever the pod spec says: no webhook needed."""
+    def exists(self, name: str) -> bool:
+        return self.get(name) is not None
+
+    def set_labels(self, name: str, labels: dict[str, str], annotations: dict[str, str] | None = None) -> bool:
+        metadata: dict = {"labels": labels}
+        if annotations:
+            metadata["annotations"] = annotations
         try:
-            self.api.delete_namespaced_pod(name, self.namespace, grace_period_seconds=grace_period_s,
-                                           _request_timeout=self.timeout)
+            self.api.patch_namespaced_pod(name, self.namespace, {"metadata": metadata},
+                                          _request_timeout=self.timeout, _preload_content=False)
         except CALL_ERRORS as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 return False

@@ -61,6 +61,15 @@ once the pod is gone or the grace period (plus `STOP_SLACK_S`) has passed: the s
 delete of the driver would otherwise cut the grace period short. The try's slot stays taken until then,
 so its retry or restart never runs beside a driver still committing its last batch (ADR 0090).
 
+Spark Connect tries (`spark.connect: true`, ADR 0086) are Pods instead (`dagline.k8s.sparkconnect`), followed
+the same way (listed by `dagline.io/outcome=pending`, Pod phases as states, the same retention, pending
+timeout, Secret, `cancel` and `adopt`) on their DAG's SparkConnect server. A try's Pod is created once
+that server exists (created by the DAG's first Connect try; a 409 means it exists), is `Ready` (looked at
+at most once per `list_interval_s`) and carries this sync's `dagline.io/last-used` mark. Every
+`idle_check_interval_s` (once this replica ran a Connect try) the servers dagline created are listed, and
+one unused for `DAGLINE_SPARK_CONNECT_IDLE_TIMEOUT` with no followed Pod on it is deleted with a
+`resourceVersion` precondition, so a mark by another replica in between keeps it.
+
 `adopt` looks each try's application up by name: found, it is followed (its state is reported at the
 next sync); missing, the launch is returned to the scheduler (a queued try is launched again, a
 running one is a zombie).
@@ -87,7 +96,7 @@ from dagline.errors import DaglineError, InvalidInput
 from dagline.executors.base import TaskKey, TaskLaunch, TaskReport
 from dagline.executors.registry import ExecutorSettings, KindCode, ShownSetting
 from dagline.executors.secret_sources import LocalSecrets
-from dagline.k8s import preflight, sparkapp
+from dagline.k8s import preflight, sparkapp, sparkconnect
 from dagline.k8s.client import (
     AlreadyExists,
     ApiRejected,
@@ -95,6 +104,7 @@ from dagline.k8s.client import (
     Pods,
     Secrets,
     SparkApplications,
+    SparkConnects,
     load_api_client,
 )
 from dagline.k8s.pod_logs import DriverLog
@@ -113,6 +123,8 @@ DEFAULT_PICKUP_TIMEOUT_S = 60.0
 DEFAULT_PREFLIGHT_INTERVAL_S = 300.0
 DEFAULT_KEEP_FINISHED_S = 86400.0  # a day: the driver log of last night's run can be read in the morning
 KEEP_FINISHED_SETTING = "DAGLINE_SPARK_KEEP_FINISHED"
+DEFAULT_CONNECT_SPARK_VERSION = "4.0.1"   # Spark Connect servers: Spark 4 has Connect built in
+DEFAULT_CONNECT_IDLE_TIMEOUT_S = 1800.0
 
 # Used with fullmatch: `$` would also match before a trailing newline.
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -137,10 +149,18 @@ class SparkK8sSettings:
     # an application with no status this long after launch was picked up by no spark-operator (docs/adr/0080)
     pickup_timeout_s: float = DEFAULT_PICKUP_TIMEOUT_S
     preflight_interval_s: float = DEFAULT_PREFLIGHT_INTERVAL_S  # 0: no preflight
+    # Spark Connect tasks (ADR 0086): the DAGs' SparkConnect servers' image and Spark version, the default image
+    # of their tries' driver pods (Python and the Spark Connect client), and how long an unused server is kept
+    connect_spark_version: str = DEFAULT_CONNECT_SPARK_VERSION
+    connect_image: str | None = None
+    connect_client_image: str | None = None
+    connect_idle_timeout_s: float = DEFAULT_CONNECT_IDLE_TIMEOUT_S
 
     def __post_init__(self):
         if self.image is None:
             object.__setattr__(self, "image", f"spark:{self.spark_version}")
+        if self.connect_image is None:
+            object.__setattr__(self, "connect_image", f"spark:{self.connect_spark_version}")
 
     @classmethod
     def from_env(cls, environ=None, *, namespace_file: str = SERVICE_ACCOUNT_NAMESPACE_FILE) -> SparkK8sSettings:
@@ -188,9 +208,23 @@ class SparkK8sSettings:
         keep_text = get(KEEP_FINISHED_SETTING)
         keep = DEFAULT_KEEP_FINISHED_S if keep_text is None else parse_timeout(
             keep_text, field=KEEP_FINISHED_SETTING, zero=True)
+        connect_version = get("DAGLINE_SPARK_CONNECT_SPARK_VERSION") or DEFAULT_CONNECT_SPARK_VERSION
+        check("DAGLINE_SPARK_CONNECT_SPARK_VERSION", connect_version, re.compile(r"\d+\.\d+(\.\d+)?\S*"),
+              "a Spark version such as 4.0.1")
+        connect_images = {}
+        for name in ("DAGLINE_SPARK_CONNECT_IMAGE", "DAGLINE_SPARK_CONNECT_CLIENT_IMAGE"):
+            connect_images[name] = get(name)
+            if connect_images[name] is not None:
+                check(name, connect_images[name], _NO_SPACE, "a container image reference")
+        idle_text = get("DAGLINE_SPARK_CONNECT_IDLE_TIMEOUT")
+        idle = (parse_timeout(idle_text, field="DAGLINE_SPARK_CONNECT_IDLE_TIMEOUT") if idle_text is not None
+                else DEFAULT_CONNECT_IDLE_TIMEOUT_S)
         return cls(namespace=namespace, image=image, service_account=account, pending_timeout_s=timeout,
                    retention=retention, keep_finished_s=keep, spark_version=version, pod_security=security,
-                   pickup_timeout_s=pickup, preflight_interval_s=interval)
+                   pickup_timeout_s=pickup, preflight_interval_s=interval,
+                   connect_spark_version=connect_version, connect_image=connect_images["DAGLINE_SPARK_CONNECT_IMAGE"],
+                   connect_client_image=connect_images["DAGLINE_SPARK_CONNECT_CLIENT_IMAGE"],
+                   connect_idle_timeout_s=idle)
 
 
 POD_SECURITY_SETTING = "DAGLINE_SPARK_POD_SECURITY"
@@ -253,6 +287,28 @@ class _Try:
     task_values: tuple[tuple[str, str], ...] | None = None  # the task's env, read (None: not yet)
     driver_pod: str | None = None    # as the application's status names it, once seen
     stop_by: dt.datetime | None = None  # a graceful stop under way: its driver pod is deleted, this the bound
+    server: str | None = None        # a Spark Connect try: its DAG's SparkConnect (the try itself is a Pod)
+
+    @property
+    def connect(self) -> bool:
+        return self.server is not None
+
+    @property
+    def kind(self) -> str:
+        return "Pod" if self.connect else "SparkApplication"
+
+
+@dataclasses.dataclass
+class _Server:
+    """A DAG's SparkConnect as this replica knows it."""
+
+    name: str
+    manifest: dict
+    created: bool = False            # exists (created here, or found)
+    ready: bool = False              # last seen `status.state: Ready`
+    state: str = ""                  # what the last look said
+    checked: float = float("-inf")   # monotonic time of the last look
+    marked: int = -1                 # the sync at which `dagline.io/last-used` was last written
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,6 +318,7 @@ class _Cleanup:
     delete: bool      # else: relabel `dagline.io/outcome=<outcome>`
     after: int = 0    # run at a sync once this many syncs have returned (its report was recorded)
     delete_after: dt.datetime | None = None  # with the relabel: when the sweep may delete it
+    connect: bool = False  # a Spark Connect try's Pod, not a SparkApplication
 
     def annotations(self) -> dict[str, str] | None:
         if self.delete_after is None:
@@ -276,7 +333,8 @@ class SparkK8sExecutor:
     host_bound = False  # applications live in the cluster: any replica can adopt them by label
 
     def __init__(self, settings: SparkK8sSettings, *, parallelism: int, clock=None, api_client=None,
-                 list_interval_s: float = 1.0, retry_interval_s: float = 2.0, sweep_interval_s: float = 60.0):
+                 list_interval_s: float = 1.0, retry_interval_s: float = 2.0, sweep_interval_s: float = 60.0,
+                 idle_check_interval_s: float = 60.0):
         if parallelism < 1:
             raise ValueError("parallelism must be at least 1")
         self.settings = settings
@@ -289,7 +347,11 @@ class SparkK8sExecutor:
         self._api_client = api_client
         self._apps: SparkApplications | None = None
         self._secrets: Secrets | None = None
-        self._pods: Pods | None = None
+        self._pods_api: Pods | None = None
+        self._connects_api: SparkConnects | None = None
+        self._servers: dict[str, _Server] = {}  # the SparkConnects of this replica's Connect tries, by name
+        self.idle_check_interval_s = idle_check_interval_s  # at most one look for idle servers per this long
+        self._last_idle_check = float("-inf")
         self._tries: dict[TaskKey, _Try] = {}
         self._reports: list[TaskReport] = []
         self._cleanups: list[_Cleanup] = []   # run at the next sync (and retried while the API is down)
@@ -316,14 +378,17 @@ class SparkK8sExecutor:
             if launch.key in self._tries:
                 continue  # already followed here: one application per try
             try:
-                manifest = sparkapp.build_manifest(
-                    launch, namespace=self.settings.namespace, default_image=self.settings.image,
-                    service_account=self.settings.service_account, spark_version=self.settings.spark_version,
-                    launched_at=now, pod_security=self.settings.pod_security)
+                if launch.job.connect:
+                    t = self._connect_try(launch, now)
+                else:
+                    manifest = sparkapp.build_manifest(
+                        launch, namespace=self.settings.namespace, default_image=self.settings.image,
+                        service_account=self.settings.service_account, spark_version=self.settings.spark_version,
+                        launched_at=now, pod_security=self.settings.pod_security)
+                    t = _Try(launch, manifest["metadata"]["name"], manifest, launched_at=now)
             except sparkapp.ManifestError as exc:
                 self._reports.append(self._report(launch, TIState.FAILED, now, message=str(exc), started_at=now))
                 continue
-            t = _Try(launch, manifest["metadata"]["name"], manifest, launched_at=now)
             self._tries[launch.key] = t
             if self._api_ready():
                 self._create(t)
@@ -342,6 +407,9 @@ class SparkK8sExecutor:
             if time.monotonic() - self._last_list >= self.list_interval_s and self._api_ready():
                 self._refresh()
         self._end_graceful_stops()
+        if (self._servers and time.monotonic() - self._last_idle_check >= self.idle_check_interval_s
+                and self._api_ready()):
+            self._delete_idle_servers()
         self._time_out_pending()
         if time.monotonic() - self._last_sweep >= self.sweep_interval_s and self._api_ready():
             self._sweep()
@@ -357,11 +425,13 @@ class SparkK8sExecutor:
             return
         self._tries.pop(key, None)
         name = t.name if t is not None else sparkapp.application_name(key)
-        self._delete_now(name, TIState.FAILED)  # its Secret goes with it (ownerReference)
+        # its Secret goes with it (ownerReference); a try not followed here may be either kind
+        for connect in ((t.connect,) if t is not None else (False, True)):
+            self._delete_now(name, TIState.FAILED, connect=connect)
         if t is not None:
             now = self.clock.now()
             self._reports.append(self._report(t.launch, TIState.FAILED, now,
-                                              message="cancelled: SparkApplication deleted",
+                                              message=f"cancelled: {t.kind} deleted",
                                               started_at=t.started_at or now))
 
     def adopt(self, launches: list[TaskLaunch]) -> list[TaskLaunch]:
@@ -371,8 +441,9 @@ class SparkK8sExecutor:
             if launch.key in self._tries:
                 continue
             name = sparkapp.application_name(launch.key)
+            objects = self._pods() if launch.job.connect else self._api()
             try:
-                obj = self._api().get(name)
+                obj = objects.get(name)
             except (ApiUnavailable, ApiRejected) as exc:
                 # Unknown: follow it as if it exists; if it does not, the next sync reports it missing
                 # (never create it again here: a running try must not run twice).
@@ -381,7 +452,8 @@ class SparkK8sExecutor:
                 continue
             if obj is None or not sparkapp.same_try(obj, launch.key):
                 if obj is not None:
-                    log.warning("SparkApplication %s exists but belongs to another try: not adopted", name)
+                    log.warning("%s %s exists but belongs to another try: not adopted",
+                                "Pod" if launch.job.connect else "SparkApplication", name)
                 left.append(launch)
                 continue
             self._follow(launch, name, obj)
@@ -402,15 +474,17 @@ class SparkK8sExecutor:
         whose deletion was due are only relabelled: their reports may not have been recorded."""
         pending, self._cleanups = self._cleanups, []
         for cleanup in pending:
+            objects = self._pods() if cleanup.connect else self._api()
             try:
                 if cleanup.delete and cleanup.after < self._syncs:
-                    self._api().delete(cleanup.name)  # its report was returned before the last sync
+                    objects.delete(cleanup.name)  # its report was returned before the last sync
                 else:
-                    self._api().set_labels(cleanup.name, {LABEL_OUTCOME: cleanup.outcome}, cleanup.annotations())
+                    objects.set_labels(cleanup.name, {LABEL_OUTCOME: cleanup.outcome}, cleanup.annotations())
             except (ApiUnavailable, ApiRejected) as exc:
                 log.warning("could not clean up SparkApplication %s at shutdown: %s", cleanup.name, exc)
         self._tries.clear()
         self._reports.clear()
+        self._servers.clear()  # servers stay for the other replicas; an idle one is deleted by whoever sees it
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -430,22 +504,34 @@ class SparkK8sExecutor:
             self._apps = SparkApplications(api_client, self.settings.namespace)
         return self._apps
 
-    def _pods_api(self) -> Pods:
-        if self._pods is None:
+    def _pods(self) -> Pods:
+        if self._pods_api is None:
             self._api()
-            self._pods = Pods(self._apps.api.api_client, self.settings.namespace)
-        return self._pods
+            self._pods_api = Pods(self._apps.api.api_client, self.settings.namespace)
+        return self._pods_api
+
+    def _connects(self) -> SparkConnects:
+        if self._connects_api is None:
+            self._api()
+            self._connects_api = SparkConnects(self._apps.api.api_client, self.settings.namespace)
+        return self._connects_api
+
+    def _objects(self, t: _Try):
+        """Where a try's object lives: Pods for a Connect try, else SparkApplications."""
+        return self._pods() if t.connect else self._api()
 
     def _stop_gracefully(self, t: _Try) -> bool:
         """Start a graceful stop of a running streaming try; False when it is to be deleted at once."""
         if t.stop_by is not None:
             return True  # asked again: the stop under way goes on
-        if not (t.launch.streaming and t.created and t.started_at is not None) or not self._api_ready():
+        if t.connect or not (t.launch.streaming and t.created and t.started_at is not None):
+            return False  # a Connect try's Pod carries its own terminationGracePeriodSeconds
+        if not self._api_ready():
             return False
         grace = max(1, int(round(t.launch.stop_grace_s)))
         pod = t.driver_pod or sparkapp.driver_pod_name(None, t.name)
         try:
-            deleted = self._pods_api().delete(pod, grace_period_s=grace)
+            deleted = self._pods().delete(pod, grace_period_s=grace)
         except (ApiUnavailable, ApiRejected) as exc:
             self._api_error(f"deleting driver pod {pod} (a graceful stop)", exc)
             return False  # the application is deleted: SIGTERM, then the pod's own grace period
@@ -463,7 +549,7 @@ class SparkK8sExecutor:
                 if not self._api_ready():
                     continue
                 try:
-                    if self._pods_api().exists(t.driver_pod):
+                    if self._pods().exists(t.driver_pod):
                         continue
                 except (ApiUnavailable, ApiRejected) as exc:
                     self._api_error(f"reading driver pod {t.driver_pod}", exc)
@@ -524,22 +610,24 @@ class SparkK8sExecutor:
         if task_values is None:
             return
         t.task_values = task_values
+        if t.connect and not self._server_in_use(t):
+            return  # its server is not Ready yet (or could not be created): the next sync looks again
         try:
-            created = self._api().create(t.manifest)
+            created = self._objects(t).create(t.manifest)
         except AlreadyExists:
             self._adopt_existing(t)
             return
         except ApiRejected as exc:
-            if exc.status == 404 and not str(exc).startswith('404: namespaces "'):
+            if exc.status == 404 and not t.connect and not str(exc).startswith('404: namespaces "'):
                 message = (f"{preflight.CRD_MISSING}: the Kubernetes API does not serve SparkApplications "
                            f"({exc}): install the spark-operator (the CRD {preflight.CRD_NAME})")
             else:
-                message = f"the Kubernetes API refused the SparkApplication {t.name}: {exc}"
+                message = f"the Kubernetes API refused the {t.kind} {t.name}: {exc}"
             self._finish(t, TIState.FAILED, message, cleanup=False)
             return
         except ApiUnavailable as exc:
             t.create_error = str(exc)
-            self._api_error(f"creating SparkApplication {t.name}", exc)
+            self._api_error(f"creating {t.kind} {t.name}", exc)
             return
         self._api_ok()
         t.created = True
@@ -547,17 +635,18 @@ class SparkK8sExecutor:
         self._own_env_secret(t, created)
 
     def _own_env_secret(self, t: _Try, app: dict | None) -> None:
-        """Create the try's Secret, owned by its application `app` (a created or adopted one)."""
-        owner = sparkapp.owner_reference(app or {})
+        """Create the try's Secret, owned by its application (or Connect Pod) `app` (a created or adopted one)."""
+        owner_of = sparkconnect.pod_owner_reference if t.connect else sparkapp.owner_reference
+        owner = owner_of(app or {})
         if not sparkapp.has_env(t.launch):
             return
         if owner is None:  # no uid in the answer: read the application back for it
             try:
-                owner = sparkapp.owner_reference(self._api().get(t.name) or {})
+                owner = owner_of(self._objects(t).get(t.name) or {})
             except (ApiUnavailable, ApiRejected) as exc:
-                self._api_error(f"reading SparkApplication {t.name}", exc)
+                self._api_error(f"reading {t.kind} {t.name}", exc)
         if owner is None:
-            log.warning("SparkApplication %s has no uid: its Secret is created without an owner", t.name)
+            log.warning("%s %s has no uid: its Secret is created without an owner", t.kind, t.name)
             owner = {}
         t.secret_owner = owner
         self._create_env_secret(t)
@@ -580,30 +669,30 @@ class SparkK8sExecutor:
         except ApiRejected as exc:
             t.secret_owner = None
             self._tries.pop(t.launch.key, None)
-            self._delete_now(t.name, TIState.FAILED)
+            self._delete_now(t.name, TIState.FAILED, connect=t.connect)
             now = self.clock.now()
             self._reports.append(self._report(
                 t.launch, TIState.FAILED, now, started_at=now,
                 message=f"the Kubernetes API refused the Secret {secret['metadata']['name']} holding the try's "
-                        f"environment: {exc}; SparkApplication deleted"))
+                        f"environment: {exc}; {t.kind} deleted"))
             return
         t.secret_owner = None
 
     def _adopt_existing(self, t: _Try) -> None:
         """409 on create: follow the object if it is this try's, else fail the try (never touch the other)."""
         try:
-            obj = self._api().get(t.name)
+            obj = self._objects(t).get(t.name)
         except (ApiUnavailable, ApiRejected) as exc:
             t.create_error = str(exc)
-            self._api_error(f"reading SparkApplication {t.name}", exc)
+            self._api_error(f"reading {t.kind} {t.name}", exc)
             return  # the next sync tries the create again, and lands here again
         if obj is None:
             return  # deleted in between: the next sync creates it
         if not sparkapp.same_try(obj, t.launch.key):
-            self._finish(t, TIState.FAILED, f"a SparkApplication named {t.name} already exists and belongs to "
+            self._finish(t, TIState.FAILED, f"a {t.kind} named {t.name} already exists and belongs to "
                                       f"another try (see its dagline.io/* annotations)", cleanup=False)
             return
-        log.info("SparkApplication %s already existed: adopted", t.name)
+        log.info("%s %s already existed: adopted", t.kind, t.name)
         t.created = True
         t.launched_at = sparkapp.launched_at(obj) or t.launched_at
         self._own_env_secret(t, obj)  # its creator may have died before creating it (an existing one is kept)
@@ -612,43 +701,52 @@ class SparkK8sExecutor:
 
     def _follow(self, launch: TaskLaunch, name: str, obj: dict | None) -> None:
         launched = (sparkapp.launched_at(obj) if obj is not None else None) or self.clock.now()
-        t = _Try(launch, name, manifest={}, launched_at=launched, created=True)
+        server = (((obj or {}).get("metadata") or {}).get("labels") or {}).get(sparkconnect.LABEL_SERVER) or "?"
+        t = _Try(launch, name, manifest={}, launched_at=launched, created=True,
+                 server=server if launch.job.connect else None)
         self._tries[launch.key] = t
         if obj is not None:
             self._observe(t, obj)
 
     def _refresh(self) -> None:
-        try:
-            items = self._api().list(sparkapp.FOLLOWED_SELECTOR)
-        except (ApiUnavailable, ApiRejected) as exc:
-            self._fresh = False
-            self._api_error("listing SparkApplications", exc)
-            return
+        created = [t for t in self._tries.values() if t.created]
+        by_name: dict[tuple[bool, str], dict] = {}
+        for connect, selector in ((False, sparkapp.FOLLOWED_SELECTOR), (True, sparkconnect.PODS_SELECTOR)):
+            if not any(t.connect == connect for t in created):
+                continue
+            what = "Pods" if connect else "SparkApplications"
+            try:
+                items = (self._pods() if connect else self._api()).list(selector)
+            except (ApiUnavailable, ApiRejected) as exc:
+                self._fresh = False
+                self._api_error(f"listing {what}", exc)
+                return
+            by_name.update({(connect, (obj.get("metadata") or {}).get("name")): obj for obj in items})
         self._api_ok()
         self._fresh = True
         self._last_list = time.monotonic()
-        by_name = {(obj.get("metadata") or {}).get("name"): obj for obj in items}
-        for t in [t for t in self._tries.values() if t.created]:
-            obj = by_name.get(t.name)
+        for t in created:
+            obj = by_name.get((t.connect, t.name))
             if obj is None:
                 try:  # not listed: relabelled (reported by a replica that then died) or gone
-                    obj = self._api().get(t.name)
+                    obj = self._objects(t).get(t.name)
                 except (ApiUnavailable, ApiRejected) as exc:
-                    self._api_error(f"reading SparkApplication {t.name}", exc)
+                    self._api_error(f"reading {t.kind} {t.name}", exc)
                     continue
                 if obj is None:
-                    self._finish(t, TIState.FAILED, f"SparkApplication {self._external_id(t.name)} disappeared "
+                    self._finish(t, TIState.FAILED, f"{t.kind} {self._external_id(t.name)} disappeared "
                                               f"(deleted outside dagline) in state {t.state or 'no state'}",
                                  cleanup=False)
                     continue
             self._observe(t, obj)
 
     def _observe(self, t: _Try, obj: dict) -> None:
-        seen = sparkapp.observe(obj)
+        seen = sparkconnect.observe(obj) if t.connect else sparkapp.observe(obj)
         t.state = seen.state
-        t.driver_pod = sparkapp.driver_pod_name(obj, t.name)
         now = self.clock.now()
-        if obj.get("status") and not t.picked_up:
+        if not t.connect:
+            t.driver_pod = sparkapp.driver_pod_name(obj, t.name)
+        if obj.get("status") and not t.picked_up and not t.connect:
             t.picked_up = True
             self.pickups.record(True, now, t.name)
         if t.stop_by is not None:
@@ -672,15 +770,22 @@ class SparkK8sExecutor:
                 continue  # no current news of it (the API is down): waiting is not the same as stuck
             waited = _duration_text(self.settings.pending_timeout_s)
             if t.created:
-                message = (f"no driver running {waited} after launch (SparkApplication {self._external_id(t.name)} "
-                           f"in state {t.state or 'no state'}; DAGLINE_SPARK_PENDING_TIMEOUT): deleted. Check that "
+                what = "phase" if t.connect else "state"
+                message = (f"no driver running {waited} after launch ({t.kind} {self._external_id(t.name)} "
+                           f"in {what} {t.state or 'no state'}; DAGLINE_SPARK_PENDING_TIMEOUT): deleted. Check that "
                            f"the image {self._image(t)} can be pulled and the namespace has room for the driver pod")
+            elif t.connect and t.server in self._servers and self._servers[t.server].created:
+                server = self._servers[t.server]
+                message = (f"the Spark Connect server {self._external_id(server.name)} was not Ready {waited} after "
+                           f"launch (state {server.state or 'no state'}; DAGLINE_SPARK_PENDING_TIMEOUT). Check that "
+                           f"its image {self.settings.connect_image} can be pulled and the namespace has room for "
+                           f"the server pod {server.name}-server")
             else:
                 message = (f"could not create SparkApplication {self._external_id(t.name)} within {waited} "
                            f"(DAGLINE_SPARK_PENDING_TIMEOUT): {t.create_error or 'the API did not answer'}")
             self._tries.pop(t.launch.key, None)
             # delete even when no create succeeded: one may have, with its answer lost
-            self._delete_now(t.name, TIState.FAILED)
+            self._delete_now(t.name, TIState.FAILED, connect=t.connect)
             self._reports.append(self._report(t.launch, TIState.FAILED, now, message=message, started_at=now))
 
     def _time_out_unpicked(self) -> None:
@@ -691,7 +796,7 @@ class SparkK8sExecutor:
         if not self._fresh:
             return  # no current news (the API is down): waiting is not the same as unwatched
         for t in [t for t in self._tries.values()
-                  if t.created and not t.picked_up and t.started_at is None
+                  if t.created and not t.connect and not t.picked_up and t.started_at is None
                   and now - (t.created_at or t.launched_at) > limit]:
             waited = _duration_text(self.settings.pickup_timeout_s)
             namespace = self.settings.namespace
@@ -705,6 +810,9 @@ class SparkK8sExecutor:
             self._reports.append(self._report(t.launch, TIState.FAILED, now, message=message, started_at=now))
 
     def _image(self, t: _Try) -> str:
+        if t.connect:
+            containers = (t.manifest.get("spec") or {}).get("containers") or [{}]
+            return containers[0].get("image") or t.launch.job.image or self.settings.connect_client_image or "?"
         return (t.manifest.get("spec") or {}).get("image") or t.launch.job.image or self.settings.image
 
     def _finish(self, t: _Try, state: str, message: str | None, *, cleanup: bool = True) -> None:
@@ -715,11 +823,11 @@ class SparkK8sExecutor:
             retention = self.settings.retention
             delete = retention == "delete" or (retention == "delete-succeeded" and state == TIState.SUCCESS)
             keep = self.settings.keep_finished_s
-            if delete and keep > 0:  # kept with its driver pod and log, then swept
+            if delete and keep > 0 and not t.connect:  # kept with its driver pod and log, then swept
                 self._cleanups.append(_Cleanup(t.name, state, False, after=self._syncs + 1,
                                                delete_after=now + dt.timedelta(seconds=keep)))
             else:
-                self._cleanups.append(_Cleanup(t.name, state, delete, after=self._syncs + 1))
+                self._cleanups.append(_Cleanup(t.name, state, delete, after=self._syncs + 1, connect=t.connect))
 
     def _run_cleanups(self) -> None:
         """Deletes and relabels whose try's report the scheduler has recorded (a sync returned it since)."""
@@ -728,11 +836,12 @@ class SparkK8sExecutor:
             return
         self._cleanups = [c for c in self._cleanups if c.after > self._syncs]
         for i, cleanup in enumerate(due):
+            objects = self._pods() if cleanup.connect else self._api()
             try:
                 if cleanup.delete:
-                    self._api().delete(cleanup.name)
+                    objects.delete(cleanup.name)
                 else:
-                    self._api().set_labels(cleanup.name, {LABEL_OUTCOME: cleanup.outcome}, cleanup.annotations())
+                    objects.set_labels(cleanup.name, {LABEL_OUTCOME: cleanup.outcome}, cleanup.annotations())
             except ApiUnavailable as exc:
                 self._api_error(f"cleaning up SparkApplication {cleanup.name}", exc)
                 self._cleanups[:0] = due[i:]  # retry them, in order, at a later sync
@@ -764,17 +873,126 @@ class SparkK8sExecutor:
             except ApiRejected as exc:
                 log.warning("could not delete SparkApplication %s: %s", meta.get("name"), exc)
 
-    def _delete_now(self, name: str, outcome: str) -> None:
+    def _delete_now(self, name: str, outcome: str, *, connect: bool = False) -> None:
+        kind = "Pod" if connect else "SparkApplication"
         if not self._api_ready():
-            self._cleanups.append(_Cleanup(name, outcome, delete=True))
+            self._cleanups.append(_Cleanup(name, outcome, delete=True, connect=connect))
             return
         try:
-            self._api().delete(name)
+            (self._pods() if connect else self._api()).delete(name)
         except ApiUnavailable as exc:
-            self._api_error(f"deleting SparkApplication {name}", exc)
-            self._cleanups.append(_Cleanup(name, outcome, delete=True))
+            self._api_error(f"deleting {kind} {name}", exc)
+            self._cleanups.append(_Cleanup(name, outcome, delete=True, connect=connect))
         except ApiRejected as exc:
-            log.warning("could not delete SparkApplication %s: %s", name, exc)
+            log.warning("could not delete %s %s: %s", kind, name, exc)
+
+    # -- Spark Connect servers (ADR 0086) ------------------------------------------------------
+
+    def _connect_try(self, launch: TaskLaunch, now: dt.datetime) -> _Try:
+        """A Connect try: its DAG's server (built, created at the try's first sync) and the try's Pod."""
+        s = self.settings
+        server = sparkconnect.build_server(launch, namespace=s.namespace, image=s.connect_image,
+                                           spark_version=s.connect_spark_version, service_account=s.service_account,
+                                           pod_security=s.pod_security, used_at=now)
+        name = server["metadata"]["name"]
+        pod = sparkconnect.build_driver_pod(launch, server=name, namespace=s.namespace,
+                                            default_image=s.connect_client_image, pod_security=s.pod_security,
+                                            launched_at=now)
+        self._servers.setdefault(name, _Server(name, server))
+        return _Try(launch, pod["metadata"]["name"], pod, launched_at=now, server=name)
+
+    def _server_in_use(self, t: _Try) -> bool:
+        """True once the try's server exists, is Ready and carries this sync's `last-used` mark (written before
+        any Pod uses it, so a replica deleting it as idle at the same time fails its precondition)."""
+        server = self._servers.get(t.server)
+        if server is None:  # followed after an adoption: nothing to create
+            return True
+        if not server.created:
+            try:
+                self._connects().create(server.manifest)
+            except AlreadyExists:
+                pass  # this DAG's server for this size, created by a replica or an earlier try
+            except ApiRejected as exc:
+                hint = (" (is the spark-operator 2.3 or later installed, with its sparkconnects.sparkoperator.k8s.io "
+                        "CRD?)" if exc.status == 404 else "")
+                self._finish(t, TIState.FAILED, f"the Kubernetes API refused the SparkConnect {server.name} (the "
+                                          f"DAG's Spark Connect server): {exc}{hint}", cleanup=False)
+                return False
+            except ApiUnavailable as exc:
+                t.create_error = str(exc)
+                self._api_error(f"creating SparkConnect {server.name}", exc)
+                return False
+            server.created = True
+            server.checked = float("-inf")
+        if not server.ready:
+            if time.monotonic() - server.checked >= self.list_interval_s:
+                self._look_at_server(server)
+            if not server.ready:
+                t.create_error = f"the Spark Connect server {server.name} is not Ready ({server.state or 'no state'})"
+                return False
+        if server.marked != self._syncs:
+            try:
+                seen = self._connects().patch_metadata(
+                    server.name, {"annotations": {sparkconnect.ANNOTATION_LAST_USED: self.clock.now().isoformat()}})
+            except (ApiUnavailable, ApiRejected) as exc:
+                t.create_error = str(exc)
+                self._api_error(f"marking SparkConnect {server.name} in use", exc)
+                return False
+            if seen is None:  # deleted as idle meanwhile: created again at the next sync
+                server.created = server.ready = False
+                t.create_error = f"the Spark Connect server {server.name} was deleted; it is created again"
+                return False
+            server.marked = self._syncs
+        return True
+
+    def _look_at_server(self, server: _Server) -> None:
+        server.checked = time.monotonic()
+        try:
+            obj = self._connects().get(server.name)
+        except (ApiUnavailable, ApiRejected) as exc:
+            self._api_error(f"reading SparkConnect {server.name}", exc)
+            return
+        if obj is None:
+            server.created = server.ready = False
+            server.state = "deleted"
+            return
+        server.ready = sparkconnect.server_ready(obj)
+        server.state = sparkconnect.server_state(obj)
+
+    def _delete_idle_servers(self) -> None:
+        """Delete dagline's SparkConnects that no try has started on for DAGLINE_SPARK_CONNECT_IDLE_TIMEOUT and
+        that no followed Pod uses, each only in the version seen (a try marking it meanwhile keeps it)."""
+        self._last_idle_check = time.monotonic()
+        try:
+            servers = self._connects().list(sparkconnect.SERVERS_SELECTOR)
+        except (ApiUnavailable, ApiRejected) as exc:
+            if not (isinstance(exc, ApiRejected) and exc.status == 404):  # no SparkConnect CRD: nothing to do
+                self._api_error("listing SparkConnects", exc)
+            return
+        now = self.clock.now()
+        idle = dt.timedelta(seconds=self.settings.connect_idle_timeout_s)
+        for obj in servers:
+            meta = obj.get("metadata") or {}
+            name, used = meta.get("name"), sparkconnect.last_used(obj)
+            known = self._servers.get(name)
+            if known is not None:  # seen anyway: keep what this replica knows of its readiness current
+                known.ready, known.state = sparkconnect.server_ready(obj), sparkconnect.server_state(obj)
+                known.checked = time.monotonic()
+            if used is None or now - used < idle or any(t.server == name for t in self._tries.values()):
+                continue
+            try:
+                if self._pods().list(f"{sparkconnect.PODS_SELECTOR}={name}"):
+                    continue  # a try of another replica still runs on it
+                self._connects().delete(name, resource_version=meta.get("resourceVersion"))
+            except ApiRejected as exc:
+                log.info("SparkConnect %s not deleted as idle: %s", name, exc)  # 409: marked in use meanwhile
+                continue
+            except ApiUnavailable as exc:
+                self._api_error(f"deleting idle SparkConnect {name}", exc)
+                return
+            log.info("SparkConnect %s deleted: idle since %s", name, used.isoformat())
+            if known is not None:
+                known.created = known.ready = False  # a later try of its DAG creates it again
 
     def _api_ready(self) -> bool:
         return time.monotonic() >= self._quiet_until
@@ -825,7 +1043,10 @@ _SHOWN = {"namespace": "DAGLINE_SPARK_NAMESPACE", "image": "DAGLINE_SPARK_IMAGE"
           "retention": "DAGLINE_SPARK_RETENTION", "keep_finished_s": KEEP_FINISHED_SETTING,
           "spark_version": "DAGLINE_SPARK_SPARK_VERSION",
           "pod_security": POD_SECURITY_SETTING, "pickup_timeout_s": "DAGLINE_SPARK_PICKUP_TIMEOUT",
-          "preflight_interval_s": "DAGLINE_SPARK_PREFLIGHT_INTERVAL"}
+          "preflight_interval_s": "DAGLINE_SPARK_PREFLIGHT_INTERVAL",
+          "connect_spark_version": "DAGLINE_SPARK_CONNECT_SPARK_VERSION",
+          "connect_image": "DAGLINE_SPARK_CONNECT_IMAGE", "connect_client_image": "DAGLINE_SPARK_CONNECT_CLIENT_IMAGE",
+          "connect_idle_timeout_s": "DAGLINE_SPARK_CONNECT_IDLE_TIMEOUT"}
 
 
 def _shown(environ) -> list[ShownSetting]:

@@ -3,7 +3,8 @@ through the Kubernetes API.
 
 A try of the spark-k8s executor is a SparkApplication (`sparkapp.application_name(key)`, in the
 namespace its `external_id` names); its driver pod is the one `status.driverInfo.podName` names (the
-spark-operator's `<application>-driver` when the status says nothing). The log is CoreV1
+spark-operator's `<application>-driver` when the status says nothing). A Spark Connect try is a Pod of
+that name (`dagline.k8s.sparkconnect`), whose log is the job's. The log is CoreV1
 `read_namespaced_pod_log`, streamed in chunks, so a large log is never held in memory. A finished
 application that the executor's retention deleted takes its pods along (it keeps them
 `DAGLINE_SPARK_KEEP_FINISHED`, a day by default, ADR 0085), and a pod deleted on its own leaves an
@@ -33,6 +34,7 @@ from dagline.k8s.client import (
     DEFAULT_TIMEOUT,
     ApiRejected,
     ApiUnavailable,
+    Pods,
     SparkApplications,
     api_message,
     load_api_client,
@@ -40,10 +42,13 @@ from dagline.k8s.client import (
 from dagline.k8s.sparkapp import application_name, driver_pod_name
 
 
-def driver_pod(apps: SparkApplications, name: str) -> str:
-    """The driver pod of an application (raises `NoLog` when the application is gone)."""
+def driver_pod(apps: SparkApplications, name: str, pods: Pods | None = None) -> str:
+    """The driver pod of an application, or the try's own Pod for a Spark Connect try (raises `NoLog` when
+    neither exists)."""
     try:
         app = apps.get(name)
+        if app is None and pods is not None and pods.get(name) is not None:
+            return name  # a Spark Connect try: its Pod has the application's name (ADR 0086)
     except (ApiUnavailable, ApiRejected) as exc:
         raise NoLog(f"SparkApplication {apps.namespace}/{name} could not be read: {exc}") from None
     if app is None:
@@ -62,7 +67,7 @@ def driver_log(key: TaskKey, namespace: str, *, api_client=None, tail_lines: int
     except OperationFailed as exc:  # no credentials
         raise NoLog(str(exc)) from None
     name = application_name(key)
-    pod = driver_pod(SparkApplications(api_client, namespace), name)
+    pod = driver_pod(SparkApplications(api_client, namespace), name, Pods(api_client, namespace))
     kwargs = {"_preload_content": False, "_request_timeout": DEFAULT_TIMEOUT}
     if tail_lines is not None:
         kwargs["tail_lines"] = tail_lines

@@ -183,6 +183,8 @@ def spark_job(task: Task, rendered: dict[str, str]) -> SparkJob:
         executor_cores=getattr(executor, "cores", None),
         executor_memory=getattr(executor, "memory", None),
         connect=task.connect,
+        connect_server=(task.connect_server.model_dump(by_alias=True, exclude_none=True)
+                        if task.connect and task.connect_server is not None else None),
         pod=spark.pod.model_dump(by_alias=True, exclude_none=True) if spark.pod is not None else None,
         volumes=tuple(spark.volumes or ()),
         driver_service_account=getattr(driver, "service_account", None),

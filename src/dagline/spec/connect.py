@@ -38,8 +38,8 @@ def is_static_conf(key: str) -> bool:
 def _task_problems(index: int, task: TaskSpec) -> list[tuple[str, str]]:
     where = f"spec.tasks[{index}].spark"
     why = ("is fixed when Spark starts, and a Spark Connect task (spark.connect: true) runs in the replica's "
-           "running Spark Connect server: size that server with the DAGLINE_CONNECT_* settings, or set "
-           "spark.connect: false for this task")
+           "running Spark Connect server: size that server (locally the DAGLINE_CONNECT_* settings, on Kubernetes "
+           "the DAG's defaults.spark.connectServer), or set spark.connect: false for this task")
     problems = [(f'{where}.conf["{key}"]', f"{key} {why}") for key in task.spark.conf if is_static_conf(key)]
     for section in ("driver", "executor"):
         sizes = getattr(task.spark, section).model_dump(exclude_none=True)

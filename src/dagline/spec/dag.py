@@ -23,7 +23,7 @@ from dagline.domain.states import SignalAction
 from dagline.errors import InvalidInput
 from dagline.spec.checks import check_dag_spec, topological_order
 from dagline.spec.fields import check_dag_id
-from dagline.spec.models import DagDocument, DagSpec, EnvVar, SparkSpec, TaskDefaults, TaskSpec
+from dagline.spec.models import ConnectServerSpec, DagDocument, DagSpec, EnvVar, SparkSpec, TaskDefaults, TaskSpec
 from dagline.spec.problems import invalid_input
 from dagline.times import parse_duration, parse_instant
 
@@ -34,6 +34,7 @@ _OMITTED_WHEN_UNSET = {"deadline": None, "callbacks": None, "env": None}
 _LATER_DAG_FIELDS = {"triggers": []}
 _LATER_TASK_FIELDS = {"mode": "batch", "stopGracePeriod": None, "on": []}
 _LATER_DEFAULTS_FIELDS = {"spark": {"connect": False}}
+_LATER_SPARK_DEFAULTS_FIELDS = {"connectServer": None}
 _LATER_SPARK_FIELDS = {"connect": None, "pod": None, "volumes": None}
 _LATER_DRIVER_FIELDS = {"serviceAccount": None}
 
@@ -49,11 +50,14 @@ def _omit_unset(mapping: dict[str, Any], later: Mapping[str, Any] | None = None)
 
 def normalized_spec(spec: DagSpec) -> dict[str, Any]:
     """The spec as JSON with every field present and defaults filled: what the database stores
-    (fields added later appear only when set: `deadline`, `callbacks`, `triggers`, `defaults.spark`,
+    (fields added later appear only when set: `deadline`, `callbacks`, `triggers`, `defaults.spark` and its
+    `connectServer`,
     and a task's `mode`, `stopGracePeriod`, `on`, `spark.connect`, `spark.pod`, `spark.volumes` and
     `spark.driver.serviceAccount`)."""
     data = spec.model_dump(mode="json", by_alias=True)
     _omit_unset(data, _LATER_DAG_FIELDS)
+    if isinstance(data["defaults"].get("spark"), dict):
+        _omit_unset(data["defaults"]["spark"], _LATER_SPARK_DEFAULTS_FIELDS)
     _omit_unset(data["defaults"], _LATER_DEFAULTS_FIELDS)
     for task in data.get("tasks", []):
         if "onSignal" in task:  # stored under its first name, so a DAG keeps its version across the rename
@@ -120,6 +124,8 @@ class Task:
     env: tuple[EnvVar, ...] = ()  # the defaults' env, then the task's own (which wins for the same name)
 
     connect: bool = False  # runs against the replica's Spark Connect server (`spark.connect`, ADR 0070)
+    # Kubernetes: the size of the DAG's Spark Connect server (`defaults.spark.connectServer`, ADR 0086)
+    connect_server: ConnectServerSpec | None = None
 
     @property
     def streaming(self) -> bool:
@@ -160,6 +166,7 @@ def _resolve_task(task: TaskSpec, defaults: TaskDefaults, timezone: str) -> Task
         env=tuple({var.name: var for var in [*defaults.env, *(task.env or ())]}.values()),
 
         connect=connects(task, defaults),
+        connect_server=defaults.spark.connect_server,
     )
 
 

@@ -145,10 +145,23 @@ class SparkSpec(SpecModel):
         return self
 
 
+class ConnectServerSpec(SpecModel):
+    """Kubernetes only: the size of the DAG's own Spark Connect server (a spark-operator SparkConnect that
+    dagline creates for the DAG's Connect tasks, ADR 0086); unset sizes: the spark-operator's and Spark's
+    defaults. Locally the replica's server is sized by the DAGLINE_CONNECT_* settings instead."""
+
+    cores: int | None = Field(None, ge=1, le=MAX_SPARK_CORES, description="cores of the server (its Spark driver)")
+    memory: SparkMemory | None = Field(None, description="memory of the server (its Spark driver), e.g. 2g")
+    executor: ExecutorSpec = Field(default_factory=ExecutorSpec, description="the server's Spark executors")
+
+
 class SparkDefaults(SpecModel):
     """Spark settings that apply to every task of the DAG unless the task's `spark` sets its own."""
 
     connect: bool = Field(False, description="run tasks against a warm Spark Connect server (ADR 0070)")
+    connect_server: ConnectServerSpec | None = Field(
+        None, description="Kubernetes only: the size of the DAG's Spark Connect server, shared by its Connect "
+                          "tasks (ADR 0086)")
 
 
 class EnvValueFrom(SpecModel):

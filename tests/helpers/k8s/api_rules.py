@@ -251,7 +251,10 @@ def conform(obj: dict[str, Any], schema: dict[str, Any] | None) -> tuple[dict[st
         return obj, []
     root = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
     pruned = prune(root, schema)
+    # the server checks apiVersion, kind and metadata itself (a CRD may list `metadata` as required, as
+    # controller-gen writes it for a `metadata` field without omitempty)
     root_schema = dict(schema, properties={k: v for k, v in (schema.get("properties") or {}).items()
-                                           if k not in ("apiVersion", "kind", "metadata")})
+                                           if k not in ("apiVersion", "kind", "metadata")},
+                       required=[k for k in schema.get("required") or () if k not in ("apiVersion", "kind", "metadata")])
     problems = schema_problems(pruned, root_schema, "")
     return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": obj["metadata"], **pruned}, problems
