@@ -44,7 +44,9 @@ def render(runtime) -> str:
                   "preflight found it does not (or no SparkApplication CRD), NaN while unknown; the label says why.",
                   "# TYPE dagline_spark_ready gauge",
                   f'dagline_spark_ready{{reason="{verdict.reason}"}} {value}']
-    listing = runtime.listing
+    listing = getattr(runtime, "listing", None)
+    if listing is None:  # a replica still starting
+        return metrics.render().decode() + "\n".join(lines) + "\n"
     lines += _family("dagline_object_listings_total", "counter", "Listings of the served objects done.",
                      listing.stats.listings)
     lines += _family("dagline_object_listing_failures_total", "counter", "Listings ended by an outage.",
