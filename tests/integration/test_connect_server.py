@@ -1,19 +1,25 @@
 """The replica's Spark Connect server as the local executor supervises it, with a stand-in server (a small
 Python process listening on the port; the real one is in test_spark_connect.py): the health check, a crash
 failing the Connect tries in flight with the reason, and a graceful replica stop failing them for the
-adopter to report, while the server is stopped with the replica."""
+adopter to report, while the server is stopped with the replica. And a server that is not the replica's
+(DAGLINE_CONNECT_URL): used as it is, probed, never started nor stopped."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
+from dagline.errors import InvalidInput
+from dagline.executors import connect_server as connect_server_module
 from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
-from dagline.executors.connect_server import ConnectServer, ConnectSettings
+from dagline.executors.connect_server import ConnectServer, ConnectSettings, free_port, read_connect_settings
 from dagline.executors.local import LocalExecutor
 
 LISTENER = "import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); " \
@@ -104,3 +110,47 @@ def test_a_graceful_replica_stop_kills_its_connect_tries_for_the_adopter_to_fail
     reports = adopter.sync()
     assert [r.state for r in reports] == ["running", "failed"]
     assert reports[-1].message.startswith("killed by SIGKILL: dagline: the replica stopped")
+
+
+def test_dagline_connect_url_names_a_running_server_and_bad_ones_are_refused_naming_it():
+    assert read_connect_settings({"DAGLINE_CONNECT_URL": "sc://127.0.0.1:15003"}).url == "sc://127.0.0.1:15003"
+    assert read_connect_settings({"DAGLINE_CONNECT_URL": "sc://spark.internal/"}).url == "sc://spark.internal"
+    assert ConnectServer(ConnectSettings(url="sc://spark.internal"), Path("x.log")).port == 15002  # Spark's default
+    for bad in ("127.0.0.1:15002", "http://127.0.0.1:15002", "sc://h:99999", "sc://h:1/;token=secret", "sc://"):
+        with pytest.raises(InvalidInput) as caught:
+            read_connect_settings({"DAGLINE_CONNECT_URL": bad})
+        assert caught.value.field == "DAGLINE_CONNECT_URL"
+
+
+def test_a_server_named_by_dagline_connect_url_is_used_probed_and_never_started_or_stopped(tmp_path, monkeypatch):
+    monkeypatch.setattr(connect_server_module, "PROBE_EVERY_S", 0.0)  # every sync probes it
+    port = free_port()
+    listener = subprocess.Popen([sys.executable, "-c", LISTENER, str(port)])
+    try:
+        url = f"sc://127.0.0.1:{port}"
+        executor = LocalExecutor(parallelism=1, log_folder=str(tmp_path / "logs"), connect=ConnectSettings(url=url))
+        server = executor.connect_server
+        assert server.wait_listening(30)
+        executor.launch([_launch(tmp_path)])
+        log = next(iter(executor._tries.values())).log_file
+        _until(lambda: f"remote {url}" in log.read_text(), "the job to start with SPARK_REMOTE naming that server")
+        assert [r.state for r in executor.sync()] == ["running"]  # it answers: the try goes on
+        assert server.process is None and server.starts == 0 and not (tmp_path / "logs" / "connect-server.log").exists()
+        listener.kill()
+        listener.wait(10)
+        reports = []
+        _until(lambda: reports.extend(executor.sync()) or any(r.state == "failed" for r in reports), "the failure")
+        failed = [r for r in reports if r.state == "failed"][0]
+        assert failed.message.startswith(f"the Spark Connect server at {url} (DAGLINE_CONNECT_URL) does not answer")
+        assert failed.message.endswith("the try was stopped and is retried as usual")
+        # it answers again (restarted by whoever runs it): the next try runs there, nothing was started here
+        listener = subprocess.Popen([sys.executable, "-c", LISTENER, str(port)])
+        assert server.wait_listening(30)
+        executor.launch([_launch(tmp_path, try_number=2)])
+        log = next(iter(executor._tries.values())).log_file
+        _until(lambda: f"remote {url}" in log.read_text(), "the retry to start on the same server")
+        executor.end()
+        assert listener.poll() is None and server.starts == 0  # not the replica's: left running
+    finally:
+        listener.kill()
+        listener.wait(10)
