@@ -6,6 +6,7 @@ adopter to report, while the server is stopped with the replica. And a server th
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -110,6 +111,33 @@ def test_a_graceful_replica_stop_kills_its_connect_tries_for_the_adopter_to_fail
     reports = adopter.sync()
     assert [r.state for r in reports] == ["running", "failed"]
     assert reports[-1].message.startswith("killed by SIGKILL: dagline: the replica stopped")
+
+
+def test_the_server_gets_a_jobs_environment_not_the_replicas_settings_or_secrets(tmp_path, monkeypatch):
+    """Its Python workers run the jobs' UDFs and foreachBatch functions: what they can read of the
+    environment is what a local job can (issue 26, defect 4), not the database URL or API tokens."""
+    for name, value in {"DAGLINE_DB_URL": "postgresql://dagline:db-hunter2@db/dagline", "PGPASSWORD": "db-hunter2",
+                        "DAGLINE_API_TOKENS": "admin:dgl_admin_token", "SECRET_WAREHOUSE__PASSWORD": "w-pass",
+                        "SPARK_REMOTE": "sc://elsewhere:1"}.items():
+        monkeypatch.setenv(name, value)
+    dump = tmp_path / "server-env.json"
+
+    class EnvDumper(StandIn):
+        def command(self, port: int) -> list[str]:
+            return [sys.executable, "-c", f"import json, os; json.dump(dict(os.environ), open({str(dump)!r}, 'w')); "
+                    + LISTENER, str(port)]
+
+    server = EnvDumper(tmp_path)
+    server.ensure()
+    try:
+        assert server.wait_listening(30)
+        env = json.loads(dump.read_text())
+    finally:
+        server.stop()
+    assert env["PATH"] == os.environ["PATH"] and env["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert not {"DAGLINE_DB_URL", "PGPASSWORD", "DAGLINE_API_TOKENS", "SECRET_WAREHOUSE__PASSWORD",
+                "SPARK_REMOTE"} & set(env)
+    assert not any("hunter2" in value or "dgl_admin_token" in value for value in env.values())
 
 
 def test_dagline_connect_url_names_a_running_server_and_bad_ones_are_refused_naming_it():

@@ -9,7 +9,10 @@ instead of starting a JVM of its own through `spark-submit`. The local executor 
         --conf spark.connect.grpc.binding.address=127.0.0.1 --conf spark.connect.grpc.binding.port=<port> ...
 
 (what the pyspark package's `sbin/start-connect-server.sh --wait` runs, without its daemon files), with
-its output appended to `<log folder>/connect-server.log`. It listens on loopback only. Its memory is
+its output appended to `<log folder>/connect-server.log`. Its environment is a local job's
+(`dagline.domain.secrets.job_environment`: none of the replica's `DAGLINE_*` settings, database or
+Kubernetes credentials, or secret variables): the Python workers it starts for the jobs' UDFs and
+`foreachBatch` functions inherit it, and they are the jobs' code. It listens on loopback only. Its memory is
 bounded by its driver's heap (local mode: the executors live in the driver). `ensure()` does not wait
 for the server to listen: a Connect client retries an unavailable server with back-off, so a job
 started meanwhile connects as soon as it is up.
@@ -43,6 +46,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from dagline.domain.secrets import DEFAULT_SECRET_PREFIX, job_environment
 from dagline.errors import InvalidInput
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -140,8 +144,10 @@ class ConnectServer:
     """One Spark Connect server process, owned by one replica's local executor; or, with `settings.url`
     (DAGLINE_CONNECT_URL), a server someone else runs, which this only probes."""
 
-    def __init__(self, settings: ConnectSettings, log_file: Path, spark_submit: str | None = None):
+    def __init__(self, settings: ConnectSettings, log_file: Path, spark_submit: str | None = None,
+                 secret_prefix: str = DEFAULT_SECRET_PREFIX):
         self.settings = settings
+        self.secret_prefix = secret_prefix  # the secret variables its environment leaves out
         self.log_file = Path(log_file)
         self._spark_submit = spark_submit
         self.process: subprocess.Popen | None = None
@@ -203,7 +209,9 @@ class ConnectServer:
         port = self.settings.port or free_port()
         cmd = self.command(port)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+        # the jobs' UDFs run in Python workers of the server: they get what a job gets, not the replica's settings
+        env = {**job_environment(os.environ, secret_prefix=self.secret_prefix), "SPARK_LOCAL_IP": "127.0.0.1",
+               "PYSPARK_PYTHON": sys.executable}
         env.pop("SPARK_REMOTE", None)
         with open(self.log_file, "ab") as log:
             log.write(f"[dagline] {time.strftime('%Y-%m-%dT%H:%M:%S%z')} starting: "

@@ -153,7 +153,8 @@ class LocalExecutor:
         # the replica's own server; one given here (tests, bench) is shared, and `end`/`detach` leave it running
         self._owns_server = connect_server is None
         self.connect_server = connect_server or ConnectServer(connect or ConnectSettings(),
-                                                              self.log_folder / "connect-server.log")
+                                                              self.log_folder / "connect-server.log",
+                                                              secret_prefix=self.secrets.prefix)
 
     # -- protocol -----------------------------------------------------------------------------
 
