@@ -197,7 +197,7 @@ def test_runs_a_pyspark_job_of_the_example(executor, tmp_path, monkeypatch):
     executor.launch([launch])
     assert executor.free_slots() == 1 and executor.has_work()
 
-    reports = wait_final(executor, deadline_s=120)
+    reports = wait_final(executor, deadline_s=300)  # its executionTimeout: a JVM and a session take minutes at load 20
 
     assert [r.state for r in reports] == ["running", "success"], reports
     running, success = reports
