@@ -63,8 +63,11 @@ def db(request, tmp_path):
 
 @pytest.fixture(scope="session")
 def connect_server(tmp_path_factory):
-    """One real Spark Connect server for the whole session (it takes 10-30 s to start here): tests that run
-    Connect tasks hand it to their `LocalExecutor(connect_server=...)`, which then leaves it running."""
+    """One real Spark Connect server for the whole session, started by the first test that needs it (it takes
+    10-30 s to start here) and stopped at the session's end. Tests run their Connect tasks (`spark.connect:
+    true`) on it: a `LocalExecutor(connect_server=...)` then leaves it running, and a `dagline` command or
+    scheduler process finds it through `connect_url` (DAGLINE_CONNECT_URL). Only the tests of the replica's
+    own server (starting, restarting after a crash) start one of their own."""
     from dagline.executors.connect_server import ConnectServer, ConnectSettings
 
     server = ConnectServer(ConnectSettings(driver_memory="768m", cores=2),
@@ -73,3 +76,12 @@ def connect_server(tmp_path_factory):
     assert server.wait_listening(300), f"the Spark Connect server did not start: see {server.log_file}"
     yield server
     server.stop()
+
+
+@pytest.fixture
+def connect_url(connect_server, monkeypatch):
+    """DAGLINE_CONNECT_URL set to the session's server: the `dagline` commands a test runs (in-process or as
+    processes inheriting the environment) run their Connect tries there instead of starting a server."""
+    assert connect_server.running(), f"the session's Spark Connect server died: see {connect_server.log_file}"
+    monkeypatch.setenv("DAGLINE_CONNECT_URL", connect_server.url)
+    return connect_server.url

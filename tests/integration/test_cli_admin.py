@@ -214,7 +214,7 @@ spec:
   schedule: null
   tasks:
     - id: talk
-      spark: {mainApplicationFile: talk.py, arguments: ["GO_FILE"]}
+      spark: {mainApplicationFile: talk.py, arguments: ["GO_FILE"], connect: true}
 """
 
 TALK = """
@@ -235,7 +235,8 @@ def _wait(predicate, what: str, deadline_s: float = 120) -> None:
 
 
 @pytest.mark.spark
-def test_tasks_logs_follow_prints_until_the_try_ends(db, tmp_path):
+def test_tasks_logs_follow_prints_until_the_try_ends(db, tmp_path, connect_url):
+    """A Connect try (a plain script, on the session's server: DAGLINE_CONNECT_URL), so no JVM per run."""
     go = tmp_path / "go"
     (tmp_path / "slow.yaml").write_text(FOLLOWED.replace("GO_FILE", str(go)))
     (tmp_path / "talk.py").write_text(TALK)

@@ -186,16 +186,19 @@ def test_tasks_test_with_noop_stores_nothing(db, applied):
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(900)  # five spark-submits, one with a real SparkSession, on a shared machine
-def test_tasks_and_dags_test_with_the_local_executor(db, applied, tmp_path):
-    """Real `spark-submit` of two small Python scripts: the task's output on stdout, its exit code; `dags
-    test` shows the job's own output, and leaves Spark's INFO/WARN log (of a real SparkSession) in the file."""
+def test_tasks_and_dags_test_with_the_local_executor(db, applied, tmp_path, connect_url):
+    """Two small Python scripts as Spark Connect tries on the session's server (DAGLINE_CONNECT_URL): the
+    task's output on stdout, its exit code; `dags test` shows the job's own output, one job using a real
+    (Connect) SparkSession. Spark's own log, which only a spark-submit try writes, is the test below."""
+    applied.write_text(DAG.replace("POOL", "default").replace("  params:", "  defaults: {spark: {connect: true}}\n"
+                                                                           "  params:"))
+    cli(db, "dags", "apply", str(applied))
     (tmp_path / "extract.py").write_text(textwrap.dedent("""
         import sys
         print("extracting", " ".join(sys.argv[1:]), flush=True)
-        if "--run" in sys.argv:  # in `dags test`: a real SparkSession, and its log
+        if "--run" in sys.argv:  # in `dags test`: a real SparkSession, on the Spark Connect server
             from pyspark.sql import SparkSession
-            spark = SparkSession.builder.master("local[1]").getOrCreate()
+            spark = SparkSession.builder.getOrCreate()
             print("rows", spark.range(3).count(), flush=True)
             spark.stop()
     """))
@@ -215,13 +218,46 @@ def test_tasks_and_dags_test_with_the_local_executor(db, applied, tmp_path):
     assert lines.index("[extract] running") < lines.index("[load] loading")
     assert "load (exit code 3: loading)" in result.output
     assert "[extract] rows 3" in lines
+    # the test run's logs stay where `tasks logs` finds them
+    [run] = runs(db)
+    extract_log = cli(db, "tasks", "logs", run["run_id"], "extract", "--log-folder", str(logs)).output
+    assert "loading" in cli(db, "tasks", "logs", run["run_id"], "load", "--log-folder", str(logs)).output
+    assert "rows 3" in extract_log and "dagline.executors.connect_job" in extract_log  # no JVM of its own
+
+
+SPARK_LOG_DAG = """
+apiVersion: dagline.io/v1alpha1
+kind: DAG
+metadata: {name: counted}
+spec:
+  schedule: null
+  tasks:
+    - {id: count, spark: {mainApplicationFile: count.py}}
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)  # a spark-submit with a real SparkSession, on a shared machine
+def test_dags_test_hides_sparks_own_log_of_a_spark_submit_try_and_keeps_it_in_the_file(sqlite_db, tmp_path):
+    """A real `spark-submit` with a real SparkSession, whose JVM logs INFO/WARN lines: `dags test` shows the
+    job's output without them and says where they are. On SQLite only: the database holds nothing of it."""
+    (tmp_path / "count.py").write_text(textwrap.dedent("""
+        from pyspark.sql import SparkSession
+        spark = SparkSession.builder.master("local[1]").getOrCreate()
+        print("rows", spark.range(3).count(), flush=True)
+        spark.stop()
+    """))
+    (tmp_path / "counted.yaml").write_text(SPARK_LOG_DAG)
+    cli(sqlite_db, "dags", "apply", str(tmp_path / "counted.yaml"))
+    logs = tmp_path / "logs"
+    lines = cli(sqlite_db, "dags", "test", "counted", "2026-03-02", "--log-folder", str(logs)).output.splitlines()
+    assert "[count] rows 3" in lines
     assert not [line for line in lines if " INFO " in line or " WARN " in line]  # Spark's log is not shown
     [note] = [line for line in lines if "Spark log lines of try 1 not shown" in line]
     # the test run's logs stay where `tasks logs` finds them, Spark's log included
-    [run] = runs(db)
-    assert note.startswith("[extract] (") and f"`dagline tasks logs {run['run_id']} extract --try 1`" in note
-    assert "loading" in cli(db, "tasks", "logs", run["run_id"], "load", "--log-folder", str(logs)).output
-    assert " INFO SparkContext: " in cli(db, "tasks", "logs", run["run_id"], "extract", "--log-folder",
+    [run] = json.loads(cli(sqlite_db, "runs", "list", "counted", "--json").output)
+    assert note.startswith("[count] (") and f"`dagline tasks logs {run['run_id']} count --try 1`" in note
+    assert " INFO SparkContext: " in cli(sqlite_db, "tasks", "logs", run["run_id"], "count", "--log-folder",
                                          str(logs)).output
 
 

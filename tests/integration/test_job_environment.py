@@ -1,9 +1,10 @@
 """What a local job's environment holds (issue 26, defect 4): a real job run by the scheduler through
-the local executor (`spark-submit` of a plain Python script that writes `os.environ` to a file), with
-the scheduler's database URL, API tokens and database password in its environment. The job gets its
-try's token and the API's URL, its task's `env` (a literal, a secret variable, a line of the secrets
-file), and none of the scheduler's settings nor any secret its task did not name (SQLite and
-PostgreSQL)."""
+the local executor (a plain Python script that writes `os.environ` to a file), with the scheduler's
+database URL, API tokens and database password in its environment. The job gets its try's token and the
+API's URL, its task's `env` (a literal, a secret variable, a line of the secrets file), and none of the
+scheduler's settings nor any secret its task did not name. Both ways a local try starts: `spark-submit`
+(on SQLite; one of the suite's few real spark-submits) and a Spark Connect try on the session's server
+(on PostgreSQL): the database changes nothing the job gets, so each way runs on one of them."""
 
 from __future__ import annotations
 
@@ -53,7 +54,11 @@ SPARKS_OWN = ("SPARK_", "PYSPARK_", "PY4J", "PYTHONHASHSEED", "PYTHONUNBUFFERED"
 
 
 @pytest.mark.spark
-def test_a_local_job_gets_its_token_and_its_tasks_env_and_nothing_of_the_schedulers(db, tmp_path, monkeypatch):
+@pytest.mark.parametrize("how, database", [("spark-submit", "sqlite_db"), ("connect", "pg_db")])
+def test_a_local_job_gets_its_token_and_its_tasks_env_and_nothing_of_the_schedulers(how, database, request,
+                                                                                   tmp_path, monkeypatch):
+    db = request.getfixturevalue(database)
+    server = request.getfixturevalue("connect_server") if how == "connect" else None
     out = tmp_path / "env.json"
     (tmp_path / "dump_env.py").write_text(
         "import json, os, sys\nwith open(sys.argv[1], 'w') as f:\n    json.dump(dict(os.environ), f)\n")
@@ -63,14 +68,20 @@ def test_a_local_job_gets_its_token_and_its_tasks_env_and_nothing_of_the_schedul
         monkeypatch.setenv(name, value)
     before = dict(os.environ)  # the scheduler's environment
 
-    apply(db, write_dag(tmp_path, DAG.replace("OUT", str(out))))
+    dag = DAG.replace("OUT", str(out))
+    if server is not None:
+        dag = dag.replace("mainApplicationFile: dump_env.py,", "mainApplicationFile: dump_env.py, connect: true,")
+    apply(db, write_dag(tmp_path, dag))
     run = trigger_run(db, "envdump", now=NOW)
     clock = FixedClock(NOW)
-    executor = LocalExecutor(parallelism=1, log_folder=str(tmp_path / "logs"), clock=clock)
+    executor = LocalExecutor(parallelism=1, log_folder=str(tmp_path / "logs"), clock=clock, connect_server=server)
     Scheduler(db, executor, clock=clock, api_url="http://127.0.0.1:8793").run(until_idle=True)
     assert {task: ti.state for task, ti in tis(db, run.id).items()} == {"dump": "success"}
 
     env = json.loads(out.read_text())
+    # spark-submit's JVM started it, or the Connect job runner with the server's URL (and no JVM of its own)
+    assert ("SPARK_REMOTE" not in env and "SPARK_HOME" in env) if server is None else (
+        env["SPARK_REMOTE"] == server.url and "SPARK_HOME" not in env)
     # every variable the job has that the scheduler did not give it as it was: exactly these
     given = sorted(name for name, value in env.items() if before.get(name) != value and not name.startswith(SPARKS_OWN))
     assert given == ["DAGLINE_API_URL", "DAGLINE_SIGNAL_TOKEN", "DB_PASSWORD", "PGPASSWORD", "REGION", "STAGE"]

@@ -1,10 +1,13 @@
-"""The local executor against real `spark-submit` subprocesses, and the noop executor.
+"""The local executor with real jobs, and the noop executor.
 
-Real Spark is slow here (a SparkSession costs ~5 s, a job ~10 s on two cores), so only one test
-starts a SparkSession: the example pipeline's `ingest_orders` job. The other `spark` tests run small
-plain Python scripts through `spark-submit` (it runs a .py file with the job's Python, ~2 s, no
-session), which is enough to exercise the wrapper: exit codes, timeouts, cancellation, large
-output, idempotent launch and adoption. Every wait polls `sync()` against a deadline.
+Real Spark is slow here (a `spark-submit` costs 2-25 s of JVM start on two cores, a SparkSession more),
+so two tests start one: the example pipeline's `ingest_orders` job (spark-submit with a SparkSession,
+its confs and driver memory), and adoption by a new executor (only a spark-submit try outlives its
+executor: a Connect try is stopped with its replica's server). The other `spark` tests exercise the
+wrapper -- exit codes, timeouts, cancellation, large output, idempotent launch -- with small plain Python
+scripts run as Spark Connect tries (`python -m dagline.executors.connect_job`) against the session's
+server (`connect_server`, tests/conftest.py): the same wrapper, without a JVM per test. Every wait polls
+`sync()` against a deadline.
 """
 
 from __future__ import annotations
@@ -42,11 +45,11 @@ def script(tmp_path: Path, name: str, body: str) -> Path:
 
 
 def launch_of(app: Path | str, *, task="job", try_number=1, ti_id=1, args=(), working_dir=None, timeout_s=None,
-              conf=()) -> TaskLaunch:  # fmt: skip
+              conf=(), connect=False) -> TaskLaunch:  # fmt: skip
     return TaskLaunch(
         ti_id=ti_id,
         key=TaskKey("test-dag", "manual__2026-01-01T00:00:00+00:00", task, try_number),
-        job=SparkJob(main_application_file=str(app), arguments=tuple(args), conf=tuple(conf)),
+        job=SparkJob(main_application_file=str(app), arguments=tuple(args), conf=tuple(conf), connect=connect),
         working_dir=str(working_dir) if working_dir else None,
         timeout_s=timeout_s,
     )
@@ -163,14 +166,15 @@ def _thrift_num_rows(buf: bytes) -> int:
 
 
 @pytest.fixture
-def executor(tmp_path):
-    ex = LocalExecutor(parallelism=2, log_folder=str(tmp_path / "logs"))
+def executor(tmp_path, connect_server):
+    """An executor whose Connect tries run on the session's server (which it leaves running)."""
+    ex = LocalExecutor(parallelism=2, log_folder=str(tmp_path / "logs"), connect_server=connect_server)
     ex.start()
     yield ex
     ex.end()
 
 
-# -- the local executor with real spark-submit ----------------------------------------------------
+# -- the local executor with real spark-submit and Spark Connect tries -----------------------------
 
 
 @pytest.mark.spark
@@ -193,7 +197,7 @@ def test_runs_a_pyspark_job_of_the_example(executor, tmp_path, monkeypatch):
     executor.launch([launch])
     assert executor.free_slots() == 1 and executor.has_work()
 
-    reports = wait_final(executor, deadline_s=120)
+    reports = wait_final(executor, deadline_s=300)  # its executionTimeout: a JVM and a session take minutes at load 20
 
     assert [r.state for r in reports] == ["running", "success"], reports
     running, success = reports
@@ -212,7 +216,7 @@ def test_runs_a_pyspark_job_of_the_example(executor, tmp_path, monkeypatch):
 
 
 @pytest.mark.spark
-def test_a_crashing_job_fails_with_its_exit_code_and_traceback(tmp_path, monkeypatch):
+def test_a_crashing_job_fails_with_its_exit_code_and_traceback(tmp_path, monkeypatch, connect_server):
     dag_folder = tmp_path / "dag"
     dag_folder.mkdir()
     script(dag_folder, "crash.py", """\
@@ -221,8 +225,9 @@ def test_a_crashing_job_fails_with_its_exit_code_and_traceback(tmp_path, monkeyp
         load()
     """)  # fmt: skip
     monkeypatch.chdir(tmp_path)
-    executor = LocalExecutor(parallelism=1, log_folder="logs")  # relative to the scheduler, not the job
-    launch = launch_of("crash.py", working_dir=dag_folder)
+    # relative to the scheduler, not the job
+    executor = LocalExecutor(parallelism=1, log_folder="logs", connect_server=connect_server)
+    launch = launch_of("crash.py", working_dir=dag_folder, connect=True)
     executor.launch([launch])
     assert executor.free_slots() == 0
     reports = wait_final(executor)
@@ -246,23 +251,23 @@ def test_a_job_over_its_timeout_is_killed_with_everything_it_started(executor, t
             json.dump({{"job": __import__("os").getpid(), "helper": helper.pid}}, f)
         time.sleep(120)
     """)  # fmt: skip
-    # spark-submit takes ~1.5 s to start the script alone, and over 10 s on this two-core machine while
-    # other suites run: 30 s (the job sleeps, using no CPU) leaves it time to start its helper, so that
+    # a Connect try starts the script in well under a second, and in a few on this two-core machine while
+    # other suites run: 10 s (the job sleeps, using no CPU) leaves it time to start its helper, so that
     # there is something to kill besides the job itself
-    launch = launch_of(app, timeout_s=30)
+    launch = launch_of(app, timeout_s=10, connect=True)
     executor.launch([launch])
-    reports = wait_final(executor, deadline_s=180)
+    reports = wait_final(executor, deadline_s=120)
 
     # the recorded reason: the report, the outcome file and the log all say it was the timeout
     assert reports[-1].state == "failed"
-    assert reports[-1].message == "timed out after 30s (executionTimeout)"
+    assert reports[-1].message == "timed out after 10s (executionTimeout)"
     log_file = log_path(executor.log_folder, launch.key)
     outcome = json.loads(log_file.with_suffix(".log.exit").read_text())
     assert outcome["timed_out"] is True and outcome["signal"] is None and outcome["exit_code"] != 0
-    assert "[dagline] timed out after 30s: stopping the job" in log_file.read_text()
+    assert "[dagline] timed out after 10s: stopping the job" in log_file.read_text()
     # not stopped before its time (as the wrapper recorded it, not as this test timed it)
     ran_for = dt.datetime.fromisoformat(outcome["finished_at"]) - dt.datetime.fromisoformat(outcome["started_at"])
-    assert ran_for >= dt.timedelta(seconds=30)
+    assert ran_for >= dt.timedelta(seconds=10)
     # what was killed: the job's process group, the job itself, and the helper it started in a session of its own
     assert pids.exists(), f"the job did not start its helper within its timeout:\n{log_file.read_text()[-2000:]}"
     started_pids = json.loads(pids.read_text())
@@ -279,7 +284,7 @@ def test_cancel_stops_the_job(executor, tmp_path):
         pathlib.Path({str(marker)!r}).write_text("yes")
         time.sleep(120)
     """)  # fmt: skip
-    launch = launch_of(app)
+    launch = launch_of(app, connect=True)
     executor.launch([launch])
     wait_for(marker.exists)
     executor.cancel(launch.key)
@@ -299,7 +304,7 @@ def test_megabytes_of_output_go_to_the_log_without_blocking(executor, tmp_path):
             sys.stdout.write("line %07d %s\\n" % (i, "x" * 87))
         sys.stderr.write("done on stderr\\n")
     """)  # fmt: skip
-    launch = launch_of(app)
+    launch = launch_of(app, connect=True)
     executor.launch([launch])
     reports = wait_final(executor)
 
@@ -319,7 +324,7 @@ def test_launching_a_try_twice_starts_one_process(executor, tmp_path):
             f.write(f"{{os.getpid()}}\\n")
         time.sleep(1)
     """)  # fmt: skip
-    launch = launch_of(app, ti_id=3)
+    launch = launch_of(app, ti_id=3, connect=True)
     executor.launch([launch])
     executor.launch([launch])  # e.g. the scheduler retried a launch whose commit it did not see
     assert executor.free_slots() == 1

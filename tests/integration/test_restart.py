@@ -2,7 +2,9 @@
 
 Real processes: `dagline scheduler` with the local executor, killed with SIGKILL while a job runs.
 The test polls the database for the state it needs before acting (it waits on real processes, never
-on a fixed sleep)."""
+on a fixed sleep). The adopted job is a `spark-submit` try: only those outlive their replica (a Spark
+Connect try ends with its replica's server). The zombie's job dies with its scheduler anyway, so it is a
+Connect try on the session's server (DAGLINE_CONNECT_URL): no JVM start per try."""
 
 from __future__ import annotations
 
@@ -17,21 +19,32 @@ import pytest
 from click.testing import CliRunner
 
 from dagline.cli import main
-from tests.helpers.dags import write
+from tests.helpers.dags import dag, task, write
 from tests.helpers.harness import SLOW_DAG, assert_invariants, events, runs, ti_states, tis
 from tests.helpers.polling import wait_for
 
 JOB = "import sys, time\nprint('started', flush=True)\ntime.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 6)\n"
 
 
-@pytest.fixture
-def setup(sqlite_db, tmp_path):
+def _applied_and_triggered(db, tmp_path, document):
     (tmp_path / "slow.py").write_text(JOB)
-    write(tmp_path, SLOW_DAG, "dag.yaml")
+    write(tmp_path, document, "dag.yaml")
     runner = CliRunner()
     for args in (["dags", "apply", str(tmp_path / "dag.yaml")], ["dags", "trigger", "slow"]):
-        assert runner.invoke(main, ["--db", sqlite_db.url, *args]).exit_code == 0
-    return sqlite_db, tmp_path
+        assert runner.invoke(main, ["--db", db.url, *args]).exit_code == 0
+    return db, tmp_path
+
+
+@pytest.fixture
+def setup(sqlite_db, tmp_path):
+    return _applied_and_triggered(sqlite_db, tmp_path, SLOW_DAG)
+
+
+@pytest.fixture
+def connect_setup(sqlite_db, tmp_path, connect_url):
+    """SLOW_DAG as a Spark Connect task, run by the scheduler processes on the session's server."""
+    return _applied_and_triggered(sqlite_db, tmp_path, dag("slow", task("slow", retries=1, retryDelay="PT1S",
+                                                                        spark={"connect": True})))
 
 
 @contextlib.contextmanager
@@ -68,8 +81,8 @@ def test_a_job_outliving_its_killed_scheduler_is_adopted_and_followed_to_the_end
 
 
 @pytest.mark.spark
-def test_a_job_that_died_with_its_scheduler_is_a_zombie_and_is_retried(setup):
-    db, tmp_path = setup
+def test_a_job_that_died_with_its_scheduler_is_a_zombie_and_is_retried(connect_setup):
+    db, tmp_path = connect_setup
 
     def job_pids():
         found = list((tmp_path / "logs").rglob("try-1.log.pid"))

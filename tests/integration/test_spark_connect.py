@@ -139,6 +139,7 @@ if sys.argv[1] == "1":
 """
 
 
+@pytest.mark.timeout(600)  # it starts a server of its own twice: minutes on a loaded 2-core machine
 def test_a_server_crash_fails_the_tries_in_flight_clearly_and_the_retry_runs_on_a_new_server(pg_db, tmp_path):
     (tmp_path / "work.py").write_text(WORK)
     apply(pg_db, write_dag(tmp_path, CRASH_DAG))

@@ -1,6 +1,7 @@
 """The example pipeline run for real: a one-day backfill of examples/sales_daily through the
-scheduler and the local executor (five PySpark jobs on the replica's Spark Connect server, as the example
-chooses), as `make demo` does for seven days; and a crashing job (through spark-submit)."""
+scheduler and the local executor (five PySpark jobs on a Spark Connect server, as the example chooses:
+the session's, named by DAGLINE_CONNECT_URL, rather than one started by the backfill), as `make demo` does
+for seven days; and a crashing job (through spark-submit: one of the suite's few real spark-submits)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from tests.helpers.harness import assert_invariants, runs, ti_states
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(600)  # it starts the replica's Spark Connect server: minutes on a loaded 2-core machine
-def test_a_day_of_the_example_pipeline_runs_through_the_scheduler(sqlite_db, tmp_path):
+@pytest.mark.timeout(600)  # five PySpark jobs on a loaded 2-core machine
+def test_a_day_of_the_example_pipeline_runs_through_the_scheduler(sqlite_db, tmp_path, connect_url):
     out = tmp_path / "data"
     example = "examples/sales_daily"
     runner = CliRunner()
@@ -47,6 +48,7 @@ def test_a_day_of_the_example_pipeline_runs_through_the_scheduler(sqlite_db, tmp
             select(event_t.c.task_id).where(event_t.c.entity == "task_instance", event_t.c.to_state == "success")
             .order_by(event_t.c.id))]
     assert order[0] == "ingest_orders" and order[1] == "clean_orders" and order[-1] == "daily_report"
+    assert not (tmp_path / "logs" / "connect-server.log").exists()  # the backfill started no server of its own
     assert_invariants(sqlite_db)
 
 

@@ -1,7 +1,8 @@
 """Streaming tries stop cooperatively: the `dagline.sdk.streaming` helper turns SIGTERM into a clean stop
 (exit 0), the wrapper waits the task's stopGracePeriod before SIGKILL, and a streaming task stopped
 with `dagline tasks stop` under the real local executor ends `success` (its job's own log says it
-stopped cleanly)."""
+stopped cleanly): started by `spark-submit` (on SQLite), whose JVM is left alone, and as a Spark Connect
+try (on PostgreSQL, on the session's server: no JVM of its own)."""
 
 from __future__ import annotations
 
@@ -110,12 +111,19 @@ spec:
 
 
 @pytest.mark.spark
-def test_a_streaming_task_stopped_by_tasks_stop_ends_success_after_a_clean_stop(db, tmp_path):
+@pytest.mark.parametrize("how, database", [("spark-submit", "sqlite_db"), ("connect", "pg_db")])
+def test_a_streaming_task_stopped_by_tasks_stop_ends_success_after_a_clean_stop(how, database, request, tmp_path):
+    """The database changes nothing the stop does: each way of starting a try runs on one of them."""
+    db = request.getfixturevalue(database)
+    server = request.getfixturevalue("connect_server") if how == "connect" else None
     (tmp_path / "job.py").write_text(HELPER_JOB)
-    apply(db, write_dag(tmp_path, STREAM_DAG))
+    dag = STREAM_DAG if server is None else STREAM_DAG.replace("{mainApplicationFile: job.py}",
+                                                               "{mainApplicationFile: job.py, connect: true}")
+    apply(db, write_dag(tmp_path, dag))
     run = trigger_run(db, "stream", now=dt.datetime.now(dt.timezone.utc))
     logs = tmp_path / "logs"
-    sched = Scheduler(db, LocalExecutor(parallelism=1, log_folder=str(logs)), clock=SystemClock())
+    sched = Scheduler(db, LocalExecutor(parallelism=1, log_folder=str(logs), connect_server=server),
+                      clock=SystemClock())
     sched.start()
     try:
         log = None
@@ -141,7 +149,11 @@ def test_a_streaming_task_stopped_by_tasks_stop_ends_success_after_a_clean_stop(
     serve = tis(db, run.id)["serve"]
     assert (serve.state, serve.try_number) == ("success", 1)
     assert "stopped cleanly" in log.read_text()
-    assert "SIGTERM to the PySpark driver" in log.read_text()  # not to spark-submit's JVM
+    if server is None:
+        assert "SIGTERM to the PySpark driver" in log.read_text()  # not to spark-submit's JVM
+    else:
+        assert "dagline.executors.connect_job" in log.read_text() and "spark-submit" not in log.read_text()
+        assert "SIGTERM to the job" in log.read_text()  # no JVM: the job's processes
     assert [e.to_state for e in events(db, entity="task_instance", task_id="serve")][-1] == "success"
 
 
@@ -150,9 +162,8 @@ SPARK_JOB = textwrap.dedent("""
     from pyspark.sql import SparkSession
     from dagline.sdk.streaming import run_until_stopped
 
-    out, ckpt = sys.argv[1], sys.argv[2]
-    spark = (SparkSession.builder.master("local[1]").appName("stream-test")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1").getOrCreate())
+    out, ckpt = sys.argv[1], sys.argv[2]  # absolute: the server resolves paths in its own working directory
+    spark = SparkSession.builder.config("spark.sql.shuffle.partitions", "1").getOrCreate()  # SPARK_REMOTE
     rows = spark.readStream.format("rate").option("rowsPerSecond", 20).load()
     query = (rows.writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
              .trigger(processingTime="200 milliseconds").queryName("rates").start())
@@ -166,13 +177,16 @@ SPARK_JOB = textwrap.dedent("""
 
 
 @pytest.mark.spark
-def test_run_until_stopped_stops_a_real_structured_streaming_query_with_its_checkpoint_intact(tmp_path):
-    """One real PySpark job: SIGTERM to its Python driver stops the query through the helper, the job
-    exits 0, and the checkpoint is consistent: every planned batch committed but at most the one in flight."""
+def test_run_until_stopped_stops_a_real_structured_streaming_query_with_its_checkpoint_intact(tmp_path,
+                                                                                              connect_server):
+    """One real PySpark job, on the session's Spark Connect server: SIGTERM to its Python driver stops the
+    query through the helper, the job exits 0, and the checkpoint is consistent: every planned batch
+    committed but at most the one in flight. (On a spark-submit driver's classic session the helper stops
+    the ml-signals example's streaming jobs: test_ml_signals_example.py.)"""
     job = tmp_path / "job.py"
     job.write_text(SPARK_JOB)
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
-    env = {**__import__("os").environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    env = {**__import__("os").environ, "SPARK_REMOTE": connect_server.url}
     proc = subprocess.Popen([sys.executable, str(job), str(out), str(ckpt)], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, env=env)
     try:

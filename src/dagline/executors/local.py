@@ -38,7 +38,8 @@ A Spark Connect try (`spark.connect: true`, ADR 0070) starts no JVM: the wrapper
 `python -m dagline.executors.connect_job --conf ... -- <app file> <args...>` (the job as `python job.py`,
 its session confs set) with `SPARK_REMOTE` naming this executor's `ConnectServer`
 (`dagline.executors.connect_server`), started with the first such try and stopped by `end` and
-`detach`. When the server's health check fails, every Connect try in flight is killed and reported
+`detach` (or, with `DAGLINE_CONNECT_URL`, a server already running, which it neither starts nor stops).
+When the server's health check fails, every Connect try in flight is killed and reported
 failed with the reason (the scheduler retries it as usual); the next Connect try starts a new server.
 A Connect try lives only as long as its replica's server: `detach` kills those tries (their outcome
 recorded for the adopter, which reports them failed: retried as usual), and a replica adopting a still
@@ -152,7 +153,8 @@ class LocalExecutor:
         # the replica's own server; one given here (tests, bench) is shared, and `end`/`detach` leave it running
         self._owns_server = connect_server is None
         self.connect_server = connect_server or ConnectServer(connect or ConnectSettings(),
-                                                              self.log_folder / "connect-server.log")
+                                                              self.log_folder / "connect-server.log",
+                                                              secret_prefix=self.secrets.prefix)
 
     # -- protocol -----------------------------------------------------------------------------
 
@@ -455,7 +457,8 @@ def _shown(environ) -> list[ShownSetting]:
     return [ShownSetting("local.connect.port", connect.port, "DAGLINE_CONNECT_PORT"),
             ShownSetting("local.connect.driver_memory", connect.driver_memory, "DAGLINE_CONNECT_DRIVER_MEMORY"),
             ShownSetting("local.connect.cores", connect.cores, "DAGLINE_CONNECT_CORES"),
-            ShownSetting("local.connect.start_timeout_s", connect.start_timeout_s, "DAGLINE_CONNECT_START_TIMEOUT")]
+            ShownSetting("local.connect.start_timeout_s", connect.start_timeout_s, "DAGLINE_CONNECT_START_TIMEOUT"),
+            ShownSetting("local.connect.url", connect.url or None, "DAGLINE_CONNECT_URL")]
 
 
 KIND_CODE = KindCode(
