@@ -55,6 +55,11 @@ class DagCache:
         ).one()
         return self._keep(version_id, Dag.from_spec_json(row.dag_id, row.spec, version=row.version))
 
+    def cached(self, version_id: int) -> Dag | None:
+        """The version if it is cached (no query), else None."""
+        with self._lock:
+            return self._by_version.get(version_id)
+
     def _keep(self, version_id: int, dag: Dag) -> Dag:
         with self._lock:
             self._by_version[version_id] = dag
