@@ -23,7 +23,15 @@ from dagline.db.claims import lock_due_dags, lock_scheduled_dags
 from dagline.domain.states import RunType
 from dagline.scheduler.isolation import DagFailed, is_dags_fault, isolated
 from dagline.store.dags import DagCache
-from dagline.store.run_batches import Planned, Position, insert_scheduled_batch, schedule_positions
+from dagline.store.run_batches import (
+    Planned,
+    Position,
+    insert_scheduled_batch,
+    next_change,
+    next_values,
+    schedule_positions,
+    set_next_dagruns,
+)
 from dagline.store.timeline import (
     NewRun,
     active_scheduled_runs,
@@ -128,15 +136,47 @@ def plan_at_this_clock(conn: Connection, *, now: dt.datetime, dags: DagCache) ->
     DAGs with catch-up do not depend on the clock and are left as they are. A DAG whose version or
     timetable fails is left as it is, without a word: the run-creation step records its import error.
     Returns how many were planned."""
-    planned = 0
-    for row in lock_scheduled_dags(conn):
+    rows = lock_scheduled_dags(conn)
+    dags.prefetch(conn, [row.current_version_id for row in rows])
+    rows = [row for row in rows if (dag := dags.cached(row.current_version_id)) is None
+            or not (dag.spec.catchup or dag.spec.schedule is None)]
+    return refresh_next_runs(conn, rows, now=now, dags=dags, who=None)
+
+
+def refresh_next_runs(conn: Connection, rows, *, now: dt.datetime, dags: DagCache, who: str | None) -> int:
+    """`refresh_next_dagrun` of many DAGs (`rows`: dag_id, current_version_id and the DAG row's next-run
+    fields), set-based: one read of where their timelines stand, one UPDATE of those whose next run
+    changed (the others are not written). A DAG the batch cannot plan (see `_plan`) is refreshed alone
+    in a savepoint; if that fails for the DAG's fault, its import error is recorded when `who` is given,
+    else it is left as it was. Returns how many DAGs were planned."""
+    if not rows:
+        return 0
+    positions = schedule_positions(conn, [row.dag_id for row in rows])
+    changed, one_by_one, planned = [], [], 0
+    for row in rows:
+        if row.current_version_id is None:
+            continue
+        plan = _plan(row, positions.get(row.dag_id), now=now, dags=dags, per_dag=0)  # no run: the next one only
+        if plan is None:
+            one_by_one.append(row)
+            continue
+        planned += 1
+        if next_values(plan) != (row.next_dagrun, row.next_dagrun_data_interval_start,
+                                 row.next_dagrun_data_interval_end, row.next_dagrun_create_after):
+            changed.append(plan)
+    set_next_dagruns(conn, [next_change(plan) for plan in changed])
+    for row in one_by_one:
         try:
-            dag = dags.get(conn, row.current_version_id)
-            if dag.spec.catchup or dag.spec.schedule is None:
-                continue
-            with conn.begin_nested():  # a savepoint: a failing timetable leaves the DAG's row as it was
-                refresh_next_dagrun(conn, row.dag_id, dag, now=now)
+            if who is None:
+                dag = dags.get(conn, row.current_version_id)
+                with conn.begin_nested():  # a savepoint: a failing timetable leaves the DAG's row as it was
+                    refresh_next_dagrun(conn, row.dag_id, dag, now=now)
+            else:
+                with isolated(conn, row.dag_id, "planning the next run", at=now, who=who):
+                    refresh_next_dagrun(conn, row.dag_id, dags.get(conn, row.current_version_id), now=now)
             planned += 1
+        except DagFailed:
+            continue
         except Exception as exc:
             if not is_dags_fault(exc):
                 raise

@@ -21,10 +21,10 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import DateTime, String, bindparam, cast, column, func, select, update, values
+from sqlalchemy import bindparam, func, select, text, update
 from sqlalchemy.engine import Connection
 
-from dagline.db.bulk import insert_rows
+from dagline.db.bulk import insert_rows, json_document
 from dagline.db.models import dag_run_t, dag_t, ti_t
 from dagline.db.observe import at_commit
 from dagline.db.transitions import record_events
@@ -124,20 +124,28 @@ def insert_scheduled_batch(conn: Connection, planned: Sequence[Planned], *, now:
             for pk, (plan, _, _) in zip(pks, new_runs, strict=True)])
         delays = [(now - new.run_after).total_seconds() for _, new, _ in new_runs]
         at_commit(conn, lambda: count_created(RunType.SCHEDULED, len(pks), delays))
-    set_next_dagruns(conn, [
-        {"b_dag_id": plan.dag.dag_id,
-         "b_next": plan.next_info.logical_date if plan.next_info else None,
-         "b_start": plan.next_info.data_interval.start if plan.next_info else None,
-         "b_end": plan.next_info.data_interval.end if plan.next_info else None,
-         "b_after": plan.create_after}
-        for plan in planned])
+    set_next_dagruns(conn, [next_change(plan) for plan in planned])
     return len(run_rows)
+
+
+def next_values(plan: Planned) -> tuple:
+    """(next_dagrun, its interval's start and end, next_dagrun_create_after) as the DAG row holds them."""
+    info = plan.next_info
+    if info is None:
+        return (None, None, None, plan.create_after)
+    return (info.logical_date, info.data_interval.start, info.data_interval.end, plan.create_after)
+
+
+def next_change(plan: Planned) -> dict[str, Any]:
+    """A `set_next_dagruns` change storing the plan's next interval."""
+    nxt, start, end, after = next_values(plan)
+    return {"b_dag_id": plan.dag.dag_id, "b_next": nxt, "b_start": start, "b_end": end, "b_after": after}
 
 
 def set_next_dagruns(conn: Connection, changes: list[dict[str, Any]]) -> None:
     """Store the next interval of several DAGs (`b_dag_id`, `b_next`, `b_start`, `b_end`, `b_after`):
-    on PostgreSQL one `UPDATE ... FROM (VALUES ...)` per thousand DAGs, on SQLite an executemany (its
-    driver runs it in C)."""
+    on PostgreSQL one `UPDATE ... FROM json_to_recordset(...)` (the rows as one JSON document, as
+    `db.bulk.insert_rows` sends them), on SQLite an executemany (its driver runs it in C)."""
     if not changes:
         return
     d = dag_t.c
@@ -147,14 +155,13 @@ def set_next_dagruns(conn: Connection, changes: list[dict[str, Any]]) -> None:
             next_dagrun_data_interval_end=bindparam("b_end"), next_dagrun_create_after=bindparam("b_after")),
             changes)
         return
-    stamp = DateTime(timezone=True)
-    for start in range(0, len(changes), 1000):
-        chunk = changes[start:start + 1000]
-        rows = values(column("b_dag_id", String), column("b_next", stamp), column("b_start", stamp),
-                      column("b_end", stamp), column("b_after", stamp), name="nexts").data(
-            [(c["b_dag_id"], c["b_next"], c["b_start"], c["b_end"], c["b_after"]) for c in chunk])
-        conn.execute(update(dag_t).where(d.dag_id == rows.c.b_dag_id).values(
-            next_dagrun=cast(rows.c.b_next, stamp), next_dagrun_data_interval_start=cast(rows.c.b_start, stamp),
-            next_dagrun_data_interval_end=cast(rows.c.b_end, stamp),
-            next_dagrun_create_after=cast(rows.c.b_after, stamp)))
+    conn.execute(_SET_NEXT_PG, {"rows": json_document(changes)})
 
+
+# one text for any number of DAGs (a VALUES list would be compiled again for every batch)
+_SET_NEXT_PG = text("""
+    UPDATE dag SET next_dagrun = x.b_next, next_dagrun_data_interval_start = x.b_start,
+        next_dagrun_data_interval_end = x.b_end, next_dagrun_create_after = x.b_after
+    FROM json_to_recordset(CAST(:rows AS json))
+        AS x(b_dag_id text, b_next timestamptz, b_start timestamptz, b_end timestamptz, b_after timestamptz)
+    WHERE dag.dag_id = x.b_dag_id""")
