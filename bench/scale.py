@@ -340,7 +340,15 @@ def tick_replicas(db, dags: int, replicas: int, idle_s: float) -> dict:
                 select(event_t.c.who, func.count()).where(event_t.c.entity == "dag_run", event_t.c.from_state.is_(None))
                 .group_by(event_t.c.who)).all())
         delays = sorted((r.created_at - r.run_after).total_seconds() for r in rows)
-        time.sleep(5)  # the runs finish (noop executor)
+        finished_by = time.time() + 300  # idle means the runs have finished (noop executor)
+        while time.time() < finished_by:
+            with db.engine.connect() as conn:
+                open_runs = conn.execute(select(func.count()).select_from(dag_run_t)
+                                         .where(dag_run_t.c.state.in_(("queued", "running")))).scalar_one()
+            if not open_runs:
+                break
+            time.sleep(0.5)
+        time.sleep(12)  # past the housekeeping that follows the last runs
         before = [cpu_seconds(p.pid) for p in procs]
         time.sleep(idle_s)
         idle = [round((cpu_seconds(p.pid) - b) * 60 / idle_s, 2) for p, b in zip(procs, before, strict=True)]

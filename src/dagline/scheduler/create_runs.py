@@ -29,6 +29,7 @@ from dagline.store.run_batches import (
     insert_scheduled_batch,
     next_change,
     next_values,
+    plan_dag,
     schedule_positions,
     set_next_dagruns,
 )
@@ -88,25 +89,11 @@ def _plan(row, position: Position | None, *, now: dt.datetime, dags: DagCache, p
     if dag is None or position is None:
         return None
     try:
-        table = timetable_for(dag)
-        room = min(per_dag, dag.spec.max_active_runs - position.active)
-        due = []
-        for info in table.upcoming(position.schedule_end, catchup=dag.spec.catchup, now=now):
-            if info.run_after > now or len(due) >= room:
-                break
-            due.append(info)
-        after = due[-1].data_interval.end if due else position.schedule_end
-        next_info = next(iter(table.upcoming(after, catchup=dag.spec.catchup, now=now)), None)
+        return plan_dag(dag, row.current_version_id, position, now=now, per_dag=per_dag)
     except Exception as exc:
         if not is_dags_fault(exc):
             raise
         return None  # DAG by DAG, where `isolated` records why
-    first = due[0] if due else next_info
-    if first is not None and position.last_date is not None and position.last_date >= first.logical_date:
-        return None
-    active = position.active + len(due)
-    create_after = next_info.run_after if next_info is not None and active < dag.spec.max_active_runs else None
-    return Planned(dag, row.current_version_id, position, due, next_info, create_after)
 
 
 def _create_runs_of(conn: Connection, row, *, now: dt.datetime, dags: DagCache, who: str, per_dag: int) -> int:

@@ -36,9 +36,11 @@ from dagline.store.timeline import (
     NewRun,
     count_created,
     make_run_id,
+    refresh_next_dagrun,
     run_row,
     set_previous,
     ti_rows_of,
+    timetable_for,
 )
 
 
@@ -93,6 +95,42 @@ class Planned:
     runs: list[DagRunInfo]
     next_info: DagRunInfo | None
     create_after: dt.datetime | None
+
+
+def plan_dag(dag: Dag, version_id: int, position: Position, *, now: dt.datetime, per_dag: int) -> Planned | None:
+    """A DAG's part of a batch: the walk of run creation (up to `per_dag` due runs, within
+    `maxActiveRuns`) and of `timeline.refresh_next_dagrun`, from its (cached) timetable and `position`.
+    None when the DAG must go DAG by DAG: a live run sits at or after a date the walk meets (it may
+    hold that date, and later runs would need relinking). A timetable's error raises."""
+    table = timetable_for(dag)
+    room = min(per_dag, dag.spec.max_active_runs - position.active)
+    due = []
+    for info in table.upcoming(position.schedule_end, catchup=dag.spec.catchup, now=now):
+        if info.run_after > now or len(due) >= room:
+            break
+        due.append(info)
+    after = due[-1].data_interval.end if due else position.schedule_end
+    next_info = next(iter(table.upcoming(after, catchup=dag.spec.catchup, now=now)), None)
+    first = due[0] if due else next_info
+    if first is not None and position.last_date is not None and position.last_date >= first.logical_date:
+        return None
+    active = position.active + len(due)
+    create_after = next_info.run_after if next_info is not None and active < dag.spec.max_active_runs else None
+    return Planned(dag, version_id, position, due, next_info, create_after)
+
+
+def refresh_next_dagruns(conn: Connection, dags: Sequence[Dag], *, now: dt.datetime) -> None:
+    """`timeline.refresh_next_dagrun` of many DAGs (the caller holds their rows): one read of where
+    their timelines stand, one UPDATE; a DAG the batch cannot plan is refreshed alone (`plan_dag`)."""
+    positions = schedule_positions(conn, [dag.dag_id for dag in dags])
+    changes = []
+    for dag in dags:
+        plan = plan_dag(dag, 0, positions[dag.dag_id], now=now, per_dag=0)  # no run: the next one only
+        if plan is None:
+            refresh_next_dagrun(conn, dag.dag_id, dag, now=now)
+        else:
+            changes.append(next_change(plan))
+    set_next_dagruns(conn, changes)
 
 
 def insert_scheduled_batch(conn: Connection, planned: Sequence[Planned], *, now: dt.datetime, who: str) -> int:
