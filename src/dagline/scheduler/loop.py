@@ -72,7 +72,7 @@ from dagline.scheduler.settings import SchedulerSettings
 log = logging.getLogger(__name__)
 
 _PEER_IN_CRITICAL_SECTION_S = 0.002  # the follow-up's pause before it looks again when a peer held the pools
-CREATE_RUNS_BUDGET_S = 1.0  # longest the create-runs step goes on batch after batch (a tick of thousands of DAGs)
+CREATE_RUNS_BUDGET_S = 5.0  # longest the create-runs step goes on batch after batch (a tick of thousands of DAGs)
 
 
 class Scheduler(Context):
