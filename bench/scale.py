@@ -65,14 +65,21 @@ HISTORY_DAGS = 10
 START = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
 
 
+APPLY_SPLIT: dict[str, float] = {}  # the latest apply's loading (parsing, validating) and storing seconds
+
+
 def apply_folder(db, texts: dict[str, str], now: dt.datetime) -> float:
-    """`dags apply` of a folder holding `texts`; returns the seconds it took (loading and storing)."""
+    """`dags apply` of a folder holding `texts`; returns the seconds it took (loading and storing; each
+    kept in APPLY_SPLIT)."""
     with tempfile.TemporaryDirectory(prefix="dagline-scale-") as folder:
         for name, body in texts.items():
             with open(os.path.join(folder, name), "w") as fh:
                 fh.write(body)
         began = time.perf_counter()
-        apply_dags(db, load_dag_paths([folder]), now=now)
+        loaded = load_dag_paths([folder])
+        parsed = time.perf_counter()
+        apply_dags(db, loaded, now=now)
+        APPLY_SPLIT.update(load_s=round(parsed - began, 2), store_s=round(time.perf_counter() - parsed, 2))
         return time.perf_counter() - began
 
 
@@ -354,7 +361,7 @@ def tick_replicas(db, dags: int, replicas: int, idle_s: float) -> dict:
         idle = [round((cpu_seconds(p.pid) - b) * 60 / idle_s, 2) for p, b in zip(procs, before, strict=True)]
     finally:
         stop_processes(procs)
-    return {"dags": dags, "replicas": replicas, "apply_s": round(apply_s, 2),
+    return {"dags": dags, "replicas": replicas, "apply_s": round(apply_s, 2), "apply_split": dict(APPLY_SPLIT),
             "registered_s": round(registered_s, 1), "runs_created": len(rows), "duplicates": duplicates,
             "delay_s": {"p50": round(statistics.median(delays), 2) if delays else None,
                         "p99": round(delays[min(len(delays) - 1, int(0.99 * len(delays)))], 2) if delays else None,
