@@ -316,7 +316,8 @@ def tick_replicas(db, dags: int, replicas: int, idle_s: float) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     spawned = time.perf_counter()
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--replica", db.url, start_file],
-                              env=env, stderr=subprocess.DEVNULL) for _ in range(replicas)]
+                              env=env, stderr=open(os.path.join(folder, f"replica{i}.log"), "w"))  # noqa: SIM115
+             for i in range(replicas)]  # the logs stay in `folder` (a replica that exits says why there)
     try:
         while running_replicas(db) < replicas:
             if any(p.poll() is not None for p in procs) or time.perf_counter() - spawned > 600:
@@ -335,7 +336,7 @@ def tick_replicas(db, dags: int, replicas: int, idle_s: float) -> dict:
             if made >= dags or time.time() - t0 > 900:
                 break
             if any(p.poll() is not None for p in procs):
-                raise RuntimeError("a replica exited during the tick")
+                raise RuntimeError(f"a replica exited during the tick: see {folder}/replica*.log")
             time.sleep(0.05)
         load_after = os.getloadavg()
         memory = [proc_status(p.pid) for p in procs]

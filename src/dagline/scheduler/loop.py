@@ -363,6 +363,8 @@ class Scheduler(Context):
             created += made
             if made < s.dags_per_loop or time.monotonic() - began >= CREATE_RUNS_BUDGET_S or self._stop_requested:
                 return created
+            self._heartbeat_if_due()  # a long tick on a loaded machine: peers must still see this replica alive
+            self.step = "creating runs"  # the heartbeat named its own step
 
     def _heartbeat_if_due(self) -> None:
         # first: a replica declared dead learns it before taking work (a test run's process is no replica)
