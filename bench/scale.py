@@ -17,8 +17,16 @@ Then, with `--dags N` (0: skip), on a fresh database: `apply_s` (`dags apply` of
 one-task DAGs) and the tick: all N due at the same instant, one replica (in-process, a clock that starts
 at the tick and runs with the wall clock): the SQL statements per DAG applied and per run created (the
 load-independent cost), `delay_s` of every run (created_at minus run_after:
-p50/p99/max), `runs_per_s`, and the process's peak RSS. Prints one JSON line per measurement set.
-Not a test: figures depend on the machine and its load (quote `uptime`).
+p50/p99/max), `runs_per_s`, and the process's peak RSS.
+With `--replicas 1,3` (PostgreSQL), for each DAG count in `--dags` and each replica count, on a fresh
+database: `apply_s` (`dags apply` of the folder) and the tick with that many replica processes
+(`--replica`, below), started before the tick and idle until it: `startup_s` (spawn to every replica
+registered and idle), `delay_s` of every run (p50/p99/max, seconds after the tick: the replicas'
+clock reaches the tick at one wall instant), the runs created by each replica, `duplicates` (runs
+sharing a DAG and logical date: must be 0), each replica's resident memory once the runs are made
+(`rss_mib`, and its peak `hwm_mib`), and then, with nothing due, `idle_cpu_s_per_min` (user + system
+CPU of each replica over `--idle-s` seconds, per minute). Prints one JSON line per measurement set, and
+the load average beside the tick's figures. Not a test: figures depend on the machine and its load.
 """
 
 from __future__ import annotations
@@ -28,7 +36,9 @@ import datetime as dt
 import json
 import os
 import resource
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,13 +46,14 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from common import chain_dag_yaml, fresh_database, percentiles  # noqa: E402
+from common import chain_dag_yaml, fresh_database, percentiles, running_replicas, stop_processes  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 from sqlalchemy import event, func, select, text  # noqa: E402
 
 from dagline.api import ApiSettings, create_app  # noqa: E402
 from dagline.clock import FixedClock, ShiftedClock  # noqa: E402
-from dagline.db.models import dag_run_t, dag_t  # noqa: E402
+from dagline.db.engine import Database  # noqa: E402
+from dagline.db.models import dag_run_t, dag_t, event_t  # noqa: E402
 from dagline.executors.noop import NoopExecutor  # noqa: E402
 from dagline.scheduler.loop import Scheduler  # noqa: E402
 from dagline.spec import load_dag_paths  # noqa: E402
@@ -54,14 +65,21 @@ HISTORY_DAGS = 10
 START = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
 
 
+APPLY_SPLIT: dict[str, float] = {}  # the latest apply's loading (parsing, validating) and storing seconds
+
+
 def apply_folder(db, texts: dict[str, str], now: dt.datetime) -> float:
-    """`dags apply` of a folder holding `texts`; returns the seconds it took (loading and storing)."""
+    """`dags apply` of a folder holding `texts`; returns the seconds it took (loading and storing; each
+    kept in APPLY_SPLIT)."""
     with tempfile.TemporaryDirectory(prefix="dagline-scale-") as folder:
         for name, body in texts.items():
             with open(os.path.join(folder, name), "w") as fh:
                 fh.write(body)
         began = time.perf_counter()
-        apply_dags(db, load_dag_paths([folder]), now=now)
+        loaded = load_dag_paths([folder])
+        parsed = time.perf_counter()
+        apply_dags(db, loaded, now=now)
+        APPLY_SPLIT.update(load_s=round(parsed - began, 2), store_s=round(time.perf_counter() - parsed, 2))
         return time.perf_counter() - began
 
 
@@ -198,10 +216,7 @@ def measure_clean(db, runs: int) -> dict:
 
 def tick(db, dags: int) -> dict:
     """`dags apply` of `dags` hourly one-task DAGs, then all due at one instant: one replica creates them."""
-    at = dt.datetime(2026, 6, 1, 12, tzinfo=dt.UTC)
-    texts = {f"d{i:05d}.yaml": chain_dag_yaml(f"tick-{i:05d}", 1, schedule="@hourly",
-                                              start="2026-06-01T11:00:00").replace("catchup: true", "catchup: false")
-             for i in range(dags)}
+    at, texts = TICK, tick_texts(dags)
     statements = [0]
 
     def count(*_args):
@@ -236,14 +251,142 @@ def tick(db, dags: int) -> dict:
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
+TICK = dt.datetime(2026, 6, 1, 12, tzinfo=dt.UTC)
+
+
+def tick_texts(dags: int) -> dict[str, str]:
+    """`dags` hourly one-task DAGs without catch-up whose first interval ends at TICK."""
+    return {f"d{i:05d}.yaml": chain_dag_yaml(f"tick-{i:05d}", 1, schedule="@hourly",
+                                             start="2026-06-01T11:00:00").replace("catchup: true", "catchup: false")
+            for i in range(dags)}
+
+
+class TickClock:
+    """A replica's clock in the tick: the wall clock's pace, reaching TICK at the wall instant written in
+    `start_file` (by the benchmark, once every replica is up); before that file exists, ten minutes
+    before TICK (nothing is due)."""
+
+    frozen = False
+
+    def __init__(self, start_file: str):
+        self.start_file = start_file
+        self.offset = (TICK - dt.timedelta(minutes=10)) - dt.datetime.now(dt.UTC)
+        self.fixed = False
+
+    def now(self) -> dt.datetime:
+        if not self.fixed and os.path.exists(self.start_file):
+            with open(self.start_file) as fh:
+                body = fh.read().strip()
+            if body:
+                self.offset = TICK - dt.datetime.fromtimestamp(float(body), dt.UTC)
+                self.fixed = True
+        return dt.datetime.now(dt.UTC) + self.offset
+
+
+def replica_main(url: str, start_file: str) -> None:
+    """One replica of the tick (`--replica URL START_FILE`): the noop executor, the `TickClock`."""
+    db = Database(url)
+    clock = TickClock(start_file)
+    sched = Scheduler(db, NoopExecutor(parallelism=64, clock=clock), clock=clock)
+    signal.signal(signal.SIGTERM, lambda *_: sched.request_stop())
+    sched.run()
+
+
+def proc_status(pid: int) -> dict:
+    """VmRSS and VmHWM of a process, MiB."""
+    found = {}
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                found[line.split(":")[0]] = round(int(line.split()[1]) / 1024)
+    return {"rss_mib": found.get("VmRSS"), "hwm_mib": found.get("VmHWM")}
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tick_replicas(db, dags: int, replicas: int, idle_s: float) -> dict:
+    """`dags apply` of `dags` DAGs, then the tick with `replicas` replica processes (see the docstring)."""
+    apply_s = apply_folder(db, tick_texts(dags), TICK - dt.timedelta(minutes=30))
+    folder = tempfile.mkdtemp(prefix="dagline-tick-")
+    start_file = os.path.join(folder, "start")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    spawned = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--replica", db.url, start_file],
+                              env=env, stderr=open(os.path.join(folder, f"replica{i}.log"), "w"))  # noqa: SIM115
+             for i in range(replicas)]  # the logs stay in `folder` (a replica that exits says why there)
+    try:
+        while running_replicas(db) < replicas:
+            if any(p.poll() is not None for p in procs) or time.perf_counter() - spawned > 600:
+                raise RuntimeError("a replica exited or did not start")
+            time.sleep(0.05)
+        registered_s = time.perf_counter() - spawned
+        time.sleep(3)  # past `plan_at_this_clock` and the first idle passes
+        t0 = time.time() + 1
+        with open(start_file + ".tmp", "w") as fh:
+            fh.write(repr(t0))
+        os.rename(start_file + ".tmp", start_file)
+        load_at_tick = os.getloadavg()
+        while True:
+            with db.engine.connect() as conn:
+                made = conn.execute(select(func.count()).select_from(dag_run_t)).scalar_one()
+            if made >= dags or time.time() - t0 > 900:
+                break
+            if any(p.poll() is not None for p in procs):
+                raise RuntimeError(f"a replica exited during the tick: see {folder}/replica*.log")
+            time.sleep(0.05)
+        load_after = os.getloadavg()
+        memory = [proc_status(p.pid) for p in procs]
+        with db.engine.connect() as conn:
+            rows = conn.execute(select(dag_run_t.c.created_at, dag_run_t.c.run_after)).all()
+            duplicates = conn.execute(text(
+                "SELECT count(*) - count(DISTINCT (dag_id, logical_date)) FROM dag_run")).scalar_one()
+            by_replica = dict(conn.execute(
+                select(event_t.c.who, func.count()).where(event_t.c.entity == "dag_run", event_t.c.from_state.is_(None))
+                .group_by(event_t.c.who)).all())
+        delays = sorted((r.created_at - r.run_after).total_seconds() for r in rows)
+        finished_by = time.time() + 300  # idle means the runs have finished (noop executor)
+        while time.time() < finished_by:
+            with db.engine.connect() as conn:
+                open_runs = conn.execute(select(func.count()).select_from(dag_run_t)
+                                         .where(dag_run_t.c.state.in_(("queued", "running")))).scalar_one()
+            if not open_runs:
+                break
+            time.sleep(0.5)
+        time.sleep(12)  # past the housekeeping that follows the last runs
+        before = [cpu_seconds(p.pid) for p in procs]
+        time.sleep(idle_s)
+        idle = [round((cpu_seconds(p.pid) - b) * 60 / idle_s, 2) for p, b in zip(procs, before, strict=True)]
+    finally:
+        stop_processes(procs)
+    return {"dags": dags, "replicas": replicas, "apply_s": round(apply_s, 2), "apply_split": dict(APPLY_SPLIT),
+            "registered_s": round(registered_s, 1), "runs_created": len(rows), "duplicates": duplicates,
+            "delay_s": {"p50": round(statistics.median(delays), 2) if delays else None,
+                        "p99": round(delays[min(len(delays) - 1, int(0.99 * len(delays)))], 2) if delays else None,
+                        "max": round(delays[-1], 2) if delays else None},
+            "created_by": sorted(by_replica.values(), reverse=True), "memory": memory,
+            "idle_cpu_s_per_min": idle, "load_at_tick": [round(x, 1) for x in load_at_tick],
+            "load_after": [round(x, 1) for x in load_after]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", choices=["postgres", "sqlite"], default="postgres")
     parser.add_argument("--runs", default="0,100000", help="history sizes, comma-separated")
     parser.add_argument("--tasks", type=int, default=10)
-    parser.add_argument("--dags", type=int, default=1000, help="DAGs due at one tick (0: skip)")
+    parser.add_argument("--dags", default="1000", help="DAGs due at one tick, comma-separated (0: skip)")
+    parser.add_argument("--replicas", default="", help="replica processes at the tick, comma-separated "
+                        "(e.g. 1,3); empty: the in-process tick with statement counts")
+    parser.add_argument("--idle-s", type=float, default=60.0, help="seconds of idle CPU measured after the tick")
+    parser.add_argument("--replica", nargs=2, metavar=("URL", "START_FILE"), help=argparse.SUPPRESS)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
+    if args.replica:
+        replica_main(*args.replica)
+        return
     for runs in [int(x) for x in args.runs.split(",") if x]:
         db, drop = fresh_database(args.db)
         try:
@@ -254,12 +397,14 @@ def main() -> None:
                   flush=True)
         finally:
             drop()
-    if args.dags:
-        db, drop = fresh_database(args.db)
-        try:
-            print(json.dumps({"db": args.db, **tick(db, args.dags)}), flush=True)
-        finally:
-            drop()
+    for dags in [int(x) for x in args.dags.split(",") if x and int(x)]:
+        for replicas in [int(x) for x in args.replicas.split(",") if x] or [0]:
+            db, drop = fresh_database(args.db)
+            try:
+                measured = tick_replicas(db, dags, replicas, args.idle_s) if replicas else tick(db, dags)
+                print(json.dumps({"db": args.db, **measured}), flush=True)
+            finally:
+                drop()
 
 
 if __name__ == "__main__":

@@ -37,13 +37,18 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
         return result.all() if returning else []
     # a key a row lacks is NULL to json_populate_recordset too: the rows go in as they are, and only
     # the values JSON cannot carry (datetimes) pass through `plain`, from the encoder
-    document = json.dumps(rows, separators=(",", ":"), default=_json_value)
+    document = json_document(rows)
     columns = ", ".join(names)
     back = f" RETURNING {', '.join(returning)}" if returning else ""
     result = conn.execute(text(f"INSERT INTO {table.name} ({columns}) SELECT {columns} FROM "
                                f"json_populate_recordset(NULL::{table.name}, CAST(:rows AS json)){back}"),
                           {"rows": document})
     return result.all() if returning else []
+
+
+def json_document(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Rows as one JSON document for `json_populate_recordset` / `json_to_recordset` (datetimes as `plain`)."""
+    return json.dumps(rows, separators=(",", ":"), default=_json_value)
 
 
 @functools.lru_cache(maxsize=64)

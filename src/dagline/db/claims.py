@@ -69,11 +69,13 @@ def lock_due_dags(conn: Connection, now: dt.datetime, limit: int, dag_ids: Seque
 
 
 def lock_scheduled_dags(conn: Connection) -> list[Any]:
-    """Claim the active, unpaused DAGs that have a schedule and a current version, in dag_id order,
+    """Claim the active, unpaused DAGs that have a schedule and a current version (with their next-run
+    fields), in dag_id order,
     skipping those a peer holds (a peer holding one is creating its runs, at its own clock). A starting
     scheduler plans their next run again at its clock (`create_runs.plan_at_this_clock`)."""
     return conn.execute(
-        select(dag_t.c.dag_id, dag_t.c.current_version_id)
+        select(dag_t.c.dag_id, dag_t.c.current_version_id, dag_t.c.next_dagrun, dag_t.c.next_dagrun_data_interval_start,
+               dag_t.c.next_dagrun_data_interval_end, dag_t.c.next_dagrun_create_after)
         .where(dag_t.c.is_active.is_(True), dag_t.c.is_paused.is_(False), dag_t.c.schedule.is_not(None),
                dag_t.c.current_version_id.is_not(None))
         .order_by(dag_t.c.dag_id)

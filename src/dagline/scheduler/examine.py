@@ -30,7 +30,8 @@ from dagline.db.claims import lock_running_runs, running_runs
 from dagline.db.transitions import change_runs, change_tis
 from dagline.domain.run_decision import RunDecision
 from dagline.domain.states import RunState, RunType, SignalAction, TIState
-from dagline.scheduler.isolation import DagFailed, describe, is_dags_fault, isolated, record_import_error
+from dagline.scheduler.create_runs import refresh_next_runs
+from dagline.scheduler.isolation import describe, is_dags_fault, record_import_error
 from dagline.scheduler.signal_starts import STARTING
 from dagline.store.dags import DagCache, next_runs_of_dags
 from dagline.store.facts import REMEMBERED_MAX, RunFacts, gather_runs
@@ -40,7 +41,6 @@ from dagline.store.signal_actions import (
     record_started_by_signal,
     take_oldest_pending_start,
 )
-from dagline.store.timeline import refresh_next_dagrun
 
 
 @dataclasses.dataclass
@@ -198,6 +198,7 @@ def _after_runs_finished(conn: Connection, finished: Sequence, dags: DagCache, *
         return
     rows = next_runs_of_dags(conn, dag_ids)
     dags.prefetch(conn, [row.current_version_id for row in rows])
+    wanted = []
     for row in rows:
         if row.current_version_id is None:
             continue
@@ -209,8 +210,5 @@ def _after_runs_finished(conn: Connection, finished: Sequence, dags: DagCache, *
                 row.next_dagrun, row.next_dagrun_data_interval_start, row.next_dagrun_data_interval_end,
                 row.next_dagrun_create_after)):
             continue  # refreshing would write these same empty values (no savepoint, no statement)
-        try:
-            with isolated(conn, row.dag_id, "planning the next run", at=now, who=who):
-                refresh_next_dagrun(conn, row.dag_id, dag, now=now)
-        except DagFailed:
-            continue
+        wanted.append(row)
+    refresh_next_runs(conn, wanted, now=now, dags=dags, who=who)  # set-based; a DAG that fails: its import error

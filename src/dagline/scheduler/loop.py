@@ -72,6 +72,7 @@ from dagline.scheduler.settings import SchedulerSettings
 log = logging.getLogger(__name__)
 
 _PEER_IN_CRITICAL_SECTION_S = 0.002  # the follow-up's pause before it looks again when a peer held the pools
+CREATE_RUNS_BUDGET_S = 5.0  # longest the create-runs step goes on batch after batch (a tick of thousands of DAGs)
 
 
 class Scheduler(Context):
@@ -321,8 +322,7 @@ class Scheduler(Context):
         if self.backfill_id is None and not testing:
             react(self, self.hops, stats, now)
             with self.phase("create_runs", "creating runs"):
-                created = self.transact(lambda conn: create_scheduled_runs(
-                    conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop, per_dag=s.runs_created_per_dag))
+                created = self._create_runs(now)
                 stats.runs_created += created
                 self.left.created_runs = self.left.created_runs or created > 0
         if not testing:
@@ -350,6 +350,21 @@ class Scheduler(Context):
                 self.transact(lambda conn: housekeeping.finish_backfills(conn, now=now, who=self.who))
         self.upkeep.housekeeping(stats, now)
         return stats
+
+    def _create_runs(self, now) -> int:
+        """Create due runs, a batch of `dags_per_loop` DAGs per transaction, batch after batch while they
+        come back full, for at most CREATE_RUNS_BUDGET_S: thousands of DAGs due at one tick are created
+        before this replica turns to starting and following them (peers claim other batches meanwhile)."""
+        s = self.settings
+        began, created = time.monotonic(), 0
+        while True:
+            made = self.transact(lambda conn: create_scheduled_runs(
+                conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop, per_dag=s.runs_created_per_dag))
+            created += made
+            if made < s.dags_per_loop or time.monotonic() - began >= CREATE_RUNS_BUDGET_S or self._stop_requested:
+                return created
+            self._heartbeat_if_due()  # a long tick on a loaded machine: peers must still see this replica alive
+            self.step = "creating runs"  # the heartbeat named its own step
 
     def _heartbeat_if_due(self) -> None:
         # first: a replica declared dead learns it before taking work (a test run's process is no replica)

@@ -17,7 +17,7 @@ from dagline.limits import MAX_SETTING_COUNT, MAX_SETTING_SECONDS, TEMPLATE_TIME
 
 @dataclasses.dataclass(frozen=True)
 class SchedulerSettings:
-    dags_per_loop: int = 50            # DAGs examined for new runs per loop (Airflow: max_dagruns_to_create_per_loop)
+    dags_per_loop: int = 50            # DAGs claimed per run-creation batch (Airflow: max_dagruns_to_create_per_loop)
     runs_created_per_dag: int = 16     # at most this many runs of one DAG created per loop
     runs_per_loop: int = 200           # running runs examined per loop (Airflow: max_dagruns_per_loop_to_schedule)
     tis_per_loop: int = 512            # scheduled TIs considered per critical section (Airflow: max_tis_per_query)

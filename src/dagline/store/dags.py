@@ -15,10 +15,11 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from dagline.db.bulk import insert_rows, json_document
 from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, pool_t, signal_listener_t
@@ -54,6 +55,11 @@ class DagCache:
             .where(dag_version_t.c.id == version_id)
         ).one()
         return self._keep(version_id, Dag.from_spec_json(row.dag_id, row.spec, version=row.version))
+
+    def cached(self, version_id: int) -> Dag | None:
+        """The version if it is cached (no query), else None."""
+        with self._lock:
+            return self._by_version.get(version_id)
 
     def _keep(self, version_id: int, dag: Dag) -> Dag:
         with self._lock:
@@ -136,16 +142,20 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
     """Upsert DAGs in one transaction: a new version only when the spec changed. `guard(row)` is called
     with each DAG's locked row (None for a new DAG) before anything is written, and may raise to refuse
     (the Kubernetes controller refuses a DAG another namespace's object defines)."""
-    from dagline.store.timeline import (
-        refresh_next_dagrun,  # the timeline builds on this module
+    from dagline.store.run_batches import (
+        refresh_next_dagruns,  # the timeline builds on this module
     )
 
     results = []
     with db.begin() as conn:
         pools = dict(conn.execute(select(pool_t.c.name, pool_t.c.slots)).all())
+        events: list[dict] = []  # written together, as the next runs are planned together (issue 32)
+        to_plan: list[Dag] = []
+        created = {} if guard is not None else _create_new_dags(conn, loaded, now=now, who=who, events=events)
         for item in loaded:
             dag = item.dag
-            result = _apply_one(conn, dag, item.source_path, now=now, who=who, guard=guard)
+            result = created.get(dag.dag_id) or _apply_one(conn, dag, item.source_path, now=now, who=who,
+                                                           guard=guard, events=events)
             missing = sorted({t.pool for t in dag.tasks.values()} - pools.keys())
             if missing:
                 result.warnings.append(
@@ -159,8 +169,11 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
                         f"task {task.task_id}: {too_small}: it never runs until "
                         f"`dagline pools set {task.pool} {task.pool_slots}` makes the pool large enough")
             if result.action != "unchanged" or result.cleared_import_error is not None:
-                refresh_next_dagrun(conn, dag.dag_id, dag, now=now)
+                to_plan.append(dag)
             results.append(result)
+        record_events(conn, events)
+        for start in range(0, len(to_plan), 1000):
+            refresh_next_dagruns(conn, to_plan[start:start + 1000], now=now)
         batch = {item.dag.dag_id: item.dag for item in loaded}
         for item, result in zip(loaded, results, strict=True):
             result.warnings += _unknown_task_signals(conn, item.dag, batch)
@@ -187,8 +200,64 @@ def _unknown_task_signals(conn: Connection, dag: Dag, batch: dict[str, Dag]) -> 
     return warnings
 
 
+def _create_new_dags(conn: Connection, loaded: list[LoadedDag], *, now: dt.datetime, who: str,
+                     events: list[dict]) -> dict[str, ApplyResult]:
+    """Store the DAGs of `loaded` that have no row yet, a thousand at a time, set-based: one INSERT of
+    their rows, one of their versions, one of their signal listeners, one UPDATE naming the versions
+    (issue 32: `dags apply` of 10,000 new files). A batch that meets a row created meanwhile (another
+    writer) is rolled back to its savepoint and left to `_apply_one`, DAG by DAG. Their events go to
+    `events`. Returns the results by DAG id."""
+    results: dict[str, ApplyResult] = {}
+    for start in range(0, len(loaded), 1000):
+        chunk = loaded[start:start + 1000]
+        ids = [item.dag.dag_id for item in chunk]
+        if len(set(ids)) != len(ids):
+            continue  # one DAG twice: DAG by DAG, as before
+        known = set(conn.execute(select(dag_t.c.dag_id).where(dag_t.c.dag_id.in_(ids))).scalars())
+        new = [item for item in chunk if item.dag.dag_id not in known]
+        if not new:
+            continue
+        try:
+            with conn.begin_nested():
+                insert_rows(conn, dag_t, [
+                    {"dag_id": item.dag.dag_id, "is_paused": item.dag.spec.paused, "is_active": True,
+                     "schedule": item.dag.spec.schedule, "timezone": item.dag.timezone,
+                     "source_path": item.source_path, "namespace": source_namespace(item.source_path),
+                     "created_at": now, "updated_at": now} for item in new])
+                versions = dict((row.dag_id, row.id) for row in insert_rows(conn, dag_version_t, [
+                    {"dag_id": item.dag.dag_id, "version": item.dag.version, "spec": item.dag.spec_json,
+                     "source_dir": local_folder(item.source_path), "created_at": now} for item in new],
+                    returning=("id", "dag_id")))
+                insert_rows(conn, signal_listener_t, [
+                    row for item in new for row in signal_listeners(item.dag, versions[item.dag.dag_id])])
+                _set_current_versions(conn, versions)
+        except IntegrityError:
+            continue  # created meanwhile by another writer: DAG by DAG, which waits for its row
+        for item in new:
+            events.append({"at": now, "who": who, "entity": "dag", "dag_id": item.dag.dag_id, "from_state": None,
+                           "to_state": item.dag.version, "detail": "created"})
+            results[item.dag.dag_id] = ApplyResult(item.dag.dag_id, "created", item.dag.version, None)
+    return results
+
+
+def _set_current_versions(conn: Connection, versions: dict[str, int]) -> None:
+    """`current_version_id` of several DAGs: one UPDATE (PostgreSQL) or an executemany (SQLite)."""
+    if conn.dialect.name != "postgresql":
+        conn.execute(update(dag_t).where(dag_t.c.dag_id == bindparam("b_dag_id"))
+                     .values(current_version_id=bindparam("b_version")),
+                     [{"b_dag_id": dag_id, "b_version": version} for dag_id, version in versions.items()])
+        return
+    conn.execute(text("""
+        UPDATE dag SET current_version_id = x.b_version
+        FROM json_to_recordset(CAST(:rows AS json)) AS x(b_dag_id text, b_version bigint)
+        WHERE dag.dag_id = x.b_dag_id"""),
+                 {"rows": json_document([{"b_dag_id": d, "b_version": v} for d, v in versions.items()])})
+
+
 def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime, who: str,
-               guard: Callable[[Any], None] | None = None) -> ApplyResult:
+               guard: Callable[[Any], None] | None = None, events: list[dict] | None = None) -> ApplyResult:
+    """Store one DAG (its row locked); its event is added to `events` for the caller to write (none given:
+    written here)."""
     row = lock_dag(conn, dag.dag_id)
     if guard is not None:
         guard(row)
@@ -243,10 +312,12 @@ def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime
     if previous is not None and said_paused and previous.spec.get("paused") != dag.spec.paused:
         values["is_paused"] = dag.spec.paused  # the spec's `paused` changed: it wins over the CLI's
     conn.execute(update(dag_t).where(dag_t.c.dag_id == dag.dag_id).values(**values))
-    record_events(conn, [{
-        "at": now, "who": who, "entity": "dag", "dag_id": dag.dag_id,
-        "from_state": previous.version if previous else None, "to_state": dag.version, "detail": action,
-    }])
+    event = {"at": now, "who": who, "entity": "dag", "dag_id": dag.dag_id,
+             "from_state": previous.version if previous else None, "to_state": dag.version, "detail": action}
+    if events is None:
+        record_events(conn, [event])
+    else:
+        events.append(event)
     result = ApplyResult(dag.dag_id, action, dag.version, previous.version if previous else None)
     if row is not None and row.import_error is not None:
         result.cleared_import_error = row.import_error

@@ -98,36 +98,13 @@ def insert_runs(
     generated = iter(_unique_run_ids(conn, dag.dag_id, [make_run_id("test" if is_test else run_type, r.logical_date)
                                                          for r in runs if r.run_id is None]))
     run_ids = [r.run_id if r.run_id is not None else next(generated) for r in runs]
-    rows = [
-        {
-            "dag_id": dag.dag_id, "run_id": run_id, "logical_date": r.logical_date,
-            "data_interval_start": r.data_interval.start, "data_interval_end": r.data_interval.end,
-            "run_after": r.run_after, "run_type": run_type, "state": RunState.QUEUED,
-            "dag_version_id": version_id, "backfill_id": backfill_id, "conf": r.conf,
-            "created_at": now, "queued_at": now, "is_test": is_test,
-            "deadline_at": deadline_at(dag.spec.deadline, logical_date=r.logical_date,
-                                       data_interval_end=r.data_interval.end, queued_at=now),
-        }
-        for r, run_id in zip(runs, run_ids, strict=True)
-    ]
-    if run_type == RunType.BACKFILL or is_test:  # reprocessing the past (its deadlines passed long ago), or a rehearsal
-        for row in rows:
-            row["deadline_at"] = None
+    rows = [run_row(dag, version_id, run_type, r, run_id, now=now, backfill_id=backfill_id, is_test=is_test)
+            for r, run_id in zip(runs, run_ids, strict=True)]
     _without_unset_deadlines(rows)
     ids = [row.id for row in conn.execute(
         insert(dag_run_t).returning(dag_run_t.c.id, sort_by_parameter_order=True), rows)]
-    ti_rows = []
-    for run_pk, r in zip(ids, runs, strict=True):
-        for task in dag.tasks.values():
-            if task.start_date is not None and task.start_date > r.logical_date:
-                continue  # the task did not exist yet at this logical date
-            ti_rows.append({
-                "dag_run_id": run_pk, "dag_id": dag.dag_id, "task_id": task.task_id, "state": TIState.NONE,
-                "try_number": 0, "max_tries": task.retries + 1, "pool": task.pool,
-                "pool_slots": task.pool_slots, "priority_weight": task.priority_weight,
-                "deadline_at": None if run_type == RunType.BACKFILL or is_test else deadline_at(
-                    task.deadline, logical_date=r.logical_date, data_interval_end=r.data_interval.end, queued_at=now),
-            })
+    ti_rows = [ti for run_pk, r in zip(ids, runs, strict=True)
+               for ti in ti_rows_of(dag, run_type, run_pk, r, now=now, is_test=is_test)]
     if ti_rows:
         _without_unset_deadlines(ti_rows)
         conn.execute(insert(ti_t), ti_rows)
@@ -141,11 +118,43 @@ def insert_runs(
     if not is_test:
         relink(conn, dag.dag_id, min(r.logical_date for r in runs))
     delays = [(now - r.run_after).total_seconds() for r in runs] if run_type == RunType.SCHEDULED else []
-    at_commit(conn, lambda: _count_created(run_type, len(ids), delays))
+    at_commit(conn, lambda: count_created(run_type, len(ids), delays))
     return ids
 
 
-def _count_created(run_type: str, count: int, delays: list[float]) -> None:
+def run_row(dag: Dag, version_id: int, run_type: str, r: NewRun, run_id: str, *, now: dt.datetime,
+            backfill_id: int | None = None, is_test: bool = False) -> dict:
+    """The `dag_run` row of a new queued run (its `previous` is the caller's to set)."""
+    return {
+        "dag_id": dag.dag_id, "run_id": run_id, "logical_date": r.logical_date,
+        "data_interval_start": r.data_interval.start, "data_interval_end": r.data_interval.end,
+        "run_after": r.run_after, "run_type": run_type, "state": RunState.QUEUED,
+        "dag_version_id": version_id, "backfill_id": backfill_id, "conf": r.conf,
+        "created_at": now, "queued_at": now, "is_test": is_test,
+        # a backfill reprocesses the past (its deadlines passed long ago); a test run is a rehearsal
+        "deadline_at": None if run_type == RunType.BACKFILL or is_test else deadline_at(
+            dag.spec.deadline, logical_date=r.logical_date, data_interval_end=r.data_interval.end, queued_at=now),
+    }
+
+
+def ti_rows_of(dag: Dag, run_type: str, run_pk: int, r: NewRun, *, now: dt.datetime,
+               is_test: bool = False) -> list[dict]:
+    """The `task_instance` rows of a new run: one per task that existed at its logical date."""
+    rows = []
+    for task in dag.tasks.values():
+        if task.start_date is not None and task.start_date > r.logical_date:
+            continue  # the task did not exist yet at this logical date
+        rows.append({
+            "dag_run_id": run_pk, "dag_id": dag.dag_id, "task_id": task.task_id, "state": TIState.NONE,
+            "try_number": 0, "max_tries": task.retries + 1, "pool": task.pool,
+            "pool_slots": task.pool_slots, "priority_weight": task.priority_weight,
+            "deadline_at": None if run_type == RunType.BACKFILL or is_test else deadline_at(
+                task.deadline, logical_date=r.logical_date, data_interval_end=r.data_interval.end, queued_at=now),
+        })
+    return rows
+
+
+def count_created(run_type: str, count: int, delays: list[float]) -> None:
     metrics.RUNS_CREATED.labels(run_type=run_type).inc(count)
     for delay in delays:
         metrics.RUN_SCHEDULE_DELAY.observe(max(delay, 0.0))
@@ -171,7 +180,7 @@ def relink(conn: Connection, dag_id: str, from_date: dt.datetime) -> int:
         if row.previous_run_id != previous:
             changes.append({"b_id": row.id, "b_prev": previous})
         previous = row.id
-    _set_previous(conn, changes)
+    set_previous(conn, changes)
     return len(changes)
 
 
@@ -193,7 +202,7 @@ def _live_from_latest_before():
 _LIVE_FROM_LATEST_BEFORE = _live_from_latest_before()
 
 
-def _set_previous(conn: Connection, changes: list[dict]) -> None:
+def set_previous(conn: Connection, changes: list[dict]) -> None:
     """Write new `previous` links. PostgreSQL gets one `UPDATE ... FROM (VALUES ...)` per thousand
     links (psycopg2 would send an executemany UPDATE row by row); SQLite's executemany is fast."""
     if not changes:

@@ -32,6 +32,10 @@ from dagline.store.dags import DagCache
 
 T = TypeVar("T")
 
+# DAG versions a replica keeps parsed: every current version of 10,000 DAGs with room for their previous
+# ones (issue 32: a smaller cache parses the versions of a large tick again every hour)
+CACHED_VERSIONS = 20_000
+
 
 class Context:
     """A replica's shared state. `backfill_id` restricts it to one backfill's runs, `test_run_id` to one
@@ -46,7 +50,7 @@ class Context:
         self.backfill_id = backfill_id
         self.test_run_id = test_run_id
         self.api_url = api_url or DEFAULT_API_URL  # given to every try, with a token of its own
-        self.dags = DagCache()
+        self.dags = DagCache(maxsize=CACHED_VERSIONS)
         self.replica_id: int | None = None
         self.who = "scheduler" if test_run_id is None else f"dags-test:{os.getpid()}"
         self.tx = Transactions(db)
