@@ -109,6 +109,24 @@ CALL_ERRORS = (  # what a call through the kubernetes client may raise
     ApiException, urllib3.exceptions.HTTPError, OSError)
 
 
+def all_pages(list_page, label_selector: str) -> list[dict]:
+    """Every item of a listing, page by page (`limit`, then each page's `continue` token)."""
+    items: list[dict] = []
+    token = None
+    while True:
+        kwargs = {"label_selector": label_selector, "limit": LIST_PAGE}
+        if token:
+            kwargs["_continue"] = token
+        try:
+            page = list_page(**kwargs)
+        except CALL_ERRORS as exc:
+            raise sorted_error(exc) from None
+        items.extend(page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+
+
 class CustomObjects:
     """Calls on one kind of custom object in one namespace (SparkApplications, SparkConnects)."""
 
@@ -139,20 +157,8 @@ class CustomObjects:
 
     def list(self, label_selector: str) -> list[dict]:
         """Every object matching the selector (page by page where the server pages)."""
-        items: list[dict] = []
-        token = None
-        while True:
-            kwargs = {"label_selector": label_selector, "limit": LIST_PAGE}
-            if token:
-                kwargs["_continue"] = token
-            try:
-                page = self.api.list_namespaced_custom_object(**kwargs, **self._args())
-            except CALL_ERRORS as exc:
-                raise sorted_error(exc) from None
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return items
+        return all_pages(lambda **kwargs: self.api.list_namespaced_custom_object(**kwargs, **self._args()),
+                         label_selector)
 
     def kind_installed(self) -> bool:
         """Whether the API serves this kind (its CRD is installed): a one-item list, which the
@@ -237,21 +243,8 @@ class Pods:
             raise sorted_error(exc) from None
 
     def list(self, label_selector: str) -> list[dict]:
-        items: list[dict] = []
-        token = None
-        while True:
-            kwargs = {"label_selector": label_selector, "limit": LIST_PAGE}
-            if token:
-                kwargs["_continue"] = token
-            try:
-                page = self._json(self.api.list_namespaced_pod(self.namespace, _request_timeout=self.timeout,
-                                                               _preload_content=False, **kwargs))
-            except CALL_ERRORS as exc:
-                raise sorted_error(exc) from None
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return items
+        return all_pages(lambda **kwargs: self._json(self.api.list_namespaced_pod(
+            self.namespace, _request_timeout=self.timeout, _preload_content=False, **kwargs)), label_selector)
 
     def delete(self, name: str, *, grace_period_s: int | None = None) -> bool:
         """Delete: the job's container gets SIGTERM, then its terminationGracePeriodSeconds, or
