@@ -5,59 +5,20 @@ would silently prune a misplaced one, so unknown fields are errors here) and has
 from __future__ import annotations
 
 import datetime as dt
-import gzip
-import pathlib
 
-import jsonschema
 import pytest
-import yaml
 
 from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
 from dagline.k8s import sparkapp
+from tests.helpers.spark_crds import PLACED, crd_validator
 
-CRD = pathlib.Path(__file__).parent / "data" / "sparkoperator.k8s.io_sparkapplications.yaml.gz"
 LAUNCHED = dt.datetime(2026, 3, 2, 2, 0, tzinfo=dt.timezone.utc)
 KEY = TaskKey("sales-daily", "scheduled__2026-03-01T00:00:00+00:00", "clean_orders", 1)
 
 
-def _closed(schema):
-    """The schema with unknown properties refused wherever the API server would prune them."""
-    if isinstance(schema, list):
-        return [_closed(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: _closed(v) for k, v in schema.items()}
-    if ("properties" in out and "additionalProperties" not in out
-            and not out.get("x-kubernetes-preserve-unknown-fields")):
-        out["additionalProperties"] = False
-    return out
-
-
 @pytest.fixture(scope="module")
 def validator():
-    crd = yaml.safe_load(gzip.decompress(CRD.read_bytes()))
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == sparkapp.VERSION)
-    schema = _closed(version["schema"]["openAPIV3Schema"])
-    return jsonschema.Draft7Validator(schema)
-
-
-PLACED = SparkJob(
-    main_application_file="local:///opt/jobs/clean.py", arguments=("--ds", "2026-03-01"),
-    conf=(("spark.sql.shuffle.partitions", "4"),), driver_cores=1, driver_memory="1g",
-    executor_instances=2, executor_cores=2, executor_memory="2g",
-    pod={
-        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "spark", "effect": "NoSchedule"}],
-        "nodeSelector": {"pool": "spark"},
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}]}}},
-        "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 185, "fsGroup": 185,
-                               "seccompProfile": {"type": "RuntimeDefault"}},
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-        "volumeMounts": [{"name": "scratch", "mountPath": "/scratch", "readOnly": False}],
-    },
-    volumes=({"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}},),
-    driver_service_account="team-spark",
-)
+    return crd_validator("sparkoperator.k8s.io_sparkapplications.yaml.gz", sparkapp.VERSION)
 
 
 @pytest.mark.parametrize("job, streaming", [

@@ -6,18 +6,13 @@ type, and the name leaves room for the Service the spark-operator derives from i
 from __future__ import annotations
 
 import datetime as dt
-import gzip
-import pathlib
 
-import jsonschema
 import pytest
-import yaml
 
 from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
 from dagline.k8s import sparkconnect
-from tests.unit.test_sparkapp_schema import PLACED, _closed
+from tests.helpers.spark_crds import PLACED, crd_validator
 
-CRD = pathlib.Path(__file__).parent / "data" / "sparkoperator.k8s.io_sparkconnects.yaml.gz"
 LAUNCHED = dt.datetime(2026, 3, 2, 2, 0, tzinfo=dt.timezone.utc)
 KEY = TaskKey("sales-daily", "scheduled__2026-03-01T00:00:00+00:00", "clean_orders", 1)
 SECURITY = {"podSecurityContext": {"runAsNonRoot": True, "runAsUser": 185, "seccompProfile": {"type": "RuntimeDefault"}},
@@ -27,9 +22,7 @@ SIZED = {"cores": 2, "memory": "4g", "executor": {"instances": 3, "cores": 2, "m
 
 @pytest.fixture(scope="module")
 def validator():
-    crd = yaml.safe_load(gzip.decompress(CRD.read_bytes()))
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == sparkconnect.VERSION)
-    return jsonschema.Draft7Validator(_closed(version["schema"]["openAPIV3Schema"]))
+    return crd_validator("sparkoperator.k8s.io_sparkconnects.yaml.gz", sparkconnect.VERSION)
 
 
 def server_of(size=None, security=None, dag="sales-daily"):
