@@ -252,6 +252,12 @@ def test_pending_timeout_in_seconds_or_iso_8601(timeout, seconds, tmp_path):
     ("DAGLINE_SPARK_PENDING_TIMEOUT", "-5"),
     ("DAGLINE_SPARK_RETENTION", "forever"),
     ("DAGLINE_SPARK_SPARK_VERSION", "latest"),
+    ("DAGLINE_SPARK_PREFLIGHT_INTERVAL", "hourly"),
+    ("DAGLINE_SPARK_KEEP_FINISHED", "-1"),
+    ("DAGLINE_SPARK_CONNECT_SPARK_VERSION", "newest"),
+    ("DAGLINE_SPARK_CONNECT_IMAGE", "spark 4"),
+    ("DAGLINE_SPARK_CONNECT_CLIENT_IMAGE", "jobs py"),
+    ("DAGLINE_SPARK_CONNECT_IDLE_TIMEOUT", "0"),
 ])
 def test_an_invalid_setting_names_its_variable(variable, value, tmp_path):
     with pytest.raises(InvalidInput) as info:
