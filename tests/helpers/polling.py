@@ -42,3 +42,31 @@ def wait_for(
             label = what or getattr(probe, "__name__", "condition")
             raise AssertionError(f"{label} not met within {timeout:g} s; last value: {last!r}")
         time.sleep(interval)
+
+
+def run_until_done(db, executor, clock, dag_id, *, timeout=30.0, api_url=None):
+    """Drive a scheduler replica until the DAG's only run is finished; the clock jumps over retry delays.
+    Between loops that found nothing to do it waits a little for the stand-in (another thread)."""
+    from dagline.scheduler.loop import Scheduler
+    from tests.helpers.harness import runs, tis
+
+    scheduler = Scheduler(db, executor, clock=clock, **({"api_url": api_url} if api_url else {}))
+    scheduler.start()
+
+    def one_loop():
+        stats = scheduler.iterate()
+        [run] = runs(db, dag_id)
+        waiting = [ti for ti in tis(db, run["id"]).values() if ti.state == "up_for_retry"]
+        if waiting:
+            clock.instant = max(clock.instant, max(ti.next_retry_at for ti in waiting))
+        if stats.work == 0 and run["state"] not in ("success", "failed"):
+            time.sleep(0.02)
+        return run
+
+    try:
+        run = wait_for(one_loop, f"the run of {dag_id} to finish", timeout=timeout, interval=0,
+                       until=lambda run: run["state"] in ("success", "failed"))
+        scheduler.iterate()  # one more sync: what was recorded is cleaned up
+        return run
+    finally:
+        scheduler.stop()

@@ -12,7 +12,6 @@ import datetime as dt
 import gzip
 import pathlib
 import textwrap
-import time
 
 import pytest
 import yaml
@@ -22,11 +21,10 @@ from dagline.executors.base import SparkJob, TaskKey, TaskLaunch
 from dagline.k8s import sparkapp, sparkconnect
 from dagline.k8s.client import load_api_client
 from dagline.k8s.executor import SparkK8sExecutor, SparkK8sSettings
-from dagline.scheduler.loop import Scheduler
 from dagline.store.runs import trigger_run
-from tests.helpers.harness import apply, assert_invariants, events, runs, tis, write_dag
+from tests.helpers.harness import apply, assert_invariants, events, tis, write_dag
 from tests.helpers.k8s.spark_connect import SparkConnectOperator
-from tests.helpers.polling import wait_for
+from tests.helpers.polling import run_until_done, wait_for
 
 NS = "default"
 START = dt.datetime(2026, 3, 2, 2, 0, tzinfo=dt.timezone.utc)
@@ -262,25 +260,7 @@ def test_a_connect_dag_runs_on_its_server_and_a_failed_try_is_retried(db, connec
     """, name="load.py")
     apply(db, write_dag(tmp_path, CONNECT_DAG.format(main=main)))
     trigger_run(db, "warm", now=clock.now())
-    scheduler = Scheduler(db, make_executor(), clock=clock, api_url="http://dagline-api.default.svc:8793")
-    scheduler.start()
-
-    def one_loop():
-        stats = scheduler.iterate()
-        [run] = runs(db, "warm")
-        waiting = [ti for ti in tis(db, run["id"]).values() if ti.state == "up_for_retry"]
-        if waiting:
-            clock.instant = max(clock.instant, max(ti.next_retry_at for ti in waiting))
-        if stats.work == 0 and run["state"] not in ("success", "failed"):
-            time.sleep(0.02)
-        return run
-
-    try:
-        run = wait_for(one_loop, "the run of warm to finish", timeout=30, interval=0,
-                       until=lambda run: run["state"] in ("success", "failed"))
-        scheduler.iterate()
-    finally:
-        scheduler.stop()
+    run = run_until_done(db, make_executor(), clock, "warm", api_url="http://dagline-api.default.svc:8793")
 
     assert run["state"] == "success"
     ti = tis(db, run["id"])["load"]

@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 import kmock
 import pytest
@@ -30,7 +29,7 @@ from tests.helpers.harness import apply, assert_invariants, events, runs, tis, w
 from tests.helpers.k8s.cluster import Cluster
 from tests.helpers.k8s.emulator import SPARK_APPLICATIONS
 from tests.helpers.k8s.spark_operator import Behaviour
-from tests.helpers.polling import wait_for
+from tests.helpers.polling import run_until_done
 
 NS = "default"
 APPS = "sparkapplications"
@@ -563,31 +562,6 @@ FLAKY_DAG = """\
             mainApplicationFile: local:///opt/jobs/load.py
             arguments: ["--try", "{{ try_number }}"]
 """
-
-
-def run_until_done(db, executor, clock, dag_id, *, timeout=30.0):
-    """Drive a scheduler replica until the DAG's only run is finished; the clock jumps over retry delays.
-    Between loops that found nothing to do it waits a little for the stand-in (another thread)."""
-    scheduler = Scheduler(db, executor, clock=clock)
-    scheduler.start()
-
-    def one_loop():
-        stats = scheduler.iterate()
-        [run] = runs(db, dag_id)
-        waiting = [ti for ti in tis(db, run["id"]).values() if ti.state == "up_for_retry"]
-        if waiting:
-            clock.instant = max(clock.instant, max(ti.next_retry_at for ti in waiting))
-        if stats.work == 0 and run["state"] not in ("success", "failed"):
-            time.sleep(0.02)
-        return run
-
-    try:
-        run = wait_for(one_loop, f"the run of {dag_id} to finish", timeout=timeout, interval=0,
-                       until=lambda run: run["state"] in ("success", "failed"))
-        scheduler.iterate()  # one more sync: what was recorded is cleaned up
-        return run
-    finally:
-        scheduler.stop()
 
 
 def iterate_until(scheduler, condition, what, timeout=10.0):
