@@ -103,8 +103,8 @@ class SparkK8sSettings:
         interval_text = get("DAGLINE_SPARK_PREFLIGHT_INTERVAL")
         interval = DEFAULT_PREFLIGHT_INTERVAL_S
         if interval_text is not None:
-            interval = 0.0 if interval_text in ("0", "0.0", "off", "PT0S") else parse_timeout(
-                interval_text, field="DAGLINE_SPARK_PREFLIGHT_INTERVAL")
+            interval = 0.0 if interval_text == "off" else parse_timeout(
+                interval_text, field="DAGLINE_SPARK_PREFLIGHT_INTERVAL", zero=True)
         keep_text = get(KEEP_FINISHED_SETTING)
         keep = DEFAULT_KEEP_FINISHED_S if keep_text is None else parse_timeout(
             keep_text, field=KEEP_FINISHED_SETTING, zero=True)
