@@ -16,7 +16,8 @@ passes skip it from then on.
 
 Any number of replicas may run this loop against one PostgreSQL (row locks, see `db.claims`), one
 against SQLite (`replica.guard`). Between loops an idle replica waits (`replica.wakeup`): on
-PostgreSQL until any writer commits a state change, else for `poll_interval_s`. A transient database
+PostgreSQL until any writer commits a state change, else for `poll_interval_s` (stretched on
+PostgreSQL while nothing happens: `replica.idle_poll`). A transient database
 error ends the iteration (its transaction rolls back) and the loop carries on after a backoff
 (`replica.resilience`). New work gathers on the replica at work for longest (`replica.gathering`).
 SIGTERM (`request_stop`) is a graceful stop: the iteration finishes, nothing new is queued, the
@@ -63,11 +64,13 @@ from dagline.scheduler.phases.until_idle import callbacks_pending, retry_wait
 from dagline.scheduler.phases.upkeep import Upkeep
 from dagline.scheduler.replica.adoption import Adopter, declare_others_dead
 from dagline.scheduler.replica.guard import SchedulerLock
-from dagline.scheduler.replica.idle_pass import pass_left_to_peers
+from dagline.scheduler.replica.idle_pass import has_own_work, pass_left_to_peers
+from dagline.scheduler.replica.idle_poll import idle_poll_s, stretched
 from dagline.scheduler.replica.liveness import ReplicaFenced
 from dagline.scheduler.replica.resilience import Backoff
 from dagline.scheduler.replica.timers import IdleTimers
 from dagline.scheduler.settings import SchedulerSettings
+from dagline.store.read_models import next_due_at
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +108,7 @@ class Scheduler(Context):
                              deadline_check_interval_s=self.callback_settings.deadline_check_interval_s)
         self._in_flight_gauge = metrics.EXECUTOR_IN_FLIGHT.labels(executor=executor.name)
         self._open_slots_gauge = metrics.EXECUTOR_OPEN_SLOTS.labels(executor=executor.name)
+        self.quiet_passes = 0  # full passes in a row that found nothing to do (`replica.idle_poll`)
         self.waiting_retry = None  # with `until_idle`: the soonest retry it waits for (dag_id, run_id, task_id...)
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -210,6 +214,7 @@ class Scheduler(Context):
                     on_loop(stats)
                 if should_stop is not None and should_stop():
                     break
+                self.quiet_passes = 0 if stats.work else self.quiet_passes + 1
                 if stats.work == 0 and not self._stop_requested:
                     if until_idle and not self.executor.has_work() and not self.hops.pending_reports \
                             and not callbacks_pending(self):
@@ -235,7 +240,7 @@ class Scheduler(Context):
         sections left to the peer (`replica.left_to_peer`). And the full pass owed to the poll is left
         to it too, when this replica has nothing of its own to follow (`replica.idle_pass`). The
         timers are `replica.timers`."""
-        timers = IdleTimers(poll_s=self.settings.poll_interval_s, left_s=self.settings.runs_left_to_peer_s,
+        timers = IdleTimers(poll_s=self._poll_s(), left_s=self.settings.runs_left_to_peer_s,
                             tasks_left=self.left.tasks_left)
         while True:
             why = self.wakeup.wait(timers.wait_s())
@@ -264,10 +269,28 @@ class Scheduler(Context):
                 return
 
     def _pass_left_to_peers(self) -> bool:
+        return pass_left_to_peers(**self._own_work(), leaving=self.leaving_runs_to_peers)
+
+    def _own_work(self) -> dict[str, int | bool]:
         deliveries_busy = self.deliveries is not None and self.deliveries.busy()
-        return pass_left_to_peers(tries_in_flight=len(self.in_flight), reports_pending=len(self.hops.pending_reports),
-                                  executor_busy=self.executor.has_work(), deliveries_busy=deliveries_busy,
-                                  leaving=self.leaving_runs_to_peers)
+        return {"tries_in_flight": len(self.in_flight), "reports_pending": len(self.hops.pending_reports),
+                "executor_busy": self.executor.has_work(), "deliveries_busy": deliveries_busy}
+
+    def _poll_s(self) -> float:
+        """This idle wait's poll: `poll_interval_s`, stretched after quiet passes (`replica.idle_poll`)."""
+        s = self.settings
+        if not stretched(poll_s=s.poll_interval_s, stretch=s.idle_poll_stretch, quiet_passes=self.quiet_passes,
+                         listens=self.wakeup.listens, own_work=has_own_work(**self._own_work())):
+            return s.poll_interval_s
+        try:
+            due = self.transact(next_due_at)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            return s.poll_interval_s  # the database is away: the next pass meets the error and backs off
+        due_in_s = None if due is None else (due - self.clock.now()).total_seconds()
+        return idle_poll_s(poll_s=s.poll_interval_s, stretch=s.idle_poll_stretch, quiet_passes=self.quiet_passes,
+                           due_in_s=due_in_s)
 
     def _alone(self, step: Callable[[LoopStats, object], object] | None = None) -> LoopStats:
         """One step outside a full pass, for `_idle_wait`: the heartbeat when due, then `step(stats,
@@ -352,19 +375,24 @@ class Scheduler(Context):
         return stats
 
     def _create_runs(self, now) -> int:
-        """Create due runs, a batch of `dags_per_loop` DAGs per transaction, batch after batch while they
-        come back full, for at most CREATE_RUNS_BUDGET_S: thousands of DAGs due at one tick are created
-        before this replica turns to starting and following them (peers claim other batches meanwhile)."""
+        """Create due runs, a batch of `dags_per_loop` DAGs per transaction (each at the clock's time when
+        it begins), batch after batch while they come back full, for at most CREATE_RUNS_BUDGET_S:
+        thousands of DAGs due at one tick are created before this replica turns to starting and following
+        them (peers claim other batches meanwhile)."""
         s = self.settings
-        began, created = time.monotonic(), 0
+        began, created, at = time.monotonic(), 0, now
         while True:
-            made = self.transact(lambda conn: create_scheduled_runs(
-                conn, now=now, dags=self.dags, who=self.who, limit=s.dags_per_loop, per_dag=s.runs_created_per_dag))
+            made = self.transact(functools.partial(
+                create_scheduled_runs, now=at, dags=self.dags, who=self.who, limit=s.dags_per_loop,
+                per_dag=s.runs_created_per_dag))
             created += made
             if made < s.dags_per_loop or time.monotonic() - began >= CREATE_RUNS_BUDGET_S or self._stop_requested:
                 return created
             self._heartbeat_if_due()  # a long tick on a loaded machine: peers must still see this replica alive
             self.step = "creating runs"  # the heartbeat named its own step
+            # each batch at its own time: a run's `created_at` (and the schedule delay measured from it)
+            # is when its batch was made, not when the pass began; what comes due meanwhile is taken too
+            at = self.clock.now()
 
     def _heartbeat_if_due(self) -> None:
         # first: a replica declared dead learns it before taking work (a test run's process is no replica)

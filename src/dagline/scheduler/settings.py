@@ -23,6 +23,7 @@ class SchedulerSettings:
     tis_per_loop: int = 512            # scheduled TIs considered per critical section (Airflow: max_tis_per_query)
     signals_per_loop: int = 200        # signals reacted to per loop (one transaction)
     poll_interval_s: float = 0.5       # idle wait; on PostgreSQL a NOTIFY from any state change ends it at once
+    idle_poll_stretch: float = 4.0     # PostgreSQL, idle for a while: poll up to this many times slower (1: never)
     heartbeat_interval_s: float = 5.0  # how often a replica records that it is alive (database clock)
     housekeeping_interval_s: float = 10.0  # timeouts, adoption of orphaned tries, reconciling own jobs
     follow_up_s: float = 1.0           # longest an iteration keeps queueing what its own reports made runnable

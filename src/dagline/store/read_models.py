@@ -388,3 +388,24 @@ def database_collector(db: Database) -> DatabaseCollector:
 
     return DatabaseCollector(read, run_states=GAUGED_RUN_STATES, ti_states=GAUGED_TI_STATES,
                              backfill_states=tuple(BackfillState), backfill_run_states=RUN_STATES)
+
+
+def _next_due_statement():
+    """The soonest time of each thing that comes due unannounced, one index probe each."""
+    creatable = (select(func.min(dag_t.c.next_dagrun_create_after))
+                 .where(dag_t.c.is_active.is_(True), dag_t.c.is_paused.is_(False)).scalar_subquery())
+    retry = select(func.min(ti_t.c.next_retry_at)).where(ti_t.c.state == TIState.UP_FOR_RETRY).scalar_subquery()
+    queued = select(func.min(dag_run_t.c.run_after)).where(dag_run_t.c.state == RunState.QUEUED).scalar_subquery()
+    return select(creatable.label("creatable"), retry.label("retry"), queued.label("startable"))
+
+
+_NEXT_DUE = _next_due_statement()  # built once: an idle replica asks before each stretched wait
+
+
+def next_due_at(conn: Connection):
+    """The soonest moment something comes due that no writer announces: a DAG's next run may be
+    created, a retry's time, a queued run's run-after. None when nothing is waiting for a time. A
+    time in the past means something is due now (or held by a peer)."""
+    row = conn.execute(_NEXT_DUE).one()
+    times = [at for at in (row.creatable, row.retry, row.startable) if at is not None]
+    return min(times) if times else None
