@@ -151,7 +151,7 @@ def test_a_server_never_ready_fails_the_try_at_the_pending_timeout(connect_kube,
     executor = make_executor(pending_timeout_s=600)
     executor.launch([launch_of(job_file(tmp_path, "print('never')\n"))])
     wait_for(lambda: connect_kube.list(SERVERS, NS), "the DAG's SparkConnect")
-    wait_for(lambda: executor.sync() == [] and next(iter(executor._servers.values())).state.startswith("NotReady"),
+    wait_for(lambda: executor.sync() == [] and next(iter(executor.servers.known.values())).state.startswith("NotReady"),
              "the server seen NotReady")
     clock.instant += dt.timedelta(seconds=601)
     [report] = executor.sync()

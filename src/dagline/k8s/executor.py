@@ -64,11 +64,8 @@ so its retry or restart never runs beside a driver still committing its last bat
 Spark Connect tries (`spark.connect: true`, ADR 0086) are Pods instead (`dagline.k8s.sparkconnect`), followed
 the same way (listed by `dagline.io/outcome=pending`, Pod phases as states, the same retention, pending
 timeout, Secret, `cancel` and `adopt`) on their DAG's SparkConnect server. A try's Pod is created once
-that server exists (created by the DAG's first Connect try; a 409 means it exists), is `Ready` (looked at
-at most once per `list_interval_s`) and carries this sync's `dagline.io/last-used` mark. Every
-`idle_check_interval_s` (once this replica ran a Connect try) the servers dagline created are listed, and
-one unused for `DAGLINE_SPARK_CONNECT_IDLE_TIMEOUT` with no followed Pod on it is deleted with a
-`resourceVersion` precondition, so a mark by another replica in between keeps it.
+that server exists, is `Ready` and is marked in use; servers are created, looked at and deleted when idle
+by `dagline.k8s.connect_servers`.
 
 `adopt` looks each try's application up by name: found, it is followed (its state is reported at the
 next sync); missing, the launch is returned to the scheduler (a queued try is launched again, a
@@ -104,6 +101,7 @@ from dagline.k8s.client import (
     SparkConnects,
     load_api_client,
 )
+from dagline.k8s.connect_servers import ConnectServers
 from dagline.k8s.pod_logs import DriverLog
 from dagline.k8s.preflight import Pickups, Preflight
 from dagline.k8s.spark_settings import SparkK8sSettings, shown
@@ -139,19 +137,6 @@ class _Try:
     @property
     def kind(self) -> str:
         return "Pod" if self.connect else "SparkApplication"
-
-
-@dataclasses.dataclass
-class _Server:
-    """A DAG's SparkConnect as this replica knows it."""
-
-    name: str
-    manifest: dict
-    created: bool = False            # exists (created here, or found)
-    ready: bool = False              # last seen `status.state: Ready`
-    state: str = ""                  # what the last look said
-    checked: float = float("-inf")   # monotonic time of the last look
-    marked: int = -1                 # the sync at which `dagline.io/last-used` was last written
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,9 +177,9 @@ class SparkK8sExecutor:
         self._secrets: Secrets | None = None
         self._pods_api: Pods | None = None
         self._connects_api: SparkConnects | None = None
-        self._servers: dict[str, _Server] = {}  # the SparkConnects of this replica's Connect tries, by name
-        self.idle_check_interval_s = idle_check_interval_s  # at most one look for idle servers per this long
-        self._last_idle_check = float("-inf")
+        self.servers = ConnectServers(settings, connects=self._connects, pods=self._pods, clock=self.clock,
+                                      on_api_error=self._api_error, look_interval_s=list_interval_s,
+                                      idle_check_interval_s=idle_check_interval_s)
         self._tries: dict[TaskKey, _Try] = {}
         self._reports: list[TaskReport] = []
         self._cleanups: list[_Cleanup] = []   # run at the next sync (and retried while the API is down)
@@ -250,9 +235,8 @@ class SparkK8sExecutor:
             if time.monotonic() - self._last_list >= self.list_interval_s and self._api_ready():
                 self._refresh()
         self._end_graceful_stops()
-        if (self._servers and time.monotonic() - self._last_idle_check >= self.idle_check_interval_s
-                and self._api_ready()):
-            self._delete_idle_servers()
+        if self.servers.idle_check_due() and self._api_ready():
+            self.servers.delete_idle({t.server for t in self._tries.values() if t.connect})
         self._time_out_pending()
         if time.monotonic() - self._last_sweep >= self.sweep_interval_s and self._api_ready():
             self._sweep()
@@ -327,7 +311,7 @@ class SparkK8sExecutor:
                 log.warning("could not clean up SparkApplication %s at shutdown: %s", cleanup.name, exc)
         self._tries.clear()
         self._reports.clear()
-        self._servers.clear()  # servers stay for the other replicas; an idle one is deleted by whoever sees it
+        self.servers.forget()
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -617,8 +601,7 @@ class SparkK8sExecutor:
                 message = (f"no driver running {waited} after launch ({t.kind} {self._external_id(t.name)} "
                            f"in {what} {t.state or 'no state'}; DAGLINE_SPARK_PENDING_TIMEOUT): deleted. Check that "
                            f"the image {self._image(t)} can be pulled and the namespace has room for the driver pod")
-            elif t.connect and t.server in self._servers and self._servers[t.server].created:
-                server = self._servers[t.server]
+            elif t.connect and (server := self.servers.never_ready(t.server)) is not None:
                 message = (f"the Spark Connect server {self._external_id(server.name)} was not Ready {waited} after "
                            f"launch (state {server.state or 'no state'}; DAGLINE_SPARK_PENDING_TIMEOUT). Check that "
                            f"its image {self.settings.connect_image} can be pulled and the namespace has room for "
@@ -729,113 +712,19 @@ class SparkK8sExecutor:
         except ApiRejected as exc:
             log.warning("could not delete %s %s: %s", kind, name, exc)
 
-    # -- Spark Connect servers (ADR 0086) ------------------------------------------------------
-
     def _connect_try(self, launch: TaskLaunch, now: dt.datetime) -> _Try:
-        """A Connect try: its DAG's server (built, created at the try's first sync) and the try's Pod."""
-        s = self.settings
-        server = sparkconnect.build_server(launch, namespace=s.namespace, image=s.connect_image,
-                                           spark_version=s.connect_spark_version, service_account=s.service_account,
-                                           pod_security=s.pod_security, used_at=now)
-        name = server["metadata"]["name"]
-        pod = sparkconnect.build_driver_pod(launch, server=name, namespace=s.namespace,
-                                            default_image=s.connect_client_image, pod_security=s.pod_security,
-                                            launched_at=now)
-        self._servers.setdefault(name, _Server(name, server))
-        return _Try(launch, pod["metadata"]["name"], pod, launched_at=now, server=name)
+        """A Connect try: its DAG's server (created at the try's first sync, `connect_servers`) and its Pod."""
+        server, pod = self.servers.build_try(launch, now)
+        return _Try(launch, pod["metadata"]["name"], pod, launched_at=now, server=server)
 
     def _server_in_use(self, t: _Try) -> bool:
-        """True once the try's server exists, is Ready and carries this sync's `last-used` mark (written before
-        any Pod uses it, so a replica deleting it as idle at the same time fails its precondition)."""
-        server = self._servers.get(t.server)
-        if server is None:  # followed after an adoption: nothing to create
-            return True
-        if not server.created:
-            try:
-                self._connects().create(server.manifest)
-            except AlreadyExists:
-                pass  # this DAG's server for this size, created by a replica or an earlier try
-            except ApiRejected as exc:
-                hint = (" (is the spark-operator 2.3 or later installed, with its sparkconnects.sparkoperator.k8s.io "
-                        "CRD?)" if exc.status == 404 else "")
-                self._finish(t, TIState.FAILED, f"the Kubernetes API refused the SparkConnect {server.name} (the "
-                                          f"DAG's Spark Connect server): {exc}{hint}", cleanup=False)
-                return False
-            except ApiUnavailable as exc:
-                t.create_error = str(exc)
-                self._api_error(f"creating SparkConnect {server.name}", exc)
-                return False
-            server.created = True
-            server.checked = float("-inf")
-        if not server.ready:
-            if time.monotonic() - server.checked >= self.list_interval_s:
-                self._look_at_server(server)
-            if not server.ready:
-                t.create_error = f"the Spark Connect server {server.name} is not Ready ({server.state or 'no state'})"
-                return False
-        if server.marked != self._syncs:
-            try:
-                seen = self._connects().patch_metadata(
-                    server.name, {"annotations": {sparkconnect.ANNOTATION_LAST_USED: self.clock.now().isoformat()}})
-            except (ApiUnavailable, ApiRejected) as exc:
-                t.create_error = str(exc)
-                self._api_error(f"marking SparkConnect {server.name} in use", exc)
-                return False
-            if seen is None:  # deleted as idle meanwhile: created again at the next sync
-                server.created = server.ready = False
-                t.create_error = f"the Spark Connect server {server.name} was deleted; it is created again"
-                return False
-            server.marked = self._syncs
-        return True
-
-    def _look_at_server(self, server: _Server) -> None:
-        server.checked = time.monotonic()
-        try:
-            obj = self._connects().get(server.name)
-        except (ApiUnavailable, ApiRejected) as exc:
-            self._api_error(f"reading SparkConnect {server.name}", exc)
-            return
-        if obj is None:
-            server.created = server.ready = False
-            server.state = "deleted"
-            return
-        server.ready = sparkconnect.server_ready(obj)
-        server.state = sparkconnect.server_state(obj)
-
-    def _delete_idle_servers(self) -> None:
-        """Delete dagline's SparkConnects that no try has started on for DAGLINE_SPARK_CONNECT_IDLE_TIMEOUT and
-        that no followed Pod uses, each only in the version seen (a try marking it meanwhile keeps it)."""
-        self._last_idle_check = time.monotonic()
-        try:
-            servers = self._connects().list(sparkconnect.SERVERS_SELECTOR)
-        except (ApiUnavailable, ApiRejected) as exc:
-            if not (isinstance(exc, ApiRejected) and exc.status == 404):  # no SparkConnect CRD: nothing to do
-                self._api_error("listing SparkConnects", exc)
-            return
-        now = self.clock.now()
-        idle = dt.timedelta(seconds=self.settings.connect_idle_timeout_s)
-        for obj in servers:
-            meta = obj.get("metadata") or {}
-            name, used = meta.get("name"), sparkconnect.last_used(obj)
-            known = self._servers.get(name)
-            if known is not None:  # seen anyway: keep what this replica knows of its readiness current
-                known.ready, known.state = sparkconnect.server_ready(obj), sparkconnect.server_state(obj)
-                known.checked = time.monotonic()
-            if used is None or now - used < idle or any(t.server == name for t in self._tries.values()):
-                continue
-            try:
-                if self._pods().list(f"{sparkconnect.PODS_SELECTOR}={name}"):
-                    continue  # a try of another replica still runs on it
-                self._connects().delete(name, resource_version=meta.get("resourceVersion"))
-            except ApiRejected as exc:
-                log.info("SparkConnect %s not deleted as idle: %s", name, exc)  # 409: marked in use meanwhile
-                continue
-            except ApiUnavailable as exc:
-                self._api_error(f"deleting idle SparkConnect {name}", exc)
-                return
-            log.info("SparkConnect %s deleted: idle since %s", name, used.isoformat())
-            if known is not None:
-                known.created = known.ready = False  # a later try of its DAG creates it again
+        """Whether the try's Pod may be created now: its server is Ready and marked in use this sync."""
+        use = self.servers.in_use(t.server, self._syncs)
+        if use.refused is not None:
+            self._finish(t, TIState.FAILED, use.refused, cleanup=False)
+        elif use.waiting is not None:
+            t.create_error = use.waiting
+        return use.ready
 
     def _api_ready(self) -> bool:
         return time.monotonic() >= self._quiet_until
