@@ -10,7 +10,9 @@ PostgreSQL, a recursive CTE on SQLite), spread over 10 DAGs, then measures (medi
   task states), `dag_list_ms` (the DAG list with each DAG's last run), `metrics_ms` (one /metrics read of
   the database gauges), `grid_page_ms` (GET /dags/D/grid?runs=1000: query and render),
   `timeline_page_ms`, `older_page_ms` (the grid page 25 runs back through `?before=`),
-  `api_signals_ms` (GET /api/v1/signals);
+  `api_signals_ms` (GET /api/v1/signals); and for a wide DAG of 10,000 runs x 50 tasks seeded beside
+  them (fewer runs when `--runs` is smaller), `wide_grid_page_ms` (its grid page: 25 runs x 50 tasks),
+  `wide_older_page_ms` (100 runs back) and `wide_grid_1000_ms` (1,000 runs x 50 tasks);
 - `idle_pass_ms`: one loop pass of a replica with nothing to do;
 - `clean`: `db clean` of the oldest half of one DAG's history: runs deleted per second and the batches.
 Then, with `--dags N` (0: skip), on a fresh database: `apply_s` (`dags apply` of a folder of N hourly
@@ -62,6 +64,7 @@ from dagline.store.dags import apply_dags  # noqa: E402
 from dagline.store.read_models import list_runs, metric_figures, task_states  # noqa: E402
 
 HISTORY_DAGS = 10
+WIDE_RUNS, WIDE_TASKS = 10_000, 50  # the issue's grid page: 10,000 runs x 50 tasks
 START = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
 
 
@@ -84,63 +87,71 @@ def apply_folder(db, texts: dict[str, str], now: dt.datetime) -> float:
 
 
 def seed_history(db, runs: int, tasks: int) -> float:
-    """`runs` finished hourly runs (and `tasks` task instances each) over HISTORY_DAGS paused DAGs."""
+    """`runs` finished hourly runs (and `tasks` task instances each) over HISTORY_DAGS paused DAGs, and
+    beside them a wide DAG of up to WIDE_RUNS runs of WIDE_TASKS task instances (the grid page's worst case)."""
     texts = {f"h{i}.yaml": chain_dag_yaml(f"hist-{i}", tasks, schedule="@hourly", start="2020-01-01")
              .replace("paused: false", "paused: true") for i in range(HISTORY_DAGS)}
+    texts["wide.yaml"] = (chain_dag_yaml("wide", WIDE_TASKS, schedule="@hourly", start="2020-01-01")
+                          .replace("paused: false", "paused: true"))
     apply_folder(db, texts, START)
     per_dag = runs // HISTORY_DAGS
     if not per_dag:
         return 0.0
     began = time.perf_counter()
-    pg = db.engine.dialect.name == "postgresql"
     with db.begin() as conn:
         for i in range(HISTORY_DAGS):
-            dag_id = f"hist-{i}"
-            version = conn.execute(select(dag_t.c.current_version_id).where(dag_t.c.dag_id == dag_id)).scalar_one()
-            first = conn.execute(select(func.coalesce(func.max(dag_run_t.c.id), 0))).scalar_one() + 1
-            if pg:
-                conn.execute(text("""
-                    INSERT INTO dag_run (dag_id, run_id, logical_date, data_interval_start, data_interval_end,
-                        run_after, run_type, state, dag_version_id, created_at, queued_at, start_date, end_date,
-                        is_test)
-                    SELECT :dag, 'scheduled__' || g, ts, ts, ts + interval '1 hour', ts + interval '1 hour',
-                        'scheduled', CASE WHEN g % 50 = 0 THEN 'failed' ELSE 'success' END, :version,
-                        ts + interval '1 hour', ts + interval '1 hour', ts + interval '1 hour',
-                        ts + interval '70 minutes', false
-                    FROM generate_series(0, :n - 1) AS g,
-                         LATERAL (SELECT timestamptz '2020-01-01 00:00:00+00' + g * interval '1 hour' AS ts) t
-                    ORDER BY g"""), {"dag": dag_id, "version": version, "n": per_dag})
-                conn.execute(text("""
-                    INSERT INTO task_instance (dag_run_id, dag_id, task_id, state, try_number, max_tries, pool,
-                        pool_slots, priority_weight, queued_at, start_date, end_date)
-                    SELECT r.id, r.dag_id, 't' || k, r.state, 1, 1, 'default', 1, 1, r.queued_at, r.start_date,
-                        r.end_date
-                    FROM dag_run r, generate_series(0, :tasks - 1) AS k
-                    WHERE r.dag_id = :dag"""), {"dag": dag_id, "tasks": tasks})
-            else:
-                conn.execute(text("""
-                    WITH RECURSIVE g(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM g WHERE n + 1 < :n)
-                    INSERT INTO dag_run (dag_id, run_id, logical_date, data_interval_start, data_interval_end,
-                        run_after, run_type, state, dag_version_id, created_at, queued_at, start_date, end_date,
-                        is_test)
-                    SELECT :dag, 'scheduled__' || n, ts, ts, te, te, 'scheduled',
-                        CASE WHEN n % 50 = 0 THEN 'failed' ELSE 'success' END, :version, te, te, te,
-                        datetime('2020-01-01', '+' || (n * 60 + 70) || ' minutes'), 0
-                    FROM (SELECT n, datetime('2020-01-01', '+' || n || ' hours') AS ts,
-                                 datetime('2020-01-01', '+' || (n + 1) || ' hours') AS te FROM g)"""),
-                    {"dag": dag_id, "version": version, "n": per_dag})
-                conn.execute(text("""
-                    WITH RECURSIVE k(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM k WHERE n + 1 < :tasks)
-                    INSERT INTO task_instance (dag_run_id, dag_id, task_id, state, try_number, max_tries, pool,
-                        pool_slots, priority_weight, queued_at, start_date, end_date)
-                    SELECT r.id, r.dag_id, 't' || k.n, r.state, 1, 1, 'default', 1, 1, r.queued_at, r.start_date,
-                        r.end_date
-                    FROM dag_run r, k WHERE r.dag_id = :dag"""), {"dag": dag_id, "tasks": tasks})
-            conn.execute(text("UPDATE dag_run SET previous_run_id = id - 1 WHERE dag_id = :dag AND id > :first"),
-                         {"dag": dag_id, "first": first})
+            _seed_dag(conn, f"hist-{i}", per_dag, tasks)
+        _seed_dag(conn, "wide", min(WIDE_RUNS, runs), WIDE_TASKS)
     with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("ANALYZE"))
     return time.perf_counter() - began
+
+
+def _seed_dag(conn, dag_id: str, runs: int, tasks: int) -> None:
+    """`runs` finished hourly runs of `dag_id` from 2020-01-01, `tasks` task instances each, linked."""
+    pg = conn.dialect.name == "postgresql"
+    version = conn.execute(select(dag_t.c.current_version_id).where(dag_t.c.dag_id == dag_id)).scalar_one()
+    first = conn.execute(select(func.coalesce(func.max(dag_run_t.c.id), 0))).scalar_one() + 1
+    if pg:
+        conn.execute(text("""
+            INSERT INTO dag_run (dag_id, run_id, logical_date, data_interval_start, data_interval_end,
+                run_after, run_type, state, dag_version_id, created_at, queued_at, start_date, end_date,
+                is_test)
+            SELECT :dag, 'scheduled__' || g, ts, ts, ts + interval '1 hour', ts + interval '1 hour',
+                'scheduled', CASE WHEN g % 50 = 0 THEN 'failed' ELSE 'success' END, :version,
+                ts + interval '1 hour', ts + interval '1 hour', ts + interval '1 hour',
+                ts + interval '70 minutes', false
+            FROM generate_series(0, :n - 1) AS g,
+                 LATERAL (SELECT timestamptz '2020-01-01 00:00:00+00' + g * interval '1 hour' AS ts) t
+            ORDER BY g"""), {"dag": dag_id, "version": version, "n": runs})
+        conn.execute(text("""
+            INSERT INTO task_instance (dag_run_id, dag_id, task_id, state, try_number, max_tries, pool,
+                pool_slots, priority_weight, queued_at, start_date, end_date)
+            SELECT r.id, r.dag_id, 't' || k, r.state, 1, 1, 'default', 1, 1, r.queued_at, r.start_date,
+                r.end_date
+            FROM dag_run r, generate_series(0, :tasks - 1) AS k
+            WHERE r.dag_id = :dag"""), {"dag": dag_id, "tasks": tasks})
+    else:
+        conn.execute(text("""
+            WITH RECURSIVE g(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM g WHERE n + 1 < :n)
+            INSERT INTO dag_run (dag_id, run_id, logical_date, data_interval_start, data_interval_end,
+                run_after, run_type, state, dag_version_id, created_at, queued_at, start_date, end_date,
+                is_test)
+            SELECT :dag, 'scheduled__' || n, ts, ts, te, te, 'scheduled',
+                CASE WHEN n % 50 = 0 THEN 'failed' ELSE 'success' END, :version, te, te, te,
+                datetime('2020-01-01', '+' || (n * 60 + 70) || ' minutes'), 0
+            FROM (SELECT n, datetime('2020-01-01', '+' || n || ' hours') AS ts,
+                         datetime('2020-01-01', '+' || (n + 1) || ' hours') AS te FROM g)"""),
+            {"dag": dag_id, "version": version, "n": runs})
+        conn.execute(text("""
+            WITH RECURSIVE k(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM k WHERE n + 1 < :tasks)
+            INSERT INTO task_instance (dag_run_id, dag_id, task_id, state, try_number, max_tries, pool,
+                pool_slots, priority_weight, queued_at, start_date, end_date)
+            SELECT r.id, r.dag_id, 't' || k.n, r.state, 1, 1, 'default', 1, 1, r.queued_at, r.start_date,
+                r.end_date
+            FROM dag_run r, k WHERE r.dag_id = :dag"""), {"dag": dag_id, "tasks": tasks})
+    conn.execute(text("UPDATE dag_run SET previous_run_id = id - 1 WHERE dag_id = :dag AND id > :first"),
+                 {"dag": dag_id, "first": first})
 
 
 def timed(fn, repeat: int) -> dict:
@@ -166,7 +177,9 @@ def measure_reads(db, repeat: int) -> dict:
     client = TestClient(create_app(db, ApiSettings(anonymous_read=True)))
     with db.begin() as conn:
         newest = list_runs(conn, "hist-0", limit=26, live=True)
+        wide = list_runs(conn, "wide", limit=101, live=True)
     before = newest[0]["logical_date"] if newest else "2020-01-01T00:00:00+00:00"
+    wide_before = wide[-1]["logical_date"] if wide else "2020-01-01T00:00:00+00:00"
 
     def get(url):
         def once():
@@ -184,6 +197,10 @@ def measure_reads(db, repeat: int) -> dict:
         "older_page_ms": timed(get(f"/dags/hist-0/grid?runs=25&before={before.replace('+', '%2B')}"), repeat),
         "index_page_ms": timed(get("/"), repeat),
         "api_signals_ms": timed(get("/api/v1/signals"), repeat),
+        # the wide DAG (WIDE_RUNS runs x WIDE_TASKS tasks): its grid page (25 runs), 100 runs back, and 1,000 runs
+        "wide_grid_page_ms": timed(get("/dags/wide/grid"), repeat),
+        "wide_older_page_ms": timed(get(f"/dags/wide/grid?before={wide_before.replace('+', '%2B')}"), repeat),
+        "wide_grid_1000_ms": timed(get("/dags/wide/grid?runs=1000"), repeat),
     }
 
 
