@@ -15,6 +15,8 @@ PostgreSQL, a recursive CTE on SQLite), spread over 10 DAGs, then measures (medi
   `wide_older_page_ms` (100 runs back) and `wide_grid_1000_ms` (1,000 runs x 50 tasks);
 - `idle_pass_ms`: one loop pass of a replica with nothing to do;
 - `clean`: `db clean` of the oldest half of one DAG's history: runs deleted per second and the batches.
+With `--passes N` the reads are measured N times over the same seeded history (one line each, `clean` in
+the last): seeding a million runs once, three passes give min/median/max of three.
 Then, with `--dags N` (0: skip), on a fresh database: `apply_s` (`dags apply` of a folder of N hourly
 one-task DAGs) and the tick: all N due at the same instant, one replica (in-process, a clock that starts
 at the tick and runs with the wall clock): the SQL statements per DAG applied and per run created (the
@@ -400,6 +402,8 @@ def main() -> None:
     parser.add_argument("--idle-s", type=float, default=60.0, help="seconds of idle CPU measured after the tick")
     parser.add_argument("--replica", nargs=2, metavar=("URL", "START_FILE"), help=argparse.SUPPRESS)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--passes", type=int, default=1, help="measurement passes over each seeded history "
+                        "(one JSON line each; `db clean` in the last)")
     args = parser.parse_args()
     if args.replica:
         replica_main(*args.replica)
@@ -408,10 +412,13 @@ def main() -> None:
         db, drop = fresh_database(args.db)
         try:
             seeded = seed_history(db, runs, args.tasks)
-            print(json.dumps({"db": args.db, "history_runs": runs, "task_instances": runs * args.tasks,
-                              "seed_s": round(seeded, 1), **measure_reads(db, args.repeat),
-                              "idle_pass_ms": idle_pass(db, args.repeat), "clean": measure_clean(db, runs)}),
-                  flush=True)
+            for done in range(1, args.passes + 1):  # the same history read again: passes vary with the machine only
+                last = done == args.passes
+                print(json.dumps({"db": args.db, "history_runs": runs, "task_instances": runs * args.tasks,
+                                  "seed_s": round(seeded, 1), "pass": done, **measure_reads(db, args.repeat),
+                                  "idle_pass_ms": idle_pass(db, args.repeat),
+                                  **({"clean": measure_clean(db, runs)} if last else {})}),
+                      flush=True)
         finally:
             drop()
     for dags in [int(x) for x in args.dags.split(",") if x and int(x)]:
