@@ -249,6 +249,8 @@ class Scheduler(Context):
             if self.left.tasks_left.fires(why):  # the peer had its time: queue what it left (left again if fresh)
                 stats = self.iterate_safely(functools.partial(self._alone, self.hops.queue_and_launch))
                 if stats is None or stats.tis_queued:
+                    if stats is not None:
+                        self.quiet_passes = 0
                     return
                 continue
             if timers.poll_due(why) and self._pass_left_to_peers():
@@ -266,6 +268,8 @@ class Scheduler(Context):
                 continue  # such a replica has nothing to do with them
             stats = self.iterate_safely(self._react_alone if why == "signals" else self._start_alone)
             if stats is None or stats.work:
+                if stats is not None:
+                    self.quiet_passes = 0  # work came: the plain poll again
                 return
 
     def _pass_left_to_peers(self) -> bool:
