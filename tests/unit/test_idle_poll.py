@@ -1,7 +1,11 @@
 """An idle replica's poll (`replica.idle_poll`): stretched while nothing happens on PostgreSQL, never
 past the next due time, never on SQLite, and back to the plain poll at the first work."""
 
+import pytest
+
+from dagline.errors import InvalidInput
 from dagline.scheduler.replica.idle_poll import MIN_WAIT_S, idle_poll_s, stretched
+from dagline.scheduler.settings import SchedulerSettings
 
 POLL = 0.5
 
@@ -24,3 +28,11 @@ def test_a_due_time_ends_the_wait_when_it_comes_and_a_past_one_keeps_the_plain_p
     assert idle_poll_s(poll_s=POLL, stretch=4.0, quiet_passes=5, due_in_s=30.0) == 2.0
     assert idle_poll_s(poll_s=POLL, stretch=4.0, quiet_passes=5, due_in_s=-3.0) == POLL  # due, or a peer holds it
     assert idle_poll_s(poll_s=POLL, stretch=4.0, quiet_passes=5, due_in_s=1e-9) == MIN_WAIT_S  # never a busy loop
+
+
+
+def test_a_stretch_below_one_is_refused_naming_the_variable():
+    with pytest.raises(InvalidInput) as refused:
+        SchedulerSettings(idle_poll_stretch=0.5)
+    assert "DAGLINE_SCHEDULER_IDLE_POLL_STRETCH" in str(refused.value) and "at least 1" in str(refused.value)
+    assert SchedulerSettings(idle_poll_stretch=1.0).idle_poll_stretch == 1.0  # 1: never stretched

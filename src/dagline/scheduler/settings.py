@@ -51,6 +51,9 @@ class SchedulerSettings:
             if not 0 < value <= limit:
                 raise InvalidInput(f"must be a positive number no larger than {limit:,.0f}, got {value!r}",
                                    field=_env_name(field.name))
+        if self.idle_poll_stretch < 1:
+            raise InvalidInput(f"must be at least 1 (1: the poll is never stretched), got {self.idle_poll_stretch:g}",
+                               field=_env_name("idle_poll_stretch"))
         if self.heartbeat_interval_s * 2 > self.replica_timeout_s:
             raise InvalidInput(
                 f"must be at least twice heartbeat_interval_s ({self.heartbeat_interval_s:g}), got "
