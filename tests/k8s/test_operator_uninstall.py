@@ -8,7 +8,11 @@ listing's sweep) or, while one runs, from the DELETED event. Objects an older ve
 
 from __future__ import annotations
 
+import datetime as dt
+
 from dagline.k8s.handlers import FINALIZER
+from dagline.k8s.pools import stored_pools
+from dagline.store.pools import set_pool
 from tests.helpers.k8s.operator_harness import (
     NS,
     backfill_manifest,
@@ -30,18 +34,21 @@ def _applied(kube, namespace: str = NS) -> None:
         assert "finalizers" not in ready["metadata"], ready["metadata"]
 
 
-def test_objects_deleted_while_no_operator_runs_are_gone_at_once_and_the_next_start_deactivates_the_dag(
+def test_objects_deleted_while_no_operator_runs_are_gone_at_once_and_the_next_start_undoes_the_dag_and_pool(
         kube, run_kopf, pg_db):
     with replica(run_kopf, pg_db):
         _applied(kube)
     for plural, name in (("dags", "daily"), ("pools", "spark"), ("backfills", "march")):
         kube.delete(plural, NS, name)
         assert kube.get(plural, NS, name, missing_ok=True) is None  # gone, not Terminating
-    assert dag_row(pg_db, "daily").is_active  # nobody has told the database yet
+    assert dag_row(pg_db, "daily").is_active and "spark" in stored_pools(pg_db)  # nobody has told the database yet
     with replica(run_kopf, pg_db) as runtime:
         kube.wait_for(lambda: dag_row(pg_db, "daily"), until=lambda row: not row.is_active, timeout=30,
                       what="the DAG deactivated by the sweep at start")
         assert runtime.listing.stats.dags_swept == 1
+        kube.wait_for(lambda: stored_pools(pg_db), until=lambda pools: "spark" not in pools, timeout=30,
+                      what="the Pool object's pool removed by the sweep at start")
+        assert runtime.listing.stats.pools_swept == 1
 
 
 def test_a_namespace_deletion_completes_without_an_operator(kube, run_kopf, pg_db):
@@ -77,3 +84,11 @@ def test_an_object_an_older_version_held_loses_its_finalizer_and_goes_at_the_nex
         kube.wait_gone("dags", NS, "daily", timeout=30)
         kube.wait_for(lambda: dag_row(pg_db, "daily"), until=lambda row: not row.is_active, timeout=30,
                       what="the DAG deactivated")
+
+
+def test_a_pool_an_admin_handed_to_a_namespace_before_its_pool_object_exists_is_not_swept(kube, run_kopf, pg_db):
+    set_pool(pg_db, "etl", 3, now=dt.datetime.now(dt.UTC), who="cli", namespace=NS)  # `pools set --namespace`
+    with replica(run_kopf, pg_db) as runtime:
+        kube.wait_for(lambda: runtime.listing.stats.listings, until=bool, timeout=30, what="the listing at start")
+        assert stored_pools(pg_db)["etl"]["slots"] == 3  # waits for its Pool object, not removed
+        assert runtime.listing.stats.pools_swept == 0

@@ -4,8 +4,8 @@ dagline puts no finalizer on its objects (docs/adr/0083): deleting one never wai
 uninstalling the operator (or deleting a namespace) leaves nothing stuck in Terminating. The database
 catches up afterwards, from either of two places:
 - the `DELETED` watch event (`handlers.remember`), while a replica runs;
-- the listing (`k8s.listing`), for what no replica saw: a DAG whose object is gone is deactivated at
-  the next replica's start and at every listing after.
+- the listing (`k8s.listing`), for what no replica saw: a DAG or Pool whose object is gone is undone at
+  the next replica's start and at every listing after (a Backfill is not: nothing stored names its object).
 
 | kind | undone |
 |---|---|

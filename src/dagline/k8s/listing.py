@@ -14,7 +14,11 @@ lists the DAG, DagRun, Backfill and Pool objects the replica serves and:
 2. **missed deletions**: an object the cache holds but the API no longer lists (and the watch said
    nothing of since) is dropped from the cache and undone in the database (`k8s.deletions`).
 3. **sweep**: an active DAG whose defining object is gone (deleted while no replica ran: objects carry
-   no finalizer, docs/adr/0083) is deactivated, after a GET confirms the object is gone.
+   no finalizer, docs/adr/0083) is deactivated, and a pool whose Pool object is gone is removed (or taken
+   by the next object of its name), each after a GET confirms the object is gone. Only a pool a Pool
+   object set last is swept: one an admin handed to a namespace (`dagline pools set --namespace`) waits
+   for its object. A Backfill deleted while
+   no replica ran is not swept: the database keeps no name to look it up by, so it runs to its end.
 
 A listing that fails (an outage of the API or the database) is logged and tried again at the next
 interval. A deletion whose undoing failed (here or from its DELETED event) stays in the cache, so the
@@ -32,11 +36,12 @@ from typing import Any
 
 from dagline.clock import Clock
 from dagline.db.engine import Database
-from dagline.k8s import dags
+from dagline.k8s import dags, pools
 from dagline.k8s.cache import ObjectCache
 from dagline.k8s.deletions import object_gone
 from dagline.k8s.objects import DaglineObjects
 from dagline.store.dags import active_object_dags
+from dagline.store.pools import object_pools
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +61,7 @@ class ListingStats:
     failed_listings: int = 0
     missed_deletions: int = 0
     dags_swept: int = 0
+    pools_swept: int = 0
 
 
 class Listing:
@@ -80,6 +86,7 @@ class Listing:
         for plural, items in listed.items():
             self._missed_deletions(plural, items, began)
         self._sweep_dags(listed["dags"])
+        self._sweep_pools(listed["pools"])
         self.cache.prune_seen(began - self.bound_s)
         self.stats.listings += 1
 
@@ -163,3 +170,18 @@ class Listing:
                 self.stats.dags_swept += 1
                 log.info("DAG %s: its object %s/%s is gone (deleted while no replica ran): deactivated, %s queued "
                          "runs cancelled", dag_id, namespace, name, cancelled)
+
+    def _sweep_pools(self, items: list[dict[str, Any]]) -> None:
+        there = set(map(_key, items))
+        with self.db.begin() as conn:  # after the listing: a Pool applied meanwhile is checked by a GET below
+            # written last by an operator (this replica's kind of writer): not a pool an admin handed over
+            stored = object_pools(conn, self.namespace, written_by=self.who.partition(":")[0] + ":")
+        for name, namespace in sorted(stored.items()):
+            if (namespace, name) in there or self.objects.exists("pools", namespace, name):
+                continue
+            others = [body for body in items if (body.get("metadata") or {}).get("name") == name]
+            body = {"metadata": {"namespace": namespace, "name": name}}  # the object as it was: its pool's owner
+            pools.release_pool_object(self.db, body, others, now=self.clock.now(), who=self.who)
+            self.stats.pools_swept += 1
+            log.info("pool %s: its Pool object %s/%s is gone (deleted while no replica ran): removed", name,
+                     namespace, name)

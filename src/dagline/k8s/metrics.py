@@ -57,4 +57,6 @@ def render(runtime) -> str:
                      "Deleted objects the watches did not report, found by a listing.", listing.stats.missed_deletions)
     lines += _family("dagline_dags_swept_total", "counter",
                      "DAGs deactivated by a listing because their object was gone.", listing.stats.dags_swept)
+    lines += _family("dagline_pools_swept_total", "counter",
+                     "Pools removed by a listing because their Pool object was gone.", listing.stats.pools_swept)
     return metrics.render().decode() + "\n".join(lines) + "\n"

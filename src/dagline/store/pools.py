@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, literal, select, update
 from sqlalchemy.engine import Connection
 
 from dagline.db.claims import lock_pool
 from dagline.db.engine import Database
-from dagline.db.models import dag_run_t, dag_t, pool_t, ti_t
+from dagline.db.models import dag_run_t, dag_t, event_t, pool_t, ti_t
 from dagline.db.transitions import record_events
 from dagline.domain.states import TIState
 from dagline.errors import InvalidInput, OperationFailed
@@ -87,6 +87,22 @@ def pool_users(conn: Connection, name: str) -> tuple[list[str], list[str]]:
 def pool_namespaces(conn: Connection, names) -> dict[str, str | None]:
     """Pool name -> the namespace owning it (None: a platform pool), for the pools of `names` that exist."""
     return dict(conn.execute(select(pool_t.c.name, pool_t.c.namespace).where(pool_t.c.name.in_(list(names)))).all())
+
+
+def object_pools(conn: Connection, namespace: str | None, *, written_by: str) -> dict[str, str]:
+    """Pool name -> the namespace whose Pool object defines it: the pools of a namespace (in `namespace`;
+    None: every namespace) last written by a writer whose name starts with `written_by` (the operator's
+    replicas), so not one an admin handed to a namespace (`pools set --namespace`) before any Pool object
+    set it. What a listing of Pool objects is compared with."""
+    writer = (select(event_t.c.who)
+              .where(event_t.c.dag_run_id.is_(None), event_t.c.entity == "pool",
+                     event_t.c.detail == literal("pool ") + pool_t.c.name)
+              .order_by(event_t.c.id.desc()).limit(1).scalar_subquery())
+    stmt = select(pool_t.c.name, pool_t.c.namespace, writer.label("writer")).where(pool_t.c.namespace.is_not(None))
+    if namespace is not None:
+        stmt = stmt.where(pool_t.c.namespace == namespace)
+    return {row.name: row.namespace for row in conn.execute(stmt)
+            if row.writer is not None and row.writer.startswith(written_by)}
 
 
 def pool_users_outside(conn: Connection, name: str, namespace: str) -> list[str]:
