@@ -11,7 +11,7 @@ POLL = 0.5
 
 
 def test_a_replica_that_listens_stretches_its_poll_only_after_two_quiet_passes_with_nothing_of_its_own():
-    quiet = {"poll_s": POLL, "stretch": 4.0, "listens": True, "own_work": False}
+    quiet = {"stretch": 4.0, "listens": True, "own_work": False}
     assert [stretched(**quiet, quiet_passes=n) for n in (0, 1, 2, 10)] == [False, False, True, True]
     assert not stretched(**{**quiet, "own_work": True}, quiet_passes=10)  # tries in flight: their ends are polled
     assert not stretched(**{**quiet, "listens": False}, quiet_passes=10)  # SQLite: the poll is how changes are seen

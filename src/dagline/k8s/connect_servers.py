@@ -124,7 +124,7 @@ class ConnectServers:
             server.marked = sync
         return READY
 
-    def never_ready(self, name: str | None) -> Server | None:
+    def awaited(self, name: str | None) -> Server | None:
         """The try's server, when it was created and the try waited for it to be Ready (for the message
         of its pending timeout); None when the server is not the reason."""
         server = self.known.get(name)

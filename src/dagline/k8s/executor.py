@@ -601,7 +601,7 @@ class SparkK8sExecutor:
                 message = (f"no driver running {waited} after launch ({t.kind} {self._external_id(t.name)} "
                            f"in {what} {t.state or 'no state'}; DAGLINE_SPARK_PENDING_TIMEOUT): deleted. Check that "
                            f"the image {self._image(t)} can be pulled and the namespace has room for the driver pod")
-            elif t.connect and (server := self.servers.never_ready(t.server)) is not None:
+            elif t.connect and (server := self.servers.awaited(t.server)) is not None:
                 message = (f"the Spark Connect server {self._external_id(server.name)} was not Ready {waited} after "
                            f"launch (state {server.state or 'no state'}; DAGLINE_SPARK_PENDING_TIMEOUT). Check that "
                            f"its image {self.settings.connect_image} can be pulled and the namespace has room for "

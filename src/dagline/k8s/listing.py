@@ -17,8 +17,8 @@ lists the DAG, DagRun, Backfill and Pool objects the replica serves and:
    no finalizer, docs/adr/0083) is deactivated, and a pool whose Pool object is gone is removed (or taken
    by the next object of its name), each after a GET confirms the object is gone. Only a pool a Pool
    object set last is swept: one an admin handed to a namespace (`dagline pools set --namespace`) waits
-   for its object. A Backfill deleted while
-   no replica ran is not swept: the database keeps no name to look it up by, so it runs to its end.
+   for its object. A Backfill deleted while no replica ran is not swept: the database keeps no name to
+   look it up by, so it runs to its end.
 
 A listing that fails (an outage of the API or the database) is logged and tried again at the next
 interval. A deletion whose undoing failed (here or from its DELETED event) stays in the cache, so the

@@ -214,8 +214,8 @@ class Scheduler(Context):
                     on_loop(stats)
                 if should_stop is not None and should_stop():
                     break
-                self.quiet_passes = 0 if stats.work else self.quiet_passes + 1
                 if stats.work == 0 and not self._stop_requested:
+                    self.quiet_passes += 1  # `iterate_safely` sets it back at any work
                     if until_idle and not self.executor.has_work() and not self.hops.pending_reports \
                             and not callbacks_pending(self):
                         wait_s, self.waiting_retry = retry_wait(self)
@@ -249,8 +249,6 @@ class Scheduler(Context):
             if self.left.tasks_left.fires(why):  # the peer had its time: queue what it left (left again if fresh)
                 stats = self.iterate_safely(functools.partial(self._alone, self.hops.queue_and_launch))
                 if stats is None or stats.tis_queued:
-                    if stats is not None:
-                        self.quiet_passes = 0
                     return
                 continue
             if timers.poll_due(why) and self._pass_left_to_peers():
@@ -268,8 +266,6 @@ class Scheduler(Context):
                 continue  # such a replica has nothing to do with them
             stats = self.iterate_safely(self._react_alone if why == "signals" else self._start_alone)
             if stats is None or stats.work:
-                if stats is not None:
-                    self.quiet_passes = 0  # work came: the plain poll again
                 return
 
     def _pass_left_to_peers(self) -> bool:
@@ -283,8 +279,8 @@ class Scheduler(Context):
     def _poll_s(self) -> float:
         """This idle wait's poll: `poll_interval_s`, stretched after quiet passes (`replica.idle_poll`)."""
         s = self.settings
-        if not stretched(poll_s=s.poll_interval_s, stretch=s.idle_poll_stretch, quiet_passes=self.quiet_passes,
-                         listens=self.wakeup.listens, own_work=has_own_work(**self._own_work())):
+        if not stretched(stretch=s.idle_poll_stretch, quiet_passes=self.quiet_passes, listens=self.wakeup.listens,
+                         own_work=has_own_work(**self._own_work())):
             return s.poll_interval_s
         try:
             due = self.transact(next_due_at)
@@ -327,6 +323,8 @@ class Scheduler(Context):
             self.wakeup.wait(delay, listen=False)
             return None
         self.backoff.reset()
+        if stats.work:  # a full pass or an idle wait's own step: the plain poll again (`replica.idle_poll`)
+            self.quiet_passes = 0
         return stats
 
     # -- one loop ----------------------------------------------------------------------------------

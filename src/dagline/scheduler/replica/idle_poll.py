@@ -18,7 +18,7 @@ from __future__ import annotations
 MIN_WAIT_S = 0.01  # a due time just ahead: waited for, but never a busy loop
 
 
-def stretched(*, poll_s: float, stretch: float, quiet_passes: int, listens: bool, own_work: bool) -> bool:
+def stretched(*, stretch: float, quiet_passes: int, listens: bool, own_work: bool) -> bool:
     """Whether this wait may be longer than the poll (then the caller asks for the next due time)."""
     return listens and not own_work and quiet_passes >= 2 and stretch > 1
 
