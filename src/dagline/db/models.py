@@ -5,6 +5,8 @@ Invariants are also constraints, so a bug in Python cannot break them silently:
 - at most one run per `(dag_id, logical_date)` that is not `overridden` nor a test run (a partial unique index);
 - one task instance per `(dag_run_id, task_id)`; one version row per `(dag_id, version)`;
 - one outbox row per callback delivery id (`callback_outbox.delivery_id`);
+- a DAG's key carries its namespace (`dag.dag_id` is `namespace/name` outside `default`, checked against
+  `dag.namespace`), and so does every row keyed by it, and a signal's key its sender's namespace (ADR 92);
 - one signal per `(key, sender_id)` (a sender's retry is the same signal), at most 64 KiB of value;
 - at most one action per `(signal, rule, run, task)`: the exactly-once guard of signal reactions;
 - one launch record per try (`try_launch`: `(ti_id, try_number)`).
@@ -84,6 +86,10 @@ NAMING = {
 
 # BigInteger ids on PostgreSQL, INTEGER (rowid alias, autoincrement) on SQLite.
 Id = BigInteger().with_variant(Integer(), "sqlite")
+# A DAG's key: its name, or `namespace/name` outside `default` (`dagline.domain.names`, ADR 92).
+DagKey = String(127)
+# A signal's key in its sender's namespace: the key, or `namespace/key` outside `default`.
+SignalKey = String(264)
 
 RUN_TYPES = tuple(RunType)
 RUN_STATES = tuple(RunState)
@@ -109,6 +115,11 @@ _TI_DEADLINE_OPEN = f"{_DEADLINE_DUE} AND {_in('state', TI_DEADLINE_OPEN_STATES)
 _OUTBOX_DUE = f"state = '{OutboxState.PENDING}'"
 
 
+# The `dag_id` a DAG of `namespace` has: its name in `default`, else `namespace/name` (no name holds '/').
+DAG_KEY_CHECK = ("(namespace = 'default' AND dag_id NOT LIKE '%/%') OR (namespace <> 'default' AND "
+                 "dag_id LIKE namespace || '/%' AND substr(dag_id, length(namespace) + 2) NOT LIKE '%/%')")
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
 
@@ -118,7 +129,7 @@ class Dag(Base):
 
     __tablename__ = "dag"
 
-    dag_id: Mapped[str] = mapped_column(String(63), primary_key=True)
+    dag_id: Mapped[str] = mapped_column(DagKey, primary_key=True)
     # -> dag_version.id; no foreign key, as the two tables refer to each other
     current_version_id: Mapped[int | None] = mapped_column(Id)
     is_paused: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
@@ -126,9 +137,10 @@ class Dag(Base):
     schedule: Mapped[str | None] = mapped_column(String(100))
     timezone: Mapped[str] = mapped_column(String(64), nullable=False, default="UTC")
     source_path: Mapped[str | None] = mapped_column(Text)
-    # The Kubernetes namespace whose DAG object defines it (its owner: runs, pools, Secrets, Events and
-    # tokens are checked against it); None for a DAG applied from a file, which belongs to no namespace.
-    namespace: Mapped[str | None] = mapped_column(String(63), index=True)
+    # The namespace whose DAG it is (`default` unless a DAG object or `--namespace` says otherwise); part of
+    # its key (`dag_id` is `namespace/name` outside `default`), so it never changes.
+    namespace: Mapped[str] = mapped_column(String(63), index=True, nullable=False,
+                                           server_default=text("'default'"))
     next_dagrun: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     next_dagrun_data_interval_start: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     next_dagrun_data_interval_end: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
@@ -139,7 +151,10 @@ class Dag(Base):
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
 
-    __table_args__ = (Index(None, "is_active", "is_paused", "next_dagrun_create_after"),)
+    __table_args__ = (
+        Index(None, "is_active", "is_paused", "next_dagrun_create_after"),
+        CheckConstraint(DAG_KEY_CHECK, name="key_of_namespace"),
+    )
 
 
 class DagVersion(Base):
@@ -148,7 +163,7 @@ class DagVersion(Base):
     __tablename__ = "dag_version"
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
-    dag_id: Mapped[str] = mapped_column(String(63), ForeignKey("dag.dag_id"), nullable=False)
+    dag_id: Mapped[str] = mapped_column(DagKey, ForeignKey("dag.dag_id"), nullable=False)
     version: Mapped[str] = mapped_column(String(64), nullable=False)
     spec: Mapped[dict] = mapped_column(JSON, nullable=False)
     source_dir: Mapped[str | None] = mapped_column(Text)
@@ -165,8 +180,8 @@ class Pool(Base):
     name: Mapped[str] = mapped_column(String(256), primary_key=True)
     slots: Mapped[int] = mapped_column(Integer, nullable=False)
     description: Mapped[str | None] = mapped_column(Text)
-    # The namespace whose Pool object owns it (only that namespace's DAGs may use it); None: a
-    # platform pool (`default`, `dagline pools set`, the chart), shared by every namespace.
+    # The namespace owning it (`name` is then `namespace/<its name>`; only that namespace's tasks use it);
+    # None: a platform pool (`default`, `dagline pools set` without --namespace, the chart), shared by all.
     namespace: Mapped[str | None] = mapped_column(String(63))
 
     __table_args__ = (CheckConstraint("slots >= 0", name="slots_not_negative"),)
@@ -178,7 +193,7 @@ class Backfill(Base):
     __tablename__ = "backfill"
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
-    dag_id: Mapped[str] = mapped_column(String(63), ForeignKey("dag.dag_id"), nullable=False)
+    dag_id: Mapped[str] = mapped_column(DagKey, ForeignKey("dag.dag_id"), nullable=False)
     request_id: Mapped[str | None] = mapped_column(String(256), unique=True)
     from_date: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     to_date: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
@@ -205,7 +220,7 @@ class DagRun(Base):
     __tablename__ = "dag_run"
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
-    dag_id: Mapped[str] = mapped_column(String(63), ForeignKey("dag.dag_id"), nullable=False)
+    dag_id: Mapped[str] = mapped_column(DagKey, ForeignKey("dag.dag_id"), nullable=False)
     run_id: Mapped[str] = mapped_column(String(250), nullable=False)
     logical_date: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     data_interval_start: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
@@ -255,7 +270,7 @@ class TaskInstance(Base):
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     dag_run_id: Mapped[int] = mapped_column(Id, ForeignKey("dag_run.id"), nullable=False)
-    dag_id: Mapped[str] = mapped_column(String(63), nullable=False)
+    dag_id: Mapped[str] = mapped_column(DagKey, nullable=False)
     task_id: Mapped[str] = mapped_column(String(250), nullable=False)
     state: Mapped[str] = mapped_column(String(20), nullable=False, default=TIState.NONE)
     try_number: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
@@ -348,7 +363,7 @@ class Event(Base):
     at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     who: Mapped[str] = mapped_column(String(100), nullable=False)
     entity: Mapped[str] = mapped_column(String(20), nullable=False)
-    dag_id: Mapped[str | None] = mapped_column(String(63))
+    dag_id: Mapped[str | None] = mapped_column(DagKey)
     dag_run_id: Mapped[int | None] = mapped_column(Id)
     ti_id: Mapped[int | None] = mapped_column(Id)
     task_id: Mapped[str | None] = mapped_column(String(250))
@@ -374,7 +389,7 @@ class CallbackOutbox(Base):
     delivery_id: Mapped[str] = mapped_column(String(36), nullable=False, unique=True)
     channel: Mapped[str] = mapped_column(String(20), nullable=False)
     event: Mapped[str] = mapped_column(String(20), nullable=False)
-    dag_id: Mapped[str] = mapped_column(String(63), nullable=False)
+    dag_id: Mapped[str] = mapped_column(DagKey, nullable=False)
     dag_run_id: Mapped[int | None] = mapped_column(Id)
     task_id: Mapped[str | None] = mapped_column(String(250))
     target: Mapped[dict] = mapped_column(JSON, nullable=False)  # the channel's settings: references, never secrets
@@ -410,7 +425,8 @@ class Signal(Base):
     __tablename__ = "signal"
 
     seq: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
-    key: Mapped[str] = mapped_column(String(200), nullable=False)
+    # the key in its sender's namespace: `key`, or `namespace/key` outside `default` (ADR 92)
+    key: Mapped[str] = mapped_column(SignalKey, nullable=False)
     value: Mapped[str] = mapped_column(Text, nullable=False)  # compact JSON text
     sender_id: Mapped[str | None] = mapped_column(String(200))  # chosen by the sender, for idempotency
     source: Mapped[str] = mapped_column(String(250), nullable=False)  # person, token name, or task try
@@ -420,12 +436,13 @@ class Signal(Base):
     source_ti_id: Mapped[int | None] = mapped_column(Id)
     sent_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     handled_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
-    # Space-separated namespaces whose DAGs it reaches (its sender's token was limited to them); None: all.
-    namespaces: Mapped[str | None] = mapped_column(Text)
+    # The sender's namespace (also the prefix of `key`): who may read it, whose DAGs it reaches.
+    namespace: Mapped[str] = mapped_column(String(63), nullable=False, server_default=text("'default'"))
 
     __table_args__ = (
-        UniqueConstraint("key", "sender_id"),
+        UniqueConstraint("key", "sender_id"),  # per namespace: the key carries it
         Index(None, "key", "seq"),
+        Index(None, "namespace", "seq"),
         Index(None, "sent_at"),
         Index("ix_signal_unhandled", "seq",
               sqlite_where=text("handled_at IS NULL"), postgresql_where=text("handled_at IS NULL")),
@@ -441,8 +458,9 @@ class SignalListener(Base):
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     dag_version_id: Mapped[int] = mapped_column(Id, ForeignKey("dag_version.id"), nullable=False)
-    dag_id: Mapped[str] = mapped_column(String(63), nullable=False)
-    key: Mapped[str] = mapped_column(String(200), nullable=False)
+    dag_id: Mapped[str] = mapped_column(DagKey, nullable=False)
+    # the key listened to, in the namespace of the signals it hears (its DAG's, or an exporter's)
+    key: Mapped[str] = mapped_column(SignalKey, nullable=False)
     rule: Mapped[str] = mapped_column(String(300), nullable=False)  # e.g. spec.tasks[serve].on[0]
     task_id: Mapped[str] = mapped_column(String(250), nullable=False, default="")
     action: Mapped[str] = mapped_column(String(16), nullable=False)
@@ -470,7 +488,7 @@ class SignalAction(Base):
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     signal_seq: Mapped[int] = mapped_column(Id, ForeignKey("signal.seq"), nullable=False)
     rule: Mapped[str] = mapped_column(String(300), nullable=False)
-    dag_id: Mapped[str] = mapped_column(String(63), nullable=False)
+    dag_id: Mapped[str] = mapped_column(DagKey, nullable=False)
     dag_run_id: Mapped[int] = mapped_column(Id, nullable=False)  # no foreign key: actions outlive runs
     run_id: Mapped[str] = mapped_column(String(250), nullable=False)
     task_id: Mapped[str] = mapped_column(String(250), nullable=False, default="")

@@ -1,6 +1,8 @@
 """What a signal is, as pure rules: key syntax, dagline's reserved keys, and values as bounded JSON.
 
-A key is lowercase and dotted (`[a-z0-9][a-z0-9._-]*`, at most 200 characters). Keys under
+A key lives in its sender's namespace: stored as `dagline.domain.names.qualify(namespace, key)`. A DAG's
+rule may name another namespace's key as `namespace/key` (`split_rule_key`), which only an export lets
+through (`dagline.domain.signal_exports`). A key is lowercase and dotted (`[a-z0-9][a-z0-9._-]*`, at most 200 characters). Keys under
 `dagline.` are dagline's own: the only one is `dagline.task.<dag_id>.<task_id>.<state>`, sent by
 dagline itself when a task instance enters one of `TASK_SIGNAL_STATES` (its task id keeps the
 characters a task id may have, uppercase and `_` included). A value is any JSON document within the
@@ -16,6 +18,7 @@ import re
 from typing import Any
 
 from dagline.domain.json_values import check_value, compact_text, parse_json
+from dagline.domain.names import check_namespace, qualify
 from dagline.domain.states import TIState
 from dagline.errors import InvalidInput
 from dagline.limits import MAX_JSON_BYTES, MAX_SIGNAL_VALUE_BYTES
@@ -73,6 +76,29 @@ def parse_task_state_key(key: str) -> tuple[str, str, str] | None:
     """(dag_id, task_id, state) of a `dagline.task.` key, else None."""
     match = _TASK_KEY_RE.fullmatch(key)
     return (match["dag"], match["task"], match["state"]) if match else None
+
+
+def split_rule_key(text: str) -> tuple[str | None, str]:
+    """(namespace or None for the rule's own, key) of a rule's `signal`: `key` or `namespace/key`."""
+    namespace, sep, key = text.rpartition("/")
+    return (namespace, key) if sep else (None, text)
+
+
+def listened_key(dag_namespace: str, rule_signal: str) -> str:
+    """The stored key a rule of a DAG of `dag_namespace` listens to: its own namespace's key, or the
+    namespace it names (`namespace/key`)."""
+    namespace, key = split_rule_key(rule_signal)
+    return qualify(namespace or dag_namespace, key)
+
+
+def validate_rule_key(text: Any, *, field: str) -> tuple[str | None, str]:
+    """A rule's `signal` (`key` or `namespace/key`), checked; dagline's own keys are allowed."""
+    if not isinstance(text, str):
+        raise InvalidInput("a signal key must be a non-empty string", field=field)
+    namespace, key = split_rule_key(text)
+    if namespace is not None:
+        check_namespace(namespace, field=field)
+    return namespace, validate_key(key, field=field, reserved_ok=True)
 
 
 def validate_sender_id(sender_id: Any, *, field: str = "id") -> str | None:

@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from dagline.domain.signal_keys import parse_task_state_key, validate_key
+from dagline.domain.signal_keys import parse_task_state_key, validate_rule_key
 from dagline.domain.states import SignalAction
 from dagline.errors import InvalidInput
 
@@ -29,13 +29,15 @@ class _Model(BaseModel):
 class SignalTrigger(_Model):
     """A DAG-level trigger: every matching signal creates a run (type `signal`, conf = its value)."""
 
-    signal: str = Field(description="the signal key, e.g. features.ready")
+    signal: str = Field(description="the signal key, e.g. features.ready; another namespace's exported key as "
+                                    "namespace/key")
 
 
 class SignalRule(_Model):
     """A task-level rule, acting inside the running runs of its DAG."""
 
-    signal: str = Field(description="the signal key, e.g. model.published")
+    signal: str = Field(description="the signal key, e.g. model.published; another namespace's exported key as "
+                                    "namespace/key")
     action: Literal["start", "restart", "stop"] = Field(
         description="start: each matching signal starts one try (the task waits for it); restart: stop the "
                     "running try and start one with the new signal; stop: stop the running try")
@@ -46,20 +48,21 @@ class SignalRule(_Model):
         "dag", description="dag = signals from anyone; run = only signals sent by a try of the same run")
 
 
-def rule_problems(dag_id: str, task_ids: Sequence[str], triggers: Sequence[SignalTrigger],
+def rule_problems(dag_name: str, task_ids: Sequence[str], triggers: Sequence[SignalTrigger],
                   rules: Sequence[tuple[int, str, Sequence[SignalRule]]]) -> list[tuple[str, str]]:
-    """Problems of a DAG's signal rules; `rules` is (task index, task id, its `on` rules)."""
+    """Problems of a DAG's signal rules; `rules` is (task index, task id, its `on` rules). `dag_name` is the
+    DAG's name in its namespace: a key without a namespace is of the DAG's own namespace."""
     problems: list[tuple[str, str]] = []
     known = set(task_ids)
 
     def check_key(key: str, field: str) -> tuple[str, str, str] | None:
         try:
-            validate_key(key, field=field, reserved_ok=True)
+            namespace, key = validate_rule_key(key, field=field)
         except InvalidInput as exc:
             problems.append((field, exc.reason))
             return None
-        target = parse_task_state_key(key)
-        if target and target[0] == dag_id and target[1] not in known:
+        target = parse_task_state_key(key) if namespace is None else None  # another namespace's DAG
+        if target and target[0] == dag_name and target[1] not in known:
             problems.append((field, f"{key!r} names task {target[1]!r}, which this DAG does not have "
                                     f"(tasks are: {', '.join(task_ids)})"))
         return target
@@ -82,7 +85,7 @@ def rule_problems(dag_id: str, task_ids: Sequence[str], triggers: Sequence[Signa
                 problems.append((field, f"{rule.signal!r} already has a rule in this task ({first}); "
                                         "one rule per key and task"))
             seen.setdefault(rule.signal, j)
-            if target and target[0] == dag_id and target[1] == task_id and rule.action != SignalAction.STOP:
+            if target and target[0] == dag_name and target[1] == task_id and rule.action != SignalAction.STOP:
                 problems.append((field, f"task {task_id!r} would {rule.action} itself on its own state change "
                                         f"{rule.signal!r}, for ever"))
     return problems

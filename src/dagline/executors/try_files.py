@@ -34,13 +34,14 @@ def _path_part(text: str) -> str:
 
 
 def log_path(log_folder: str | os.PathLike, key: TaskKey) -> Path:
-    """The log file of one try: `<log_folder>/<dag_id>/<run_id>/<task_id>/try-<n>.log`.
+    """The log file of one try: `<log_folder>/<dag_id>/<run_id>/<task_id>/try-<n>.log`, where a DAG of
+    another namespace than `default` is `<namespace>/<name>` (its key; a run id, `<kind>__...`, is never
+    a DAG's name, so the two never meet).
 
     Its outcome is kept next to it in `try-<n>.log.exit` (and the wrapper's pids in `try-<n>.log.pid`).
     """
     return (
-        Path(log_folder)
-        / _path_part(key.dag_id)
+        Path(log_folder).joinpath(*(_path_part(part) for part in key.dag_id.split("/", 1)))
         / _path_part(key.run_id)
         / _path_part(key.task_id)
         / f"try-{int(key.try_number)}.log"

@@ -9,6 +9,7 @@ import difflib
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
 
+from dagline.domain import names
 from dagline.domain.callbacks import RUN_EVENTS, CallbackSpec
 from dagline.domain.egress import EgressPolicy, literal_url_refusal
 from dagline.domain.signal_rules import rule_problems
@@ -137,7 +138,7 @@ def check_dag_spec(spec: DagSpec, source: str | None = None, dag_id: str | None 
     problems = _cross_field_problems(spec) + connect_problems(spec)
     if spark_policy is not None:
         problems += spark_policy_problems(spec, spark_policy)
-    problems += rule_problems(dag_id or "", [t.id for t in spec.tasks], spec.triggers,
+    problems += rule_problems(names.name_of(dag_id or ""), [t.id for t in spec.tasks], spec.triggers,
                               [(i, t.id, t.on) for i, t in enumerate(spec.tasks) if t.on])
     if problems:
         raise problems_error(problems, source)

@@ -16,6 +16,7 @@ from typing import Any
 import pendulum
 from pydantic import ValidationError
 
+from dagline.domain import names
 from dagline.domain.callbacks import CallbackSpec
 from dagline.domain.deadlines import DeadlineSpec
 from dagline.domain.signal_rules import SignalRule
@@ -192,14 +193,27 @@ class Dag:
     roots: tuple[str, ...]  # tasks without upstream
 
     @property
+    def namespace(self) -> str:
+        """The namespace whose DAG this is (`dag_id` is its key in it: `dagline.domain.names`)."""
+        return names.namespace_of(self.dag_id)
+
+    @property
+    def name(self) -> str:
+        """The DAG's name within its namespace (`metadata.name`)."""
+        return names.name_of(self.dag_id)
+
+    @property
     def has_task_rules(self) -> bool:
         """Whether any task has signal rules (`on`): only then can a signal wait for one of its TIs."""
         return any(task.on for task in self.tasks.values())
 
     @classmethod
-    def from_document(cls, document: DagDocument) -> Dag:
-        """The resolved DAG of a parsed document (checked again across fields, which is cheap)."""
-        return cls._build(document.metadata.name, document.spec, source=document.metadata.name)
+    def from_document(cls, document: DagDocument, namespace: str | None = None) -> Dag:
+        """The resolved DAG of a parsed document (checked again across fields, which is cheap), in
+        `namespace`, else the document's `metadata.namespace`, else `default`."""
+        key = names.qualify(namespace or document.metadata.namespace or names.DEFAULT_NAMESPACE,
+                            document.metadata.name)
+        return cls._build(key, document.spec, source=key)
 
     @classmethod
     def from_spec_json(cls, dag_id: str, spec_json: Mapping[str, Any], *, version: str | None = None) -> Dag:
@@ -207,7 +221,7 @@ class Dag:
         version stored with it: `spec_json` is then taken as the normalized spec it was stored as, and
         not normalized and hashed again (a replica loading a hundred DAGs spends most of the load there)."""
         try:
-            check_dag_id(dag_id)
+            check_dag_id(names.name_of(dag_id))
         except ValueError as exc:
             raise InvalidInput(str(exc), field="metadata.name", source=dag_id) from None
         try:

@@ -57,6 +57,9 @@ def check_pool_name(value: str) -> str:
         raise ValueError(f"a pool name must be 1 to {MAX_ID_LENGTH} characters, got {len(value)}")
     if not value.isprintable() or value != value.strip():
         raise ValueError(f"pool name {shorten(value)} must be printable characters without spaces at either end")
+    if "/" in value:
+        raise ValueError(f"pool name {shorten(value)} may not contain '/': a namespace's pool is named within "
+                         "its namespace (`--namespace NS`, or the Pool object's namespace)")
     return value
 
 
@@ -122,6 +125,16 @@ def _date_to_str(value: Any) -> Any:
 
 
 DagId = Annotated[str, AfterValidator(check_dag_id)]
+
+
+def check_namespace_name(value: str) -> str:
+    if len(value) > 63 or not _DNS_LABEL_RE.fullmatch(value):
+        raise ValueError(f"namespace {shorten(value)} is not a lowercase DNS-1123 label (at most 63 characters of "
+                         "a-z, 0-9 and '-', starting and ending with a letter or digit)")
+    return value
+
+
+Namespace = Annotated[str, AfterValidator(check_namespace_name)]
 TaskId = Annotated[str, Field(max_length=MAX_ID_LENGTH), AfterValidator(_check_task_id)]
 IsoDuration = Annotated[str, AfterValidator(_check_duration)]
 RetryDelay = Annotated[str, AfterValidator(_duration_at_most(MAX_RETRY_DELAY, "retryDelay", allow_zero=True))]

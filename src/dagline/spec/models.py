@@ -33,6 +33,7 @@ from dagline.spec.fields import (
     DagId,
     ExecutionTimeout,
     IsoDuration,
+    Namespace,
     PoolName,
     RetryDelay,
     SparkMemory,
@@ -340,11 +341,13 @@ class DagSpec(SpecModel):
 
 
 class DagMetadata(BaseModel):
-    """Kubernetes object metadata: dagline reads `name` (the dag_id) and ignores the rest."""
+    """Kubernetes object metadata: dagline reads `name` (the dag_id) and `namespace` (whose DAG it is;
+    `dags apply --namespace` or `default` when absent), and ignores the rest."""
 
     model_config = ConfigDict(extra="ignore")
 
     name: DagId
+    namespace: Namespace | None = None
 
 
 class DagDocument(SpecModel):

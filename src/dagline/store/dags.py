@@ -25,7 +25,8 @@ from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, pool_t, signal_listener_t
 from dagline.db.transitions import fail_queued_runs, record_events
 from dagline.domain.deps import pool_too_small
-from dagline.domain.signal_keys import parse_task_state_key
+from dagline.domain import names
+from dagline.domain.signal_keys import listened_key, parse_task_state_key, split_rule_key
 from dagline.domain.signal_rules import rule_name
 from dagline.domain.states import BackfillState, RunState, SignalAction
 from dagline.errors import NotFound, OperationFailed
@@ -186,12 +187,14 @@ def _unknown_task_signals(conn: Connection, dag: Dag, batch: dict[str, Dag]) -> 
     warnings = []
     keys = [t.signal for t in dag.spec.triggers] + [r.signal for task in dag.tasks.values() for r in task.on]
     for key in keys:
-        target = parse_task_state_key(key)
-        if target is None or target[0] == dag.dag_id:
+        namespace, bare = split_rule_key(key)
+        target = parse_task_state_key(bare)
+        other_key = target and names.qualify(namespace or dag.namespace, target[0])
+        if target is None or other_key == dag.dag_id:
             continue
-        other = batch.get(target[0])
+        other = batch.get(other_key)
         if other is None:
-            version_id = conn.execute(select(dag_t.c.current_version_id).where(dag_t.c.dag_id == target[0])).scalar()
+            version_id = conn.execute(select(dag_t.c.current_version_id).where(dag_t.c.dag_id == other_key)).scalar()
             other = DagCache().get(conn, version_id) if version_id is not None else None
         if other is None:
             warnings.append(f"{key!r}: no DAG {target[0]!r} is applied yet: nothing sends this signal until it is")
@@ -222,7 +225,7 @@ def _create_new_dags(conn: Connection, loaded: list[LoadedDag], *, now: dt.datet
                 insert_rows(conn, dag_t, [
                     {"dag_id": item.dag.dag_id, "is_paused": item.dag.spec.paused, "is_active": True,
                      "schedule": item.dag.spec.schedule, "timezone": item.dag.timezone,
-                     "source_path": item.source_path, "namespace": source_namespace(item.source_path),
+                     "source_path": item.source_path, "namespace": item.dag.namespace,
                      "created_at": now, "updated_at": now} for item in new])
                 versions = dict((row.dag_id, row.id) for row in insert_rows(conn, dag_version_t, [
                     {"dag_id": item.dag.dag_id, "version": item.dag.version, "spec": item.dag.spec_json,
@@ -266,7 +269,7 @@ def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime
             with conn.begin_nested():
                 conn.execute(insert(dag_t).values(
                     dag_id=dag.dag_id, is_paused=dag.spec.paused, is_active=True, schedule=dag.spec.schedule,
-                    timezone=dag.timezone, source_path=source_path, namespace=source_namespace(source_path),
+                    timezone=dag.timezone, source_path=source_path, namespace=dag.namespace,
                     created_at=now, updated_at=now,
                 ))
         except IntegrityError:
@@ -306,7 +309,7 @@ def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime
     else:
         version_id = version_row.id
     values = dict(current_version_id=version_id, is_active=True, schedule=dag.spec.schedule,
-                  timezone=dag.timezone, source_path=source_path, namespace=source_namespace(source_path),
+                  timezone=dag.timezone, source_path=source_path, namespace=dag.namespace,
                   updated_at=now, import_error=None, import_error_at=None)
     said_paused = "paused" in dag.spec.model_fields_set  # the default (paused) is for a DAG's first apply only
     if previous is not None and said_paused and previous.spec.get("paused") != dag.spec.paused:
@@ -326,10 +329,12 @@ def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime
 
 def signal_listeners(dag: Dag, version_id: int) -> list[dict]:
     """The `signal_listener` rows of a DAG version: its triggers and its tasks' `on` rules."""
-    rows = [dict(dag_version_id=version_id, dag_id=dag.dag_id, key=t.signal, rule=rule_name(None, i), task_id="",
-                 action=SignalAction.TRIGGER, handling="each", scope="dag") for i, t in enumerate(dag.spec.triggers)]
+    rows = [dict(dag_version_id=version_id, dag_id=dag.dag_id, key=listened_key(dag.namespace, t.signal),
+                 rule=rule_name(None, i), task_id="", action=SignalAction.TRIGGER, handling="each", scope="dag")
+            for i, t in enumerate(dag.spec.triggers)]
     for task in dag.tasks.values():
-        rows += [dict(dag_version_id=version_id, dag_id=dag.dag_id, key=r.signal, rule=rule_name(task.task_id, i),
+        rows += [dict(dag_version_id=version_id, dag_id=dag.dag_id, key=listened_key(dag.namespace, r.signal),
+                      rule=rule_name(task.task_id, i),
                       task_id=task.task_id, action=r.action, handling=r.handling, scope=r.scope)
                  for i, r in enumerate(task.on)]
     return rows
