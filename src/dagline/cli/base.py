@@ -18,6 +18,7 @@ import click
 from dagline.clock import FixedClock, SystemClock
 from dagline.db import engine as dbengine
 from dagline.db.faults import first_line, is_read_only, is_transient, run_again_on_conflict
+from dagline.domain import names
 from dagline.domain.input_values import MAX_INT64, MIN_INT64, read_integer, read_text
 from dagline.domain.json_values import read_json_object
 from dagline.errors import DaglineError, InvalidInput, OperationFailed
@@ -109,7 +110,27 @@ def run_timezone(db, run_ref: str) -> str:
 
 
 def emit_json(rows) -> None:
-    click.echo(json.dumps(rows, indent=2))
+    click.echo(json.dumps(for_machines(rows), indent=2))
+
+
+def for_machines(value):
+    """JSON as the command contract has it: a DAG's stored key (`a-team/etl`) becomes its `dag_id` (the
+    name) and its `namespace`, in every object at any depth (ADR 92)."""
+    if isinstance(value, list):
+        return [for_machines(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for field, item in value.items():
+        if field == "dag_id" and isinstance(item, str):
+            namespace, name = names.split(item)
+            out["dag_id"] = name
+            out.setdefault("namespace", value.get("namespace") or namespace)
+        elif field == "namespace" and "namespace" in out:
+            continue
+        else:
+            out[field] = for_machines(item)
+    return out
 
 
 def show_rows(rows: list[dict], columns: list[str], as_json: bool, *, limit: int | None = None,
@@ -307,29 +328,41 @@ limit_option = click.option("--limit", type=Integer(min=1, max=MAX_ROW_ID), defa
 def one_namespace(_ctx, param, value):
     if value is None:
         return None
-    from dagline.store.tokens import validate_namespaces
-
-    [checked] = validate_namespaces([value], field=f"--{param.name}")
-    return checked
+    return names.check_namespace(value, field=f"--{param.name}")
 
 
 namespace_option = click.option(
     "--namespace", default=None, metavar="NS", callback=one_namespace,
-    help="Only what this Kubernetes namespace owns (DAGs applied from files belong to none).")
+    help="Only what this namespace owns (default: every namespace).")
 
 
-NAMED_OBJECTS = {"dag_id": "dag_id", "dag_ref": "dag_id", "run_ref": "run_ref", "backfill_id": "backfill_id"}
-"""The parameters by which a command names a DAG, a run or a backfill -> what `require_in_namespace` checks."""
+def dag_key(value: str, namespace: str | None, *, field: str = "DAG_ID") -> str:
+    """The stored key of the DAG a person named: NAME in `namespace` (else `default`), or NAMESPACE/NAME."""
+    found, name = names.parse_reference(value, namespace, field=field)
+    return names.qualify(found, name)
+
+
+NAMED_OBJECTS = {"run_ref": "run_ref", "backfill_id": "backfill_id"}
+"""The parameters by which a command names a run or a backfill -> what `require_in_namespace` checks."""
+NAMED_DAGS = ("dag_id", "dag_ref")
+"""The parameters by which a command names a DAG: NAME in `--namespace` (else `default`), or NAMESPACE/NAME."""
 
 
 def in_namespace(f):
-    """`--namespace NS` on a show or an action naming a DAG, a run or a backfill (an argument of
-    `NAMED_OBJECTS`): one of another namespace (or a file's DAG) is refused as not found, naming the
-    namespace, before the command does anything. Without it, every namespace. Put it above `pass_obj`."""
+    """`--namespace NS` on a show or an action naming a DAG, a run or a backfill. A DAG is named within
+    its namespace: `NAME` is `NS`'s (`default`'s without the option), `NS/NAME` names the namespace itself;
+    the command gets the DAG's stored key. A run or backfill of another namespace is refused as not found,
+    naming the namespace, before the command does anything; without the option, runs and backfills of
+    every namespace. Put it above `pass_obj`."""
     import functools
+    import os
 
     @functools.wraps(f)
     def checked(*args, namespace=None, **kwargs):
+        for param in NAMED_DAGS:
+            value = kwargs.get(param)
+            if value is not None and not (param == "dag_ref" and os.path.exists(value)):
+                kwargs[param] = dag_key(value, namespace, field="DAG_ID_OR_FILE" if param == "dag_ref" else "DAG_ID")
         named = {NAMED_OBJECTS[k]: v for k, v in kwargs.items() if k in NAMED_OBJECTS and v is not None}
         if namespace is not None and named:
             from dagline.store.namespaces import require_in_namespace
@@ -340,8 +373,8 @@ def in_namespace(f):
 
     return click.option(
         "--namespace", default=None, metavar="NS", callback=one_namespace,
-        help="Refuse (as not found) a DAG, run or backfill this Kubernetes namespace does not own "
-             "(DAGs applied from files belong to none).")(checked)
+        help="The namespace of the DAG named (default: default; NS/NAME names it too); a run or backfill of "
+             "another namespace is refused as not found.")(checked)
 
 
 def confirm(question: str, *, yes: bool, refusal: str) -> None:

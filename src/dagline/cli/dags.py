@@ -20,6 +20,7 @@ from dagline.cli.base import (
     make_clock,
     namespace_option,
     now_option,
+    one_namespace,
     read_conf,
     read_instant,
     show_rows,
@@ -54,9 +55,12 @@ def dags():
 
 @dags.command("apply")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--namespace", default=None, metavar="NS", callback=one_namespace,
+              help="The namespace the DAGs belong to (default: each document's metadata.namespace, else "
+                   "default); a document naming another is refused.")
 @now_option
 @click.pass_obj
-def dags_apply(obj: Context, paths, now):
+def dags_apply(obj: Context, paths, namespace, now):
     """Load DAG spec files or folders; a new version only when a spec changed.
 
     A task's local mainApplicationFile must resolve (symlinks included) inside its DAG file's folder or
@@ -72,7 +76,7 @@ def dags_apply(obj: Context, paths, now):
     from dagline.store.dags import apply_dags, local_folder
 
     loaded = load_dag_paths(list(paths), warn=lambda message: click.echo(f"warning: {message}", err=True),
-                            spark_policy=spark_policy())
+                            spark_policy=spark_policy(), namespace=namespace)
     jobs = jobs_folders()
     for item in loaded:  # a job file outside its home refuses the whole batch, like any invalid spec
         check_application_files(item.dag, dag_folder=local_folder(item.source_path), jobs=jobs,
@@ -174,7 +178,7 @@ def dags_show(obj: Context, dag_id, as_json):
     import yaml
 
     click.echo(f"dag_id: {dag_id}\nactive: {_yaml_bool(row.is_active)}\n{_paused_line(row.is_paused, current.spec)}"
-               f"\nnamespace: {row.namespace or '(none: applied from a file)'}\nsource: {row.source_path}")
+               f"\nnamespace: {row.namespace}\nsource: {row.source_path}")
     from dagline.cli.display import local_time
 
     zone = row.timezone

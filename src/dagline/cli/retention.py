@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from dagline.cli.base import Context, confirm, emit_json, json_option, make_clock, now_option, one_namespace
+from dagline.cli.base import Context, confirm, dag_key, emit_json, json_option, make_clock, now_option, one_namespace
 from dagline.cli.dags import db
 from dagline.errors import InvalidInput
 
@@ -16,7 +16,7 @@ from dagline.errors import InvalidInput
               help="ISO-8601 duration, e.g. P90D: finished runs that ended longer ago than this are deleted.")
 @click.option("--dag", "dag_id", default=None, metavar="DAG_ID", help="Only this DAG's runs.")
 @click.option("--namespace", default=None, metavar="NS", callback=one_namespace,
-              help="With --dag: refuse (as not found) a DAG this Kubernetes namespace does not own. "
+              help="With --dag: the namespace of that DAG (default: default). "
                    "Needs --dag (retention cleans one DAG or all).")
 @click.option("--keep-last", default=1, show_default=True, type=click.IntRange(min=1),
               help="Keep each DAG's latest N runs on its timeline, however old.")
@@ -47,12 +47,9 @@ def db_clean(obj: Context, older_than, dag_id, namespace, keep_last, archive, dr
                            "namespace's DAG to clean (see `dagline dags list --namespace NS`)", field="--namespace")
     database = obj.db()
     if dag_id is not None:
-        from dagline.store.namespaces import require_dag_in_namespace
-
+        dag_id = dag_key(dag_id, namespace, field="--dag")
         with database.begin() as conn:
             require_dag(conn, dag_id, active=False)
-            if namespace is not None:
-                require_dag_in_namespace(conn, dag_id, namespace)
     if not dry_run and not yes:
         found = clean_history(database, before=cutoff, now=at, dag_id=dag_id, keep_last=keep_last, dry_run=True)
         if found.runs or found.signals:

@@ -13,6 +13,7 @@ import click
 from dagline.cli.base import (
     Context,
     Integer,
+    dag_key,
     dag_timezone,
     dag_timezones,
     emit_json,
@@ -32,6 +33,7 @@ from dagline.cli.base import (
     read_conf,
     show_rows,
 )
+from dagline.domain import names
 from dagline.domain.states import BackfillState, Reprocess
 from dagline.errors import NotFound, OperationFailed
 from dagline.limits import MAX_ROW_ID
@@ -282,13 +284,12 @@ def backfill_run(obj: Context, dag_id, start, end, reprocess, max_active_runs, r
 @click.pass_obj
 def backfill_list(obj: Context, dag_id, namespace, limit, as_json):
     """Backfills and their progress, oldest first; `--limit N`: the latest N."""
-    from dagline.store.dags import dag_namespaces
     from dagline.store.read_models import list_backfills
 
+    if dag_id is not None:
+        dag_id = dag_key(dag_id, namespace, field="--dag")
     with obj.db().begin() as conn:
         rows = list_backfills(conn, dag_id, namespace=namespace)
-        owners = dag_namespaces(conn, [r["dag_id"] for r in rows])
-        rows = [{**r, "namespace": owners.get(r["dag_id"])} for r in rows]
         zones = dag_timezones(conn, [r["dag_id"] for r in rows])
     show_rows(rows, ["id", "dag_id", "from_date", "to_date", "reprocess", "state", "total", "queued", "running",
                      "succeeded", "failed", "skipped_existing", "overridden"], as_json, limit=limit, latest=True,
@@ -303,7 +304,6 @@ def backfill_list(obj: Context, dag_id, namespace, limit, as_json):
 def backfill_show(obj: Context, backfill_id, as_json):
     """One backfill and its runs."""
     from dagline.store.backfills import backfill_row
-    from dagline.store.dags import dag_namespaces
     from dagline.store.read_models import backfill_dict, list_runs
 
     with obj.db().begin() as conn:
@@ -312,7 +312,7 @@ def backfill_show(obj: Context, backfill_id, as_json):
             raise NotFound(f"unknown backfill {backfill_id} (see `dagline backfill list`)")
         data = backfill_dict(conn, row)
         data["runs"] = list_runs(conn, backfill_id=backfill_id)
-        data["namespace"] = dag_namespaces(conn, [data["dag_id"]]).get(data["dag_id"])  # last: order kept
+        data["namespace"] = names.namespace_of(data["dag_id"])  # last: order kept
     if as_json:
         emit_json(data)
         return

@@ -12,6 +12,7 @@ from dagline.cli.base import (
     Context,
     Integer,
     confirm,
+    dag_key,
     dag_timezone_of,
     dag_timezones,
     emit_json,
@@ -28,6 +29,7 @@ from dagline.cli.base import (
     show_rows,
 )
 from dagline.cli.display import for_people
+from dagline.domain import names
 from dagline.domain.states import RunState, TIState
 from dagline.errors import InvalidInput, NotFound, OperationFailed
 from dagline.executors import resolve_log_folder
@@ -56,6 +58,8 @@ def runs_list(obj: Context, dag_id, dag_option, state, namespace, limit, as_json
     if dag_id is not None and dag_option is not None and dag_id != dag_option:
         raise InvalidInput(f"names DAG {dag_option!r}, but DAG_ID names {dag_id!r}", field="--dag")
     dag_id = dag_id or dag_option
+    if dag_id is not None:
+        dag_id = dag_key(dag_id, namespace)
     with obj.db().begin() as conn:
         if dag_id is not None:
             require_dag(conn, dag_id, active=False)
@@ -299,16 +303,18 @@ def pools():
 @click.argument("slots", type=Integer())
 @click.option("--description", default=None)
 @click.option("--namespace", default=None, metavar="NS", callback=one_namespace,
-              help="Hand the pool to this namespace (its Pool object then sets it; only its DAGs may use it).")
+              help="The namespace's own pool NAME (only its DAGs use it); without it, a platform pool shared by all.")
 @now_option
 @click.pass_obj
 def pools_set(obj: Context, name, slots, description, namespace, now):
-    """Create or resize a pool: a platform pool, shared by every namespace, unless `--namespace` gives
-    it to one (without it, a pool keeps its owner)."""
+    """Create or resize a pool: a platform pool, shared by every namespace, or with `--namespace` that
+    namespace's own pool of that name (a namespace's tasks take a platform pool of their pool's name
+    first, else their namespace's)."""
     from dagline.store.pools import set_pool
 
     owner = {} if namespace is None else {"namespace": namespace}
-    action = set_pool(obj.db(), name, slots, now=make_clock(now).now(), description=description, **owner)
+    action = set_pool(obj.db(), names.pool_key(namespace, name), slots, now=make_clock(now).now(),
+                      description=description, **owner)
     click.echo(f"pool {name}: {action} ({counted(slots, 'slot')})" + (f", namespace {namespace}" if namespace else ""))
 
 
@@ -333,8 +339,7 @@ def pools_list(obj: Context, namespace, limit, as_json):
 @pools.command("delete")
 @click.argument("name")
 @click.option("--namespace", default=None, metavar="NS", callback=one_namespace,
-              help="Refuse (as not found) a pool this Kubernetes namespace does not own (a platform "
-                   "pool included).")
+              help="Delete this namespace's own pool NAME (without it: the platform's pool NAME).")
 @now_option
 @click.pass_obj
 def pools_delete(obj: Context, name, namespace, now):
@@ -345,9 +350,10 @@ def pools_delete(obj: Context, name, namespace, now):
     if namespace is not None:
         with obj.db().begin() as conn:
             owned = {r["name"] for r in list_pools(conn) if r["namespace"] == namespace}
-        if name not in owned:
+        if names.pool_key(namespace, name) not in owned:
             raise NotFound(f"unknown pool {name!r} in namespace {namespace!r} (see `dagline pools list "
                            f"--namespace {namespace}`)")
+        name = names.pool_key(namespace, name)
     if not remove_pool(obj.db(), name, now=make_clock(now).now(), refuse_in_use=True):
         raise NotFound(f"unknown pool {name!r} (see `dagline pools list`)")
     click.echo(f"pool {name}: deleted")

@@ -398,7 +398,7 @@ def _claim_signals_statement():
     ready = (select(claimed.c.seq).join(blocked, blocked.c.key == claimed.c.key)
              .where(or_(blocked.c.first_other.is_(None), claimed.c.seq < blocked.c.first_other)))
     return (update(signal_t).where(s.seq.in_(ready)).values(handled_at=bindparam("now", type_=s.handled_at.type))
-            .returning(s.seq, s.key, s.value, s.source, s.source_dag_run_id, s.sent_at, s.namespaces))
+            .returning(s.seq, s.key, s.value, s.source, s.source_dag_run_id, s.sent_at, s.namespace))
 
 
 _CLAIM_SIGNALS = _claim_signals_statement()  # _PREBUILT: run at every pass of every replica

@@ -54,13 +54,13 @@ def insert_signal(
     source_dag_run_id: int | None = None,
     source_ti_id: int | None = None,
     same_value=None,
-    namespaces: str | None = None,
+    namespace: str = "default",
 ) -> tuple[int, bool]:
     """Store one signal; returns (seq, created). With a `sender_id` already stored for `key`, returns
     the stored seq and False if `same_value(stored_text)` holds, else raises `SignalConflict`."""
     lock_signal_key(conn, key)
     row = dict(key=key, value=value_text, sender_id=sender_id, source=source, sent_at=sent_at,
-               source_dag_run_id=source_dag_run_id, source_ti_id=source_ti_id, namespaces=namespaces,
+               source_dag_run_id=source_dag_run_id, source_ti_id=source_ti_id, namespace=namespace,
                handled_at=None if listened(conn, key) else sent_at)
     if sender_id is None:
         seq = conn.execute(insert(signal_t).values(**row).returning(signal_t.c.seq)).scalar_one()
@@ -143,7 +143,7 @@ def _task_state_insert(postgresql: bool, count: int):
     heard = exists().where(signal_listener_t.c.key == key)
     # the namespace owning the DAG (null for a file's DAG): its task signals reach only that namespace's DAGs
     owner = select(dag_t.c.namespace).where(dag_t.c.dag_id == ti.dag_id).scalar_subquery()
-    columns = ["key", "value", "source", "sent_at", "source_dag_run_id", "source_ti_id", "handled_at", "namespaces"]
+    columns = ["key", "value", "source", "sent_at", "source_dag_run_id", "source_ti_id", "handled_at", "namespace"]
     return insert(signal_t).from_select(columns, select(
         key, value, literal(DAGLINE_SOURCE), passages.c.at, ti.dag_run_id, ti.id,
         case((heard, null()), else_=passages.c.at), owner,

@@ -26,7 +26,8 @@ def check_namespace(namespace: object, *, field: str = "--namespace") -> str:
     """The namespace if it is a DNS-1123 label; else InvalidInput naming `field`."""
     if not isinstance(namespace, str) or not _NAMESPACE_RE.fullmatch(namespace):
         raise InvalidInput(f"{namespace!r} is not a namespace name: lowercase letters, digits and '-', at most "
-                           f"{MAX_NAMESPACE_LENGTH} characters, starting and ending with a letter or digit", field=field)
+                           f"{MAX_NAMESPACE_LENGTH} characters, starting and ending with a letter or digit",
+                           field=field)
     return namespace
 
 

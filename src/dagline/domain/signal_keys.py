@@ -1,8 +1,8 @@
 """What a signal is, as pure rules: key syntax, dagline's reserved keys, and values as bounded JSON.
 
-A key lives in its sender's namespace: stored as `dagline.domain.names.qualify(namespace, key)`. A DAG's
-rule may name another namespace's key as `namespace/key` (`split_rule_key`), which only an export lets
-through (`dagline.domain.signal_exports`). A key is lowercase and dotted (`[a-z0-9][a-z0-9._-]*`, at most 200 characters). Keys under
+A key lives in its sender's namespace (stored as `names.qualify(namespace, key)`). A DAG's rule may name
+another namespace's key as `namespace/key` (`split_rule_key`), which only that namespace's export lets
+through. A key is lowercase and dotted (`[a-z0-9][a-z0-9._-]*`, at most 200 characters). Keys under
 `dagline.` are dagline's own: the only one is `dagline.task.<dag_id>.<task_id>.<state>`, sent by
 dagline itself when a task instance enters one of `TASK_SIGNAL_STATES` (its task id keeps the
 characters a task id may have, uppercase and `_` included). A value is any JSON document within the

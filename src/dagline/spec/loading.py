@@ -185,11 +185,19 @@ def read_spec_file(path: str) -> str:
         raise refuse(f"cannot read the file: {reason}") from None
 
 
-def _load_file(path: str, warn: Warn | None = None, spark_policy: SparkPolicy = DEFAULT_POLICY) -> list[LoadedDag]:
+def _load_file(path: str, warn: Warn | None = None, spark_policy: SparkPolicy = DEFAULT_POLICY,
+               namespace: str | None = None) -> list[LoadedDag]:
     text = read_spec_file(path)
     absolute = os.path.abspath(path)
-    return [LoadedDag(Dag.from_document(document), absolute)
-            for document in parse_dag_yaml(text, path, warn, spark_policy=spark_policy)]
+    loaded = []
+    for document in parse_dag_yaml(text, path, warn, spark_policy=spark_policy):
+        own = document.metadata.namespace
+        if namespace is not None and own is not None and own != namespace:
+            raise InvalidInput(f"DAG {document.metadata.name!r} says namespace {own!r}, and --namespace says "
+                               f"{namespace!r}: give the same, or leave one out", field="metadata.namespace",
+                               source=path)
+        loaded.append(LoadedDag(Dag.from_document(document, namespace), absolute))
+    return loaded
 
 
 def _yaml_files(path: str, warn: Warn | None = None) -> list[str]:
@@ -235,10 +243,11 @@ def _refuse_duplicates(loaded: Sequence[LoadedDag]) -> None:
 
 
 def load_dag_file(path: str | os.PathLike[str], warn: Warn | None = None, *,
-                  spark_policy: SparkPolicy = DEFAULT_POLICY) -> list[LoadedDag]:
-    """The DAGs of one YAML file, all validated; a file without a DAG document is an error."""
+                  spark_policy: SparkPolicy = DEFAULT_POLICY, namespace: str | None = None) -> list[LoadedDag]:
+    """The DAGs of one YAML file, all validated, in `namespace` (else each document's own, else
+    `default`); a file without a DAG document is an error."""
     path = os.fspath(path)
-    loaded = _load_file(path, warn, spark_policy)
+    loaded = _load_file(path, warn, spark_policy, namespace)
     if not loaded:
         raise InvalidInput("no DAG document in this file (kind: DAG)", source=path)
     _refuse_duplicates(loaded)
@@ -246,15 +255,17 @@ def load_dag_file(path: str | os.PathLike[str], warn: Warn | None = None, *,
 
 
 def load_dag_paths(paths: Iterable[str | os.PathLike[str]], warn: Warn | None = None, *,
-                   spark_policy: SparkPolicy = DEFAULT_POLICY) -> list[LoadedDag]:
-    """The DAGs of files and folders, all validated before any is returned; dag ids must be unique.
-    `warn` hears of what was skipped (default: the log); `spark_policy` is what the admin allowed."""
+                   spark_policy: SparkPolicy = DEFAULT_POLICY, namespace: str | None = None) -> list[LoadedDag]:
+    """The DAGs of files and folders, all validated before any is returned; dag ids must be unique within
+    a namespace. `warn` hears of what was skipped (default: the log); `spark_policy` is what the admin
+    allowed; `namespace` (`dags apply --namespace`) is the namespace of every DAG, else each document's
+    `metadata.namespace`, else `default`; a document naming another namespace than `namespace` is refused."""
     paths = [os.fspath(path) for path in paths]
     files: dict[str, str] = {}  # absolute -> as given: a file named twice is read once
     for path in paths:
         for file in _yaml_files(path, warn):
             files.setdefault(os.path.abspath(file), file)
-    loaded = [item for file in files.values() for item in _load_file(file, warn, spark_policy)]
+    loaded = [item for file in files.values() for item in _load_file(file, warn, spark_policy, namespace)]
     if not loaded:
         raise InvalidInput(f"no DAG found in {', '.join(paths) or 'no paths'}")
     _refuse_duplicates(loaded)

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import datetime as dt
 import weakref
+from collections.abc import Iterable
 
 from sqlalchemy import and_, bindparam, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from dagline.db.claims import lock_dag, lock_run_for_signal
 from dagline.db.engine import Database
-from dagline.db.models import dag_run_t, signal_action_t, ti_t
+from dagline.db.models import dag_run_t, dag_t, signal_action_t, ti_t
 from dagline.db.transitions import change_runs, change_tis, request_stop
 from dagline.domain.states import RunState, RunType, SignalActionStatus, TIState
 from dagline.errors import InvalidInput, NotFound, OperationFailed
@@ -123,14 +124,21 @@ def end_test_run(db: Database, run_pk: int, *, now: dt.datetime, reason: str, wh
                                 values={"end_date": now}, detail=reason))
 
 
-def find_run(conn: Connection, run_ref: str):
-    """A run by numeric id or by run id string (`scheduled__2026-...`)."""
+def find_run(conn: Connection, run_ref: str, *, namespaces: Iterable[str] | None = None):
+    """A run by numeric id or by run id string (`scheduled__2026-...`). With `namespaces`, only the runs of
+    those namespaces' DAGs are looked at: one of another namespace is not found, and a run id string that
+    other namespaces' DAGs share too is ambiguous only among these (no refusal names another's DAG)."""
     cond = dag_run_t.c.run_id == run_ref
     if str(run_ref).isascii() and str(run_ref).isdigit() and int(run_ref) <= MAX_ROW_ID:
         cond = or_(dag_run_t.c.id == int(run_ref), cond)
-    rows = conn.execute(select(dag_run_t).where(cond).order_by(dag_run_t.c.id)).all()
+    stmt = select(dag_run_t).where(cond).order_by(dag_run_t.c.id)
+    if namespaces is not None:
+        owned = select(dag_t.c.dag_id).where(dag_t.c.namespace.in_(sorted(namespaces)))
+        stmt = stmt.where(dag_run_t.c.dag_id.in_(owned))
+    rows = conn.execute(stmt).all()
     if not rows:
-        raise NotFound(f"unknown run {run_ref!r} (see `dagline runs list`)")
+        where = "" if namespaces is None else f" in namespace {', '.join(sorted(namespaces))}"
+        raise NotFound(f"unknown run {run_ref!r}{where} (see `dagline runs list`)")
     if len(rows) > 1:
         numeric = [r for r in rows if str(r.id) == str(run_ref)]
         if numeric:
