@@ -1,12 +1,12 @@
-"""Every `dagline` command naming a DAG, a run or a backfill by an argument takes `--namespace NS` (issue 26):
-walks the whole command tree, so a new command cannot forget it."""
+"""Every `dagline` command naming a DAG, a run or a backfill by an argument takes `--namespace NS` (issues 26,
+38): walks the whole command tree, so a new command cannot forget it."""
 
 from __future__ import annotations
 
 import click
 
 from dagline.cli import main
-from dagline.cli.base import NAMED_OBJECTS
+from dagline.cli.base import NAMED_DAGS, NAMED_OBJECTS
 
 
 def _commands(group: click.Group, path: tuple[str, ...] = ()):
@@ -19,7 +19,8 @@ def _commands(group: click.Group, path: tuple[str, ...] = ()):
 
 def _naming_commands() -> dict[str, click.Command]:
     return {path: command for path, command in _commands(main)
-            if any(isinstance(p, click.Argument) and p.name in NAMED_OBJECTS for p in command.params)}
+            if any(isinstance(p, click.Argument) and (p.name in NAMED_OBJECTS or p.name in NAMED_DAGS)
+                   for p in command.params)}
 
 
 def test_every_command_naming_a_dag_run_or_backfill_takes_namespace():
@@ -32,6 +33,6 @@ def test_every_command_naming_a_dag_run_or_backfill_takes_namespace():
 
 def test_the_listings_of_backfills_and_signals_and_a_signal_take_namespace():
     commands = dict(_commands(main))
-    for path in ("dags list", "runs list", "backfill list", "signals list", "signals show", "signals send",
+    for path in ("dags apply", "dags list", "runs list", "backfill list", "signals list", "signals show", "signals send",
                  "pools list", "pools delete", "callbacks list", "callbacks redeliver", "db clean"):
         assert any("--namespace" in p.opts for p in commands[path].params), path

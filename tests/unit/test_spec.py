@@ -61,7 +61,7 @@ def test_full_example_loads_with_defaults_and_overrides():
     [loaded] = load_dag_file(SALES)
     dag = loaded.dag
     assert loaded.source_path == str(SALES.resolve())
-    assert dag.dag_id == "sales-daily"
+    assert (dag.dag_id, dag.namespace, dag.name) == ("data/sales-daily", "data", "sales-daily")  # metadata.namespace
     assert dag.timezone == "Europe/Amsterdam"
     assert dag.spec.schedule == "0 2 * * *"
     assert dag.start_date == dt.datetime(2025, 12, 31, 23, 0, tzinfo=UTC)  # naive: Amsterdam midnight
@@ -417,7 +417,7 @@ def test_from_document_checks_a_document_built_directly():
     with pytest.raises(InvalidInput) as caught:
         Dag.from_document(document)
     assert caught.value.field == "spec.tasks[1].upstream"
-    assert caught.value.source == "sales-daily"
+    assert caught.value.source == "data/sales-daily"  # the DAG as namespace/name: its metadata.namespace is data
 
 
 # --- versions -------------------------------------------------------------------------------------
