@@ -366,9 +366,12 @@ def in_namespace(f):
         named = {NAMED_OBJECTS[k]: v for k, v in kwargs.items() if k in NAMED_OBJECTS and v is not None}
         if namespace is not None and named:
             from dagline.store.namespaces import require_in_namespace
+            from dagline.store.runs import find_run
 
             with click.get_current_context().find_object(Context).db().begin() as conn:
                 require_in_namespace(conn, namespace, **named)
+                if "run_ref" in named:  # a run id string other namespaces share too: this namespace's run
+                    kwargs["run_ref"] = str(find_run(conn, named["run_ref"], namespaces=[namespace]).id)
         return f(*args, **kwargs)
 
     return click.option(
