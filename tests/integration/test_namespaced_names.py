@@ -149,3 +149,15 @@ def test_a_reference_with_two_namespaces_is_refused():
         parse_reference("a-team/etl", "team-b", field="DAG_ID")
     assert caught.value.field == "DAG_ID"
     assert parse_reference("etl", None, field="DAG_ID") == ("default", "etl")
+
+
+def test_a_tries_templates_see_its_dags_name_and_namespace(db, tmp_path):
+    (tmp_path / "etl.yaml").write_text(_etl().replace(
+        "spark: {mainApplicationFile: job.py}",
+        'spark: {mainApplicationFile: job.py, arguments: ["{{ namespace }}", "{{ dag_id }}"]}'))
+    (tmp_path / "job.py").write_text("print('hi')\n")
+    cli(db, "dags", "apply", str(tmp_path), "--namespace", A)
+    shown = cli(db, "tasks", "render", "etl", "load", "2026-05-01", "--namespace", A, "--json")
+    rendered = json.loads(shown.stdout)  # a note on stderr says the run is a test run
+    assert rendered["arguments"] == [A, "etl"]
+    assert (rendered["context"]["namespace"], rendered["context"]["dag_id"]) == (A, "etl")
