@@ -23,7 +23,7 @@ def test_apply_list_show_and_json_fields(db, applied):
     rows = json.loads(cli(db, "dags", "list", "--json").output)
     assert list(rows[0]) == ["dag_id", "paused", "schedule", "timezone", "version", "next_run_after", "last_run_state",
                              "import_error", "namespace"]
-    assert rows[0]["namespace"] is None  # a DAG applied from a file belongs to no namespace
+    assert rows[0]["namespace"] == "default"  # a DAG applied from a file without --namespace is default's
     assert rows[0]["next_run_after"] == "2026-03-02T00:00:00+00:00"
     shown = json.loads(cli(db, "dags", "show", "sales", "--json").output)
     assert shown["spec"]["tasks"][1]["upstream"] == ["extract"]

@@ -84,3 +84,26 @@ spec:
     listed = json.loads(cli(old_db, "runs", "list", "a-etl", "--namespace", "a-team", "--json").output)
     assert {(r["dag_id"], r["namespace"]) for r in listed} == {("a-etl", "a-team")} and len(listed) == RUNS
     assert json.loads(cli(old_db, "runs", "list", "a-etl", "--namespace", "team-b", "--json").output) == []
+
+
+def test_downgrading_gives_the_previous_schema_back_while_no_name_is_shared(old_db):
+    from alembic import command
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from dagline.db.engine import migrations_config
+    from tests.helpers.old_release import OLD_REVISION
+
+    with old_db.begin() as conn:
+        before = {t: conn.execute(text(f"SELECT * FROM {t} ORDER BY 1")).all() for t in ("dag", "dag_run", "pool")}
+    upgrade(old_db)
+    cfg = migrations_config(old_db)
+    with old_db.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, OLD_REVISION)
+    with old_db.begin() as conn:
+        after = {t: conn.execute(text(f"SELECT * FROM {t} ORDER BY 1")).all() for t in ("dag", "dag_run", "pool")}
+    assert after == before
+    upgrade(old_db)  # and up again
+    with old_db.engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata) == []

@@ -115,21 +115,17 @@ def emit_json(rows) -> None:
 
 def for_machines(value):
     """JSON as the command contract has it: a DAG's stored key (`a-team/etl`) becomes its `dag_id` (the
-    name) and its `namespace`, in every object at any depth (ADR 92)."""
+    name), and the object gets a `namespace` (last, if it had none), in every object at any depth (ADR 92)."""
     if isinstance(value, list):
         return [for_machines(item) for item in value]
     if not isinstance(value, dict):
         return value
-    out = {}
-    for field, item in value.items():
-        if field == "dag_id" and isinstance(item, str):
-            namespace, name = names.split(item)
-            out["dag_id"] = name
-            out.setdefault("namespace", value.get("namespace") or namespace)
-        elif field == "namespace" and "namespace" in out:
-            continue
-        else:
-            out[field] = for_machines(item)
+    out = {field: for_machines(item) for field, item in value.items()}
+    key = value.get("dag_id")
+    if isinstance(key, str):
+        namespace, out["dag_id"] = names.split(key)
+        if out.get("namespace") is None:
+            out["namespace"] = namespace
     return out
 
 

@@ -15,7 +15,8 @@
 
 On SQLite the column types, NOT NULL and the new check are written into the stored table definitions
 (`PRAGMA writable_schema`, as 0006 did), after the data complies: no table is rebuilt under the
-tables that refer to it.
+tables that refer to it. The downgrade undoes it all where no DAG name is in two namespaces (else it
+refuses, changing nothing: restore the backup taken before the upgrade).
 
 Revision ID: 0013_namespaced_names
 Revises: 0012_history_indexes
@@ -136,5 +137,73 @@ def upgrade() -> None:
     op.create_index('ix_signal_namespace_seq', 'signal', ['namespace', 'seq'])
 
 
+def _unkey_dags(bind) -> None:
+    dag = sa.table('dag', sa.column('dag_id'), sa.column('namespace'))
+    moved = bind.execute(sa.select(dag.c.dag_id, dag.c.namespace).where(dag.c.namespace != DEFAULT)).all()
+    plain = set(bind.execute(sa.select(dag.c.dag_id).where(dag.c.namespace == DEFAULT)).scalars())
+    names = [key.split('/', 1)[1] for key, _ in moved]
+    clashes = sorted({n for n in names if n in plain or names.count(n) > 1})
+    if clashes:
+        raise RuntimeError(f'cannot go back before 0013: DAG name(s) {", ".join(clashes)} exist in several '
+                           'namespaces, which the older schema cannot hold; restore a backup instead')
+    columns = [c['name'] for c in sa.inspect(bind).get_columns('dag')]
+    listed = ', '.join(c for c in columns if c != 'dag_id')
+    for key, _ in moved:
+        name = key.split('/', 1)[1]
+        bind.execute(sa.text(f'INSERT INTO dag (dag_id, {listed}) SELECT :new, {listed} FROM dag WHERE dag_id = :old'),
+                     {'new': name, 'old': key})
+        for table in DAG_KEY_TABLES:
+            t = sa.table(table, sa.column('dag_id'))
+            bind.execute(sa.update(t).where(t.c.dag_id == key).values(dag_id=name))
+        bind.execute(sa.delete(dag).where(dag.c.dag_id == key))
+    # a DAG of a file belonged to no namespace before 0013
+    bind.execute(sa.text("UPDATE dag SET namespace = NULL WHERE namespace = 'default' AND "
+                         "(source_path IS NULL OR source_path NOT LIKE 'k8s://%')"))
+
+
 def downgrade() -> None:
-    raise NotImplementedError('0013 re-keys rows by namespace; restore a backup taken before the upgrade to go back')
+    """Back to names without namespaces, where no name is in two namespaces (else refused, nothing changed)."""
+    bind = op.get_bind()
+    sqlite = bind.dialect.name == 'sqlite'
+    op.drop_index('ix_signal_namespace_seq', table_name='signal')
+    if sqlite:
+        version = bind.exec_driver_sql('PRAGMA schema_version').scalar()
+        bind.exec_driver_sql('PRAGMA writable_schema=ON')
+        _sqlite_definition(bind, 'dag', [
+            ("namespace VARCHAR(63) DEFAULT 'default' NOT NULL, ", 'namespace VARCHAR(63), '),
+            (f', CONSTRAINT ck_dag_key_of_namespace CHECK ({DAG_KEY_CHECK})', '')])
+        bind.exec_driver_sql(f'PRAGMA schema_version={version + 1}')
+        bind.exec_driver_sql('PRAGMA writable_schema=OFF')
+    else:
+        op.drop_constraint(op.f('ck_dag_key_of_namespace'), 'dag', type_='check')
+        op.alter_column('dag', 'namespace', existing_type=sa.String(63), nullable=True, server_default=None)
+    _unkey_dags(bind)
+    op.add_column('signal', sa.Column('namespaces', sa.Text(), nullable=True))
+    signal = sa.table('signal', sa.column('key', sa.String), sa.column('namespace'), sa.column('namespaces'))
+    listener = sa.table('signal_listener', sa.column('key', sa.String))
+    for table in (signal, listener):  # keys lose their namespace (`namespace/key` -> `key`)
+        for key in bind.execute(sa.select(table.c.key).where(table.c.key.like('%/%')).distinct()).scalars().all():
+            bind.execute(sa.update(table).where(table.c.key == key).values(key=key.split('/', 1)[1]))
+    bind.execute(sa.update(signal).where(signal.c.namespace != DEFAULT).values(namespaces=signal.c.namespace))
+    op.drop_column('signal', 'namespace')
+    pool = sa.table('pool', sa.column('name'), sa.column('namespace'))
+    ti = sa.table('task_instance', sa.column('pool'))
+    for key in bind.execute(sa.select(pool.c.name).where(pool.c.namespace.is_not(None))).scalars().all():
+        bind.execute(sa.update(pool).where(pool.c.name == key).values(name=key.split('/', 1)[1]))
+        bind.execute(sa.update(ti).where(ti.c.pool == key).values(pool=key.split('/', 1)[1]))
+    if sqlite:
+        version = bind.exec_driver_sql('PRAGMA schema_version').scalar()
+        bind.exec_driver_sql('PRAGMA writable_schema=ON')
+        for table in ('dag', *DAG_KEY_TABLES):
+            _sqlite_definition(bind, table, [('dag_id VARCHAR(127)', 'dag_id VARCHAR(63)')]
+                               + ([('"key" VARCHAR(264)', '"key" VARCHAR(200)')]
+                                  if table in ('signal_listener',) else []))
+        _sqlite_definition(bind, 'signal', [('"key" VARCHAR(264)', '"key" VARCHAR(200)')])
+        bind.exec_driver_sql(f'PRAGMA schema_version={version + 1}')
+        bind.exec_driver_sql('PRAGMA writable_schema=OFF')
+    else:
+        for table in ('dag', *DAG_KEY_TABLES):
+            op.alter_column(table, 'dag_id', type_=sa.String(63), existing_type=sa.String(127),
+                            existing_nullable=table == 'event')
+        for table in ('signal', 'signal_listener'):
+            op.alter_column(table, 'key', type_=sa.String(200), existing_type=sa.String(264), existing_nullable=False)
