@@ -1,6 +1,6 @@
-"""`--namespace NS` on the CLI (issue 26, docs/adr/0050), on SQLite and PostgreSQL: listings keep that
-namespace's DAGs' objects; a show or an action naming a DAG, run, backfill or signal of another namespace
-(or a file's DAG, which belongs to none) is refused as not found, naming the namespace, and changes nothing."""
+"""`--namespace NS` on the CLI (issues 26 and 38, ADR 50 and 92), on SQLite and PostgreSQL: listings keep
+that namespace's objects; a show or an action naming a DAG, run, backfill, pool or signal of another namespace
+(or `default`'s, where a file's DAG goes) is refused as not found, naming the namespace, and changes nothing."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from dagline.db.models import backfill_t, dag_run_t, dag_t
-from dagline.store.signals import send_signal
+from dagline.domain import names
 from tests.helpers.cli import cli, snapshot
 from tests.helpers.tenancy import apply_team_dags
 
@@ -36,16 +36,16 @@ spec:
 
 @pytest.fixture
 def teams(db, tmp_path):
-    """`a-sales` owned by a-team, `b-sales` by team-b (as their DAG objects apply them), `local` from a
-    file; a manual run, a backfill and a signal of each team."""
+    """`a-sales` of a-team, `b-sales` of team-b, `local` from a file (in `default`); a manual run, a
+    backfill and a signal of each team."""
     runs = apply_team_dags(db, tmp_path, _dag, now=NOW)
-    for name in ("a-sales", "b-sales"):
-        cli(db, "backfill", "create", name, "--start", "2026-04-01", "--end", "2026-04-02",
+    for name, team in (("a-sales", A), ("b-sales", B)):
+        cli(db, "backfill", "create", name, "--namespace", team, "--start", "2026-04-01", "--end", "2026-04-02",
             "--now", NOW.isoformat())
     with db.begin() as conn:
-        backfills = dict(conn.execute(select(backfill_t.c.dag_id, backfill_t.c.id)).all())
-        seqs = {team: send_signal(conn, f"orders.{team}", {"n": 1}, source="test", now=NOW, namespaces=[team])[0]
-                for team in (A, B)}
+        backfills = {names.name_of(key): id_ for key, id_ in conn.execute(select(backfill_t.c.dag_id, backfill_t.c.id))}
+    seqs = {team: json.loads(cli(db, "signals", "send", f"orders.{team}", "--value", '{"n": 1}', "--namespace", team,
+                                 "--now", NOW.isoformat(), "--json").stdout)["seq"] for team in (A, B)}
     return {"runs": runs, "backfills": backfills, "seqs": seqs}
 
 
@@ -66,13 +66,13 @@ def test_shows_and_actions_of_the_namespaces_own_objects_work(db, teams):
     a_run, a_backfill = teams["runs"]["a-sales"], teams["backfills"]["a-sales"]
     shown = _json(db, "dags", "show", "a-sales", "--namespace", A)
     assert (shown["dag_id"], shown["namespace"]) == ("a-sales", A)
-    assert _json(db, "dags", "show", "local")["namespace"] is None
+    assert _json(db, "dags", "show", "local")["namespace"] == "default"
     assert _json(db, "runs", "show", str(a_run.id), "--namespace", A)["dag_id"] == "a-sales"
     assert _json(db, "backfill", "show", str(a_backfill), "--namespace", A)["dag_id"] == "a-sales"
     assert _json(db, "signals", "show", str(teams["seqs"][A]), "--namespace", A)["key"] == f"orders.{A}"
     cli(db, "dags", "pause", "a-sales", "--namespace", A)
     with db.begin() as conn:
-        assert conn.execute(select(dag_t.c.is_paused).where(dag_t.c.dag_id == "a-sales")).scalar_one() is True
+        assert conn.execute(select(dag_t.c.is_paused).where(dag_t.c.dag_id == f"{A}/a-sales")).scalar_one() is True
 
 
 def _state(db) -> dict:
@@ -112,11 +112,13 @@ def test_a_bad_namespace_is_refused_as_invalid_input(db, teams):
 
 
 def test_pools_list_keeps_what_the_namespaces_dags_may_use_and_delete_refuses_another_owners_pool(db, teams):
-    for name, owner in (("a-pool", A), ("b-pool", B), ("shared", None)):
+    for name, owner in (("a-pool", A), ("b-pool", B), ("shared", None), ("spark", A), ("spark", B)):
         cli(db, "pools", "set", name, "2", *(("--namespace", owner) if owner else ()))
     listed = {r["name"]: r["namespace"] for r in _json(db, "pools", "list", "--namespace", A)}
-    assert listed["a-pool"] == A and listed["shared"] is None
+    assert listed["a-pool"] == A and listed["shared"] is None and listed["spark"] == A
     assert "b-pool" not in listed
+    assert sorted((r["namespace"] or "", r["name"]) for r in _json(db, "pools", "list") if r["name"] == "spark") == [
+        (A, "spark"), (B, "spark")]  # two namespaces' pools of one name
     before = snapshot(db)
     for name in ("b-pool", "shared"):
         result = cli(db, "pools", "delete", name, "--namespace", A, expect=1)
@@ -124,6 +126,7 @@ def test_pools_list_keeps_what_the_namespaces_dags_may_use_and_delete_refuses_an
     assert snapshot(db) == before
     cli(db, "pools", "delete", "a-pool", "--namespace", A)
     assert "a-pool" not in {r["name"] for r in _json(db, "pools", "list")}
+    assert {r["namespace"] for r in _json(db, "pools", "list") if r["name"] == "spark"} == {A, B}
 
 
 def test_db_clean_with_namespace_checks_the_dag_and_needs_dag(db, teams):
@@ -141,9 +144,9 @@ def test_callbacks_list_and_redeliver_keep_to_the_namespaces_dags(db, teams):
     from dagline.db.models import callback_outbox_t
 
     with db.begin() as conn:
-        for dag_id in ("a-sales", "b-sales"):
+        for dag_id, team in (("a-sales", A), ("b-sales", B)):
             conn.execute(callback_outbox_t.insert().values(
-                delivery_id=f"d-{dag_id}", channel="log", event="failed", dag_id=dag_id,
+                delivery_id=f"d-{dag_id}", channel="log", event="failed", dag_id=names.qualify(team, dag_id),
                 dag_run_id=teams["runs"][dag_id].id, target={}, payload={}, state="failed", attempts=3,
                 next_attempt_at=NOW, created_at=NOW))
     assert [r["dag_id"] for r in _json(db, "callbacks", "list", "--namespace", A)] == ["a-sales"]
@@ -162,10 +165,10 @@ def test_runs_tasks_and_backfills_json_name_the_dags_namespace_last(db, teams):
     a_run, local_run = teams["runs"]["a-sales"], teams["runs"]["local"]
     shown = _json(db, "runs", "show", str(a_run.id))
     assert list(shown)[-1] == "namespace" and shown["namespace"] == A
-    assert _json(db, "runs", "show", str(local_run.id))["namespace"] is None
+    assert _json(db, "runs", "show", str(local_run.id))["namespace"] == "default"
     [task] = _json(db, "tasks", "list", str(a_run.id))
     assert list(task)[-1] == "namespace" and task["namespace"] == A
-    assert [t["namespace"] for t in _json(db, "tasks", "list", str(local_run.id))] == [None]
+    assert [t["namespace"] for t in _json(db, "tasks", "list", str(local_run.id))] == ["default"]
     backfill = _json(db, "backfill", "show", str(teams["backfills"]["b-sales"]))
     assert list(backfill)[-1] == "namespace" and backfill["namespace"] == B
     listed = _json(db, "backfill", "list")

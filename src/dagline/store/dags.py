@@ -352,9 +352,11 @@ def require_dag(conn: Connection, dag_id: str, *, active: bool = True):
     """The DAG row, or a clear error naming the DAG."""
     row = conn.execute(select(dag_t).where(dag_t.c.dag_id == dag_id)).first()
     if row is None:
+        namespace, name = names.split(dag_id)
         known = conn.execute(select(func.count()).select_from(dag_t)).scalar_one()
-        hint = " (no DAGs applied yet: `dagline dags apply PATH`)" if not known else " (see `dagline dags list`)"
-        raise NotFound(f"unknown DAG {dag_id!r}{hint}")
+        hint = (" (no DAGs applied yet: `dagline dags apply PATH`)" if not known
+                else f" (see `dagline dags list --namespace {namespace}`)")
+        raise NotFound(f"unknown DAG {name!r} in namespace {namespace!r}{hint}")
     if active and not row.is_active:
         raise OperationFailed(f"DAG {dag_id!r} was deleted (inactive); apply its spec again to restore it")
     return row
