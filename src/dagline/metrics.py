@@ -179,7 +179,7 @@ class DatabaseFigures:
 
     runs: Mapping[str, int]
     task_instances: Mapping[str, int]
-    pools: Mapping[str, tuple[int, int]]  # name -> (slots, used)
+    pools: Mapping[tuple[str | None, str], tuple[int, int]]  # (namespace or None, name) -> (slots, used)
     backfills: Mapping[str, int]          # backfill state -> count
     backfill_runs: Mapping[str, int]      # run state -> count, runs of running backfills
 
@@ -218,15 +218,19 @@ class DatabaseCollector:
                         figures.backfills)
         yield _by_state("dagline_backfill_runs", "Runs of running backfills, by run state (backfill progress).",
                         self.backfill_run_states, figures.backfill_runs)
-        total = GaugeMetricFamily("dagline_pool_slots", "Slots of each pool.", labels=["pool"])
+        # a pool is named within its namespace, empty for the platform's pools (ADR 92); not `namespace`,
+        # which Prometheus sets to the scraped pod's namespace (the dashboard filters on it)
+        labels = ["pool", "pool_namespace"]
+        total = GaugeMetricFamily("dagline_pool_slots", "Slots of each pool.", labels=labels)
         used = GaugeMetricFamily("dagline_pool_slots_used", "Slots held by queued and running tries, by pool.",
-                                 labels=["pool"])
+                                 labels=labels)
         free = GaugeMetricFamily("dagline_pool_slots_free", "Slots free, by pool (negative if over-committed after "
-                                 "the pool shrank).", labels=["pool"])
-        for name, (slots, held) in sorted(figures.pools.items()):
-            total.add_metric([name], slots)
-            used.add_metric([name], held)
-            free.add_metric([name], slots - held)
+                                 "the pool shrank).", labels=labels)
+        for (namespace, name), (slots, held) in sorted(figures.pools.items(), key=lambda item: (item[0][0] or "",
+                                                                                            item[0][1])):
+            total.add_metric([name, namespace or ""], slots)
+            used.add_metric([name, namespace or ""], held)
+            free.add_metric([name, namespace or ""], slots - held)
         yield total
         yield used
         yield free

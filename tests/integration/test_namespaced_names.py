@@ -161,3 +161,17 @@ def test_a_tries_templates_see_its_dags_name_and_namespace(db, tmp_path):
     rendered = json.loads(shown.stdout)  # a note on stderr says the run is a test run
     assert rendered["arguments"] == [A, "etl"]
     assert (rendered["context"]["namespace"], rendered["context"]["dag_id"]) == (A, "etl")
+
+
+def test_pool_gauges_name_a_namespaces_pool_within_its_namespace(db):
+    from dagline import metrics
+    from dagline.store.read_models import metric_figures
+
+    for args in (("spark", "3", "--namespace", A), ("spark", "5", "--namespace", B), ("spark", "7")):
+        cli(db, "pools", "set", *args)
+    with db.begin() as conn:
+        figures = metric_figures(conn)
+    collector = metrics.DatabaseCollector(lambda: figures, run_states=(), ti_states=(), backfill_states=())
+    [slots] = [family for family in collector.collect() if family.name == "dagline_pool_slots"]
+    found = {(s.labels["pool_namespace"], s.labels["pool"]): s.value for s in slots.samples}
+    assert {k: v for k, v in found.items() if k[1] == "spark"} == {(A, "spark"): 3, (B, "spark"): 5, ("", "spark"): 7}

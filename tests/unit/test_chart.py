@@ -676,7 +676,7 @@ def _exported_metric_names() -> set[str]:
             class stats:
                 syncs = failed_syncs = status_patches = dagruns_created = dagruns_deleted = 0
 
-    figures = metrics.DatabaseFigures(runs={}, task_instances={}, pools={"default": (128, 0)}, backfills={},
+    figures = metrics.DatabaseFigures(runs={}, task_instances={}, pools={(None, "default"): (128, 0)}, backfills={},
                                       backfill_runs={})
     database = metrics.DatabaseCollector(lambda: figures, run_states=("success",), ti_states=("success",),
                                          backfill_states=("running",))

@@ -313,8 +313,7 @@ def pools_set(obj: Context, name, slots, description, namespace, now):
     from dagline.store.pools import set_pool
 
     owner = {} if namespace is None else {"namespace": namespace}
-    action = set_pool(obj.db(), names.pool_key(namespace, name), slots, now=make_clock(now).now(),
-                      description=description, **owner)
+    action = set_pool(obj.db(), name, slots, now=make_clock(now).now(), description=description, **owner)
     click.echo(f"pool {name}: {action} ({counted(slots, 'slot')})" + (f", namespace {namespace}" if namespace else ""))
 
 

@@ -8,6 +8,7 @@ from sqlalchemy.engine import Connection
 
 from dagline.db.engine import Database
 from dagline.db.models import RUN_STATES, TI_STATES, backfill_t, dag_run_t, dag_t, dag_version_t, event_t, pool_t, ti_t
+from dagline.domain import names
 from dagline.domain.states import BackfillState, RunState, RunType, TIState
 from dagline.metrics import DatabaseCollector, DatabaseFigures
 from dagline.store.timeline import on_timeline
@@ -374,7 +375,8 @@ def metric_figures(conn: Connection) -> DatabaseFigures:
                    .scalars())
     backfill_runs = dict(conn.execute(_BACKFILL_RUNS_SQLITE if conn.dialect.name == "sqlite" else _BACKFILL_RUNS,
                                       {"ids": running}).all()) if running else {}
-    pools = {name: (slots, used.get(name, 0)) for name, slots in conn.execute(select(pool_t.c.name, pool_t.c.slots))}
+    pools = {names.split_pool(key): (slots, used.get(key, 0))
+             for key, slots in conn.execute(select(pool_t.c.name, pool_t.c.slots))}
     return DatabaseFigures(runs=runs, task_instances=tis, pools=pools, backfills=backfills,
                            backfill_runs=backfill_runs)
 
