@@ -175,3 +175,18 @@ def test_pool_gauges_name_a_namespaces_pool_within_its_namespace(db):
     [slots] = [family for family in collector.collect() if family.name == "dagline_pool_slots"]
     found = {(s.labels["pool_namespace"], s.labels["pool"]): s.value for s in slots.samples}
     assert {k: v for k, v in found.items() if k[1] == "spark"} == {(A, "spark"): 3, (B, "spark"): 5, ("", "spark"): 7}
+
+
+def test_a_request_id_names_one_request_within_its_namespace(two_teams):
+    """Two namespaces may use one backfill request id: neither answers for the other (no other namespace's
+    DAG or backfill named, no conflict), and within one namespace it stays idempotent."""
+    db = two_teams
+    for team in (A, B):
+        cli(db, "dags", "unpause", "etl", "--namespace", team)
+    args = ("--start", "2026-05-01", "--end", "2026-05-01", "--request-id", "nightly-fix", "--now", NOW)
+    cli(db, "backfill", "create", "etl", "--namespace", A, *args)
+    other = cli(db, "backfill", "create", "etl", "--namespace", B, "--reprocess", "completed", *args)
+    assert A not in other.output
+    cli(db, "backfill", "create", "etl", "--namespace", A, *args)  # the same request again: no second backfill
+    listed = _json(db, "backfill", "list")
+    assert sorted((b["namespace"], b["request_id"]) for b in listed) == [(A, "nightly-fix"), (B, "nightly-fix")]

@@ -194,7 +194,8 @@ class Backfill(Base):
 
     id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
     dag_id: Mapped[str] = mapped_column(DagKey, ForeignKey("dag.dag_id"), nullable=False)
-    request_id: Mapped[str | None] = mapped_column(String(256), unique=True)
+    # `<namespace>/<request id>`: a request id names one request within its DAG's namespace (ADR 92)
+    request_id: Mapped[str | None] = mapped_column(String(320), unique=True)
     from_date: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     to_date: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     reprocess: Mapped[str] = mapped_column(String(16), nullable=False, default=Reprocess.NONE)

@@ -256,12 +256,12 @@ class StatusSync:
 
     def _backfills(self) -> None:
         objects = [o for o in self.cache.objects("backfills") if not _deleting(o)]
-        uids = [_meta(o)["uid"] for o in objects]
+        requests = [(_meta(o).get("namespace") or "default", _meta(o)["uid"]) for o in objects]
         with self.db.begin() as conn:
-            rows = backfills_by_request_id(conn, uids)
+            rows = backfills_by_request_id(conn, requests)
             counts = backfill_run_counts(conn, [r.id for r in rows.values()])
-        for body in objects:
-            row = rows.get(_meta(body)["uid"])
+        for body, request in zip(objects, requests, strict=True):
+            row = rows.get(request)
             if row is not None:
                 self._patch("backfills", body, backfills.progress(row, counts.get(row.id, {})))
             elif reason_of(body.get("status")) == backfills.WAITING_FOR_DAG:

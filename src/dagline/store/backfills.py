@@ -21,6 +21,7 @@ from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t
 from dagline.db.transitions import fail_queued_runs, record_events
+from dagline.domain import names
 from dagline.domain.states import BackfillState, Reprocess, RunState, RunType
 from dagline.domain.timetable import DataInterval, Timetable
 from dagline.errors import InvalidInput, NotFound, OperationFailed
@@ -174,9 +175,10 @@ def create_backfill(
     cache = DagCache()
     request = {"dag": dag_id, "--start": start, "--end": end, "--reprocess": reprocess,
                "--max-active-runs": max_active_runs, "--run-backwards": run_backwards, "--conf": conf or {}}
+    scoped = None if request_id is None else scoped_request_id(names.namespace_of(dag_id), request_id)
     with db.begin() as conn:
         if request_id is not None:
-            seen = find_backfill(conn, request_id)
+            seen = find_backfill(conn, scoped)
             if seen is not None:
                 _refuse_other_arguments(conn, seen, request)
                 return BackfillResult(seen.id, _plan_of_existing(conn, seen), created=False)
@@ -185,7 +187,7 @@ def create_backfill(
         if request_id is not None:
             # Look again holding the DAG lock: a concurrent request with this id (another replica
             # handling the same Backfill object) that held the lock first has committed by now.
-            seen = find_backfill(conn, request_id)
+            seen = find_backfill(conn, scoped)
             if seen is not None:
                 _refuse_other_arguments(conn, seen, request)
                 return BackfillResult(seen.id, _plan_of_existing(conn, seen), created=False)
@@ -209,7 +211,7 @@ def create_backfill(
         if dry_run:
             return BackfillResult(None, plan, created=False)
         backfill_id = conn.execute(insert(backfill_t).values(
-            dag_id=dag_id, request_id=request_id, from_date=start, to_date=end, reprocess=reprocess,
+            dag_id=dag_id, request_id=scoped, from_date=start, to_date=end, reprocess=reprocess,
             max_active_runs=max_active_runs, run_backwards=run_backwards, state=BackfillState.RUNNING, is_paused=paused,
             total=len(plan.to_run), skipped_existing=plan.count("keep_existing") + plan.count("keep_active"),
             overridden=plan.count("replace"), created_at=now,
@@ -241,8 +243,9 @@ def _refuse_other_arguments(conn: Connection, backfill, request: dict) -> None:
     differences = [f"{name} {_say(request[name])}, not {_say(value)}"
                    for name, value in stored.items() if request[name] != value]
     if differences:
-        raise InvalidInput(f"request id {backfill.request_id!r} was used by backfill {backfill.id} with other "
-                           f"arguments ({'; '.join(differences)}): a request id names one request; use a new one",
+        raise InvalidInput(f"request id {request_id_of(backfill.request_id)!r} was used by backfill {backfill.id} "
+                           f"with other arguments ({'; '.join(differences)}): a request id names one request; "
+                           "use a new one",
                            field="--request-id")
 
 
@@ -291,9 +294,20 @@ def backfill_row(conn: Connection, backfill_id: int):
     return conn.execute(select(backfill_t).where(backfill_t.c.id == backfill_id)).first()
 
 
-def find_backfill(conn: Connection, request_id: str):
-    """The backfill created for this request id (e.g. a Backfill object's uid), or None."""
-    return conn.execute(select(backfill_t).where(backfill_t.c.request_id == request_id)).first()
+def scoped_request_id(namespace: str, request_id: str) -> str:
+    """How a request id is stored: within its DAG's namespace (`<namespace>/<request id>`), so that one
+    namespace's request ids never answer for another's (ADR 92)."""
+    return f"{namespace}/{request_id}"
+
+
+def request_id_of(stored: str | None) -> str | None:
+    """The request id as its requester gave it (the stored one without its namespace)."""
+    return None if stored is None else stored.split("/", 1)[1]
+
+
+def find_backfill(conn: Connection, scoped: str):
+    """The backfill created for this scoped request id (`scoped_request_id`), or None."""
+    return conn.execute(select(backfill_t).where(backfill_t.c.request_id == scoped)).first()
 
 
 def set_backfill_paused(db: Database, backfill_id: int, paused: bool, *, now: dt.datetime, who: str = "cli") -> bool:
@@ -323,6 +337,9 @@ def complete_finished_backfills(conn: Connection, *, now: dt.datetime) -> list:
     ).all()
 
 
-def backfills_by_request_id(conn: Connection, request_ids: list[str]) -> dict[str, Any]:
-    """request id -> every column of the backfill created for it, for those of `request_ids` created."""
-    return {r.request_id: r for r in conn.execute(select(backfill_t).where(backfill_t.c.request_id.in_(request_ids)))}
+def backfills_by_request_id(conn: Connection, requests: list[tuple[str, str]]) -> dict[tuple[str, str], Any]:
+    """(namespace, request id) -> every column of the backfill created for it, for those of `requests`
+    (e.g. Backfill objects' namespaces and uids) created."""
+    wanted = {scoped_request_id(namespace, request_id): (namespace, request_id) for namespace, request_id in requests}
+    rows = conn.execute(select(backfill_t).where(backfill_t.c.request_id.in_(list(wanted))))
+    return {wanted[r.request_id]: r for r in rows}

@@ -11,6 +11,7 @@ from dagline.db.models import RUN_STATES, TI_STATES, backfill_t, dag_run_t, dag_
 from dagline.domain import names
 from dagline.domain.states import BackfillState, RunState, RunType, TIState
 from dagline.metrics import DatabaseCollector, DatabaseFigures
+from dagline.store.backfills import request_id_of
 from dagline.store.timeline import on_timeline
 from dagline.times import isoformat
 
@@ -215,7 +216,7 @@ def backfill_dict(conn: Connection, b, counts: dict[str, int] | None = None) -> 
         "state": b.state, "total": b.total,
         "queued": counts.get(RunState.QUEUED, 0), "running": counts.get(RunState.RUNNING, 0),
         "succeeded": counts.get(RunState.SUCCESS, 0), "failed": counts.get(RunState.FAILED, 0),
-        "skipped_existing": b.skipped_existing, "overridden": b.overridden, "request_id": b.request_id,
+        "skipped_existing": b.skipped_existing, "overridden": b.overridden, "request_id": request_id_of(b.request_id),
         "created_at": isoformat(b.created_at), "completed_at": isoformat(b.completed_at),
     }
 

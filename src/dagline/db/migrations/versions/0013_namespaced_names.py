@@ -11,7 +11,8 @@
   one namespace is that namespace's; one sent by an unlimited sender, or within several, `default`'s
   (the first of several, as before they reached all of them); keys are re-keyed as DAGs are, and so
   are the listeners of other namespaces' DAGs;
-- a namespace's pool is re-keyed `namespace/name`, and its namespace's task instances with it.
+- a namespace's pool is re-keyed `namespace/name`, and its namespace's task instances with it;
+- a backfill's request id is stored `namespace/<request id>` (widened to 320): unique per namespace.
 
 On SQLite the column types, NOT NULL and the new check are written into the stored table definitions
 (`PRAGMA writable_schema`, as 0006 did), after the data complies: no table is rebuilt under the
@@ -64,6 +65,7 @@ def _widen_and_tighten_sqlite(bind) -> None:
          f'CONSTRAINT pk_dag PRIMARY KEY (dag_id), CONSTRAINT ck_dag_key_of_namespace CHECK ({DAG_KEY_CHECK})'),
     ])
     _sqlite_definition(bind, 'signal', [('"key" VARCHAR(200)', '"key" VARCHAR(264)')])
+    _sqlite_definition(bind, 'backfill', [('request_id VARCHAR(256)', 'request_id VARCHAR(320)')])
     bind.exec_driver_sql(f'PRAGMA schema_version={version + 1}')
     bind.exec_driver_sql('PRAGMA writable_schema=OFF')
 
@@ -114,10 +116,25 @@ def _rekey_pools(bind) -> None:
         bind.execute(sa.update(ti).where(ti.c.pool == name, ti.c.dag_id.in_(owned)).values(pool=new))
 
 
+def _scope_request_ids(bind, *, add: bool) -> None:
+    """Backfill request ids with (`add`) or without their DAG's namespace in front."""
+    backfill = sa.table('backfill', sa.column('request_id', sa.String), sa.column('dag_id'))
+    dag = sa.table('dag', sa.column('dag_id'), sa.column('namespace'))
+    for namespace in bind.execute(sa.select(dag.c.namespace).distinct()).scalars().all():
+        owned = backfill.c.dag_id.in_(sa.select(dag.c.dag_id).where(dag.c.namespace == namespace))
+        prefix = f'{namespace or DEFAULT}/'
+        if add:
+            value = sa.literal(prefix, sa.String) + backfill.c.request_id
+        else:
+            value = sa.func.substr(backfill.c.request_id, len(prefix) + 1)
+        bind.execute(sa.update(backfill).where(owned, backfill.c.request_id.is_not(None)).values(request_id=value))
+
+
 def upgrade() -> None:
     bind = op.get_bind()
     sqlite = bind.dialect.name == 'sqlite'
     if not sqlite:
+        op.alter_column('backfill', 'request_id', type_=sa.String(320), existing_type=sa.String(256))
         for table in ('dag', *DAG_KEY_TABLES):
             op.alter_column(table, 'dag_id', type_=sa.String(127), existing_type=sa.String(63),
                             existing_nullable=table == 'event')
@@ -127,6 +144,7 @@ def upgrade() -> None:
     _rekey_dags(bind)
     _rekey_signals(bind)
     _rekey_pools(bind)
+    _scope_request_ids(bind, add=True)
     if sqlite:
         _widen_and_tighten_sqlite(bind)
         bind.exec_driver_sql('ALTER TABLE signal DROP COLUMN namespaces')
@@ -177,6 +195,7 @@ def downgrade() -> None:
     else:
         op.drop_constraint(op.f('ck_dag_key_of_namespace'), 'dag', type_='check')
         op.alter_column('dag', 'namespace', existing_type=sa.String(63), nullable=True, server_default=None)
+    _scope_request_ids(bind, add=False)
     _unkey_dags(bind)
     op.add_column('signal', sa.Column('namespaces', sa.Text(), nullable=True))
     signal = sa.table('signal', sa.column('key', sa.String), sa.column('namespace'), sa.column('namespaces'))
@@ -199,6 +218,7 @@ def downgrade() -> None:
                                + ([('"key" VARCHAR(264)', '"key" VARCHAR(200)')]
                                   if table in ('signal_listener',) else []))
         _sqlite_definition(bind, 'signal', [('"key" VARCHAR(264)', '"key" VARCHAR(200)')])
+        _sqlite_definition(bind, 'backfill', [('request_id VARCHAR(320)', 'request_id VARCHAR(256)')])
         bind.exec_driver_sql(f'PRAGMA schema_version={version + 1}')
         bind.exec_driver_sql('PRAGMA writable_schema=OFF')
     else:
@@ -207,3 +227,4 @@ def downgrade() -> None:
                             existing_nullable=table == 'event')
         for table in ('signal', 'signal_listener'):
             op.alter_column(table, 'key', type_=sa.String(200), existing_type=sa.String(264), existing_nullable=False)
+        op.alter_column('backfill', 'request_id', type_=sa.String(256), existing_type=sa.String(320))
