@@ -1,7 +1,8 @@
 """`/api/v1/signals`: sending signals (one or a batch) and reading the signal log.
 
 POST takes one object `{"key": ..., "value": ..., "id": ..., "namespace": ...}` or a list of them
-(`value` defaults to null, `id` is the sender's idempotency key, `namespace` the namespace it is sent in). The whole request is checked first (size, JSON, every
+(`value` defaults to null, `id` is the sender's idempotency key, `namespace` the namespace it is sent
+in). The whole request is checked first (size, JSON, every
 field of every signal); then, in one transaction, the token is checked and every signal stored
 (`signal_batches.send_signals`: the rules of `signal_store.send_signal`, in a few statements); the
 answer is sent only after the commit, so a signal answered is a signal stored. A batch is all or

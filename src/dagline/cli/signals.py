@@ -134,8 +134,8 @@ def signals_show(obj: Context, seq, namespace, as_json):
     click.echo(f"value: {json.dumps(row['value'])}")
     if row["actions"]:
         click.echo("actions:")
-        print_table(for_people(row["actions"], "UTC"), ["rule", "namespace", "dag_id", "run_id", "task_id", "action", "status",
-                                                        "try_number", "decided_at", "detail"])
+        print_table(for_people(row["actions"], "UTC"), ["rule", "namespace", "dag_id", "run_id", "task_id", "action",
+                                                        "status", "try_number", "decided_at", "detail"])
     else:
         click.echo(f"actions: none ({row['why_nothing']})")
 
@@ -168,7 +168,8 @@ def _short(value) -> str:
 def _summary(row) -> str:
     if not row["actions"]:
         return f"({row['why_nothing']})"
-    return ", ".join(f"{a['action']} {qualify(a['namespace'], a['dag_id'])}/{a['run_id']}" + (f"/{a['task_id']}" if a["task_id"] else "")
+    return ", ".join(f"{a['action']} {qualify(a['namespace'], a['dag_id'])}/{a['run_id']}"
+                     + (f"/{a['task_id']}" if a["task_id"] else "")
                      + (f" try {a['try_number']}" if a["try_number"] else "") + f" [{a['status']}]"
                      for a in row["actions"])
 

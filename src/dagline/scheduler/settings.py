@@ -13,7 +13,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from dagline.domain.signal_exports import NO_EXPORTS, VARIABLE as EXPORTS_VARIABLE, SignalExports, parse_exports
+from dagline.domain.signal_exports import NO_EXPORTS, SignalExports, parse_exports
+from dagline.domain.signal_exports import VARIABLE as EXPORTS_VARIABLE
 from dagline.errors import InvalidInput
 from dagline.limits import MAX_SETTING_COUNT, MAX_SETTING_SECONDS, TEMPLATE_TIME_BUDGET_S
 

@@ -101,6 +101,7 @@ _INSERT = insert(signal_t).returning(signal_t.c.seq, sort_by_parameter_order=Tru
 def _conflict(seq: int | None, pair: tuple[str, str], index: int) -> SignalConflict:
     error = SignalConflict(seq or 0, names.name_of(pair[0]), pair[1])
     if seq is None:
-        error.args = (f"signal {names.name_of(pair[0])!r} with id {pair[1]!r} appears twice in this batch with different values",)
+        error.args = (f"signal {names.name_of(pair[0])!r} with id {pair[1]!r} appears twice in this batch with "
+                      "different values",)
     error.index = index
     return error

@@ -100,7 +100,8 @@ def _action_dict(a) -> dict:
 
 def _signal_dict(s, actions: list[dict], why: str | None) -> dict:
     return {
-        "seq": s.seq, "key": names.name_of(s.key), "namespace": s.namespace, "value": json.loads(s.value), "id": s.sender_id, "source": s.source,
+        "seq": s.seq, "key": names.name_of(s.key), "namespace": s.namespace, "value": json.loads(s.value),
+        "id": s.sender_id, "source": s.source,
         "sent_at": isoformat(s.sent_at), "handled_at": isoformat(s.handled_at), "actions": actions,
         **({"why_nothing": why} if why else {}),
     }
@@ -149,7 +150,8 @@ def _of_key(key: str, namespaces: Iterable[str] | None):
 def _key_starts(prefix: str):
     """The condition: a signal whose bare key starts with `prefix` (a key holds one '/' at most: the
     one after its namespace)."""
-    return or_(and_(signal_t.c.namespace == names.DEFAULT_NAMESPACE, signal_t.c.key.startswith(prefix, autoescape=True)),
+    return or_(and_(signal_t.c.namespace == names.DEFAULT_NAMESPACE,
+                    signal_t.c.key.startswith(prefix, autoescape=True)),
                and_(signal_t.c.namespace != names.DEFAULT_NAMESPACE,
                     signal_t.c.key.contains(names.SEPARATOR + prefix, autoescape=True)))
 

@@ -26,8 +26,8 @@ from fastapi.responses import RedirectResponse
 from starlette.concurrency import run_in_threadpool
 
 from dagline.domain.input_values import read_integer, read_text
-from dagline.domain.names import qualify
 from dagline.domain.json_values import path, read_json_object
+from dagline.domain.names import qualify
 from dagline.domain.signal_keys import parse_value, validate_key, validate_sender_id
 from dagline.domain.states import Reprocess, RunState, TIState
 from dagline.errors import InvalidInput, OperationFailed
