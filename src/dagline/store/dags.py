@@ -24,8 +24,8 @@ from dagline.db.claims import lock_dag
 from dagline.db.engine import Database
 from dagline.db.models import backfill_t, dag_run_t, dag_t, dag_version_t, pool_t, signal_listener_t
 from dagline.db.transitions import fail_queued_runs, record_events
-from dagline.domain import names
 from dagline.domain.deps import pool_too_small
+from dagline.domain import names
 from dagline.domain.signal_keys import listened_key, parse_task_state_key, split_rule_key
 from dagline.domain.signal_rules import rule_name
 from dagline.domain.states import BackfillState, RunState, SignalAction
