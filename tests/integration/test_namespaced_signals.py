@@ -16,7 +16,7 @@ from sqlalchemy import select
 from dagline.api import ApiSettings, create_app
 from dagline.clock import FixedClock
 from dagline.db.models import dag_run_t, signal_t
-from dagline.domain.signal_exports import parse_exports
+from dagline.domain.signal_exports import parse_exports, unexported_warning
 from dagline.errors import InvalidInput
 from dagline.executors.noop import NoopExecutor
 from dagline.scheduler.loop import Scheduler
@@ -32,7 +32,7 @@ NOW = dt.datetime(2026, 11, 28, tzinfo=dt.timezone.utc)
 A, B = "a-team", "team-b"
 
 
-def _dag(name: str, namespace: str, triggers: list[str], *, task: str = "load") -> str:
+def _dag(name: str, namespace: str, triggers: list[str], *, task: str = "load", arguments=()) -> str:
     return f"""
 apiVersion: dagline.io/v1alpha1
 kind: DAG
@@ -43,7 +43,7 @@ spec:
   triggers: {json.dumps([{"signal": key} for key in triggers])}
   tasks:
     - id: {task}
-      spark: {{mainApplicationFile: {task}.py}}
+      spark: {{mainApplicationFile: {task}.py, arguments: {json.dumps(list(arguments))}}}
 """
 
 
@@ -119,16 +119,29 @@ def test_the_same_key_and_id_in_two_namespaces_are_two_signals_and_no_value_orac
     assert _signal_runs(db, "team-b/etl") == [f"signal__{right.json()['seq']}"]  # team-b's own signal, not a-team's
 
 
+class Recording(NoopExecutor):
+    def __init__(self, clock):
+        super().__init__(parallelism=64, clock=clock)
+        self.arguments = []
+
+    def launch(self, launches):
+        self.arguments += [launch.job.arguments for launch in launches]
+        super().launch(launches)
+
+
 def test_a_dag_hears_its_own_namespaces_key_and_task_states_not_another_namespaces(db, tmp_path):
-    _apply(db, tmp_path, _dag("etl", A, ["orders.ready"]), _dag("etl", B, ["orders.ready"]),
+    templated = ["{{ signal.key }}", "{{ signal.namespace }}"]  # what its try's templates see
+    _apply(db, tmp_path, _dag("etl", A, ["orders.ready"], arguments=templated), _dag("etl", B, ["orders.ready"]),
            _dag("watch", A, ["dagline.task.etl.load.success"], task="look"),
            _dag("watch", B, ["dagline.task.etl.load.success"], task="look"))
     sent = cli(db, "signals", "send", "orders.ready", "--namespace", A, "--now", NOW.isoformat(), "--json")
     assert json.loads(sent.stdout)["namespace"] == A
     assert json.loads(sent.stdout)["listeners"] == [
         {"dag_id": "etl", "namespace": A, "rule": "spec.triggers[0]", "task_id": None, "action": "trigger"}]
-    _schedule(db)
+    executor = Recording(FixedClock(NOW))
+    _schedule(db, executor=executor)
     assert len(_signal_runs(db, "a-team/etl")) == 1
+    assert ("orders.ready", A) in executor.arguments  # the bare key and its namespace
     assert _signal_runs(db, "team-b/etl") == []  # the same key in another namespace: not heard
     # a-team's etl succeeded: its task signal is a-team's, heard by a-team's watch only
     with db.begin() as conn:
@@ -249,6 +262,9 @@ def test_signal_exports_are_parsed_once_and_a_fault_names_the_variable(monkeypat
         with pytest.raises(InvalidInput) as refused:
             SchedulerSettings.from_env()
         assert refused.value.field == "DAGLINE_SIGNAL_EXPORTS", bad
+    assert unexported_warning(B, "a-team/stock.low", exports) is None  # exported to every namespace
+    assert unexported_warning(B, "orders.ready", exports) is None  # its own namespace's key
+    assert "does not export 'orders.ready' to 'team-z'" in unexported_warning("team-z", "a-team/orders.ready", exports)
     monkeypatch.setenv("DAGLINE_SIGNAL_EXPORTS", "a-team/orders.*=team-b")
     assert SchedulerSettings.from_env().signal_exports.allows(A, "orders.x", B)
     assert ApiSettings.from_env().signal_exports.allows(A, "orders.x", B)

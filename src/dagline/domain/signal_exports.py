@@ -108,3 +108,14 @@ def _parse_rule(word: str, field: str) -> ExportRule:
         to.add(target)
     return ExportRule(namespace, key, prefix, frozenset(to))
 
+
+
+def unexported_warning(dag_namespace: str, rule_signal: str, exports: SignalExports) -> str | None:
+    """What `dags apply` may warn about a rule's `signal` (`key` or `namespace/key`) of a DAG of
+    `dag_namespace`: another namespace's key no export rule lets out to it (the rule never acts until one
+    does); None otherwise."""
+    namespace, _, key = rule_signal.rpartition("/")
+    if not namespace or namespace == dag_namespace or exports.allows(namespace, key, dag_namespace):
+        return None
+    return (f"{rule_signal!r}: namespace {namespace!r} does not export {key!r} to {dag_namespace!r} "
+            f"({VARIABLE}): this rule does not act until it does")
