@@ -44,7 +44,7 @@ def teams(db, tmp_path):
             "--now", NOW.isoformat())
     with db.begin() as conn:
         backfills = dict(conn.execute(select(backfill_t.c.dag_id, backfill_t.c.id)).all())
-        seqs = {team: send_signal(conn, f"orders.{team}", {"n": 1}, source="test", now=NOW, namespaces=[team])[0]
+        seqs = {team: send_signal(conn, f"orders.{team}", {"n": 1}, source="test", now=NOW, namespace=team)[0]
                 for team in (A, B)}
     return {"runs": runs, "backfills": backfills, "seqs": seqs}
 

@@ -51,10 +51,10 @@ class SignalStored(BaseModel):
 
     seq: int
     key: str
-    namespace: str = Field(description="The namespace it was sent in.")
     id: str | None
     created: bool = Field(description="False when the same key and id were stored before.")
     warning: str | None = Field(default=None, description="Present when no DAG listens to the key.")
+    namespace: str = Field(description="The namespace it was sent in.")
 
 
 class SignalsStored(BaseModel):
@@ -68,7 +68,6 @@ class SignalAction(BaseModel):
 
     rule: str
     dag_id: str = Field(description="The DAG's name in its namespace.")
-    namespace: str
     run_id: str | None
     task_id: str | None
     action: str
@@ -77,6 +76,7 @@ class SignalAction(BaseModel):
     decided_at: str | None
     done_at: str | None
     detail: str | None
+    namespace: str = Field(description="The DAG's namespace.")
 
 
 class Signal(BaseModel):
@@ -84,7 +84,6 @@ class Signal(BaseModel):
 
     seq: int
     key: str = Field(description="The key, without its namespace.")
-    namespace: str = Field(description="The sender's namespace.")
     value: Any
     id: str | None
     source: str
@@ -92,6 +91,7 @@ class Signal(BaseModel):
     handled_at: str | None
     actions: list[SignalAction]
     why_nothing: str | None = Field(default=None, description="Present when it caused no action: why.")
+    namespace: str = Field(description="The sender's namespace.")
 
 
 class SignalList(BaseModel):

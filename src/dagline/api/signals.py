@@ -118,10 +118,10 @@ def store_signals(conn, principal, signals: list[dict], *, now, batch: bool = Tr
              for pair in {(s["namespace"], s["key"]) for s in signals}}
     out = []
     for s, (seq, created) in zip(signals, stored, strict=True):
-        row: dict[str, Any] = {"seq": seq, "key": s["key"], "namespace": s["namespace"], "id": s["id"],
-                               "created": created}
+        row: dict[str, Any] = {"seq": seq, "key": s["key"], "id": s["id"], "created": created}
         if not heard[(s["namespace"], s["key"])]:
             row["warning"] = f"no DAG listens to {s['key']!r}: the signal is stored, nothing acts on it"
+        row["namespace"] = s["namespace"]  # last, as every JSON object's namespace
         out.append(row)
     return out
 

@@ -76,7 +76,7 @@ def signals_send(obj: Context, key, value_text, sender_id, namespace, now, as_js
                                    namespace=namespace)  # a conflict: 1
         listening = listeners(conn, key, namespace=namespace, exports=exports)
     if as_json:
-        emit_json({"seq": seq, "created": created, "key": key, "namespace": namespace, "listeners": listening})
+        emit_json({"seq": seq, "created": created, "key": key, "listeners": listening, "namespace": namespace})
     else:
         click.echo(seq)
     if not created:

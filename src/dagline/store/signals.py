@@ -72,8 +72,8 @@ def listeners(conn: Connection, key: str, *, namespace: str = names.DEFAULT_NAME
     for r in conn.execute(_LISTENERS, {"key": names.qualify(namespace, key)}).all():
         dag_namespace, dag_name = names.split(r.dag_id)
         if exports.allows(namespace, key, dag_namespace):
-            out.append({"dag_id": dag_name, "namespace": dag_namespace, "rule": r.rule, "task_id": r.task_id or None,
-                        "action": r.action})
+            out.append({"dag_id": dag_name, "rule": r.rule, "task_id": r.task_id or None, "action": r.action,
+                        "namespace": dag_namespace})
     return out
 
 
@@ -91,19 +91,19 @@ _LISTENERS = _listeners_statement()  # built once: the API asks at every request
 
 def _action_dict(a) -> dict:
     return {
-        "rule": a.rule, "dag_id": names.name_of(a.dag_id), "namespace": names.namespace_of(a.dag_id),
-        "run_id": a.run_id, "task_id": a.task_id or None,
+        "rule": a.rule, "dag_id": names.name_of(a.dag_id), "run_id": a.run_id, "task_id": a.task_id or None,
         "action": a.action, "status": a.status, "try_number": a.try_number,
         "decided_at": isoformat(a.decided_at), "done_at": isoformat(a.done_at), "detail": a.detail,
+        "namespace": names.namespace_of(a.dag_id),  # last, as every JSON object's namespace (CLI.md)
     }
 
 
 def _signal_dict(s, actions: list[dict], why: str | None) -> dict:
     return {
-        "seq": s.seq, "key": names.name_of(s.key), "namespace": s.namespace, "value": json.loads(s.value),
-        "id": s.sender_id, "source": s.source,
+        "seq": s.seq, "key": names.name_of(s.key), "value": json.loads(s.value), "id": s.sender_id,
+        "source": s.source,
         "sent_at": isoformat(s.sent_at), "handled_at": isoformat(s.handled_at), "actions": actions,
-        **({"why_nothing": why} if why else {}),
+        **({"why_nothing": why} if why else {}), "namespace": s.namespace,  # last (CLI.md)
     }
 
 
