@@ -232,12 +232,14 @@ def test_a_limited_reader_neither_lists_nor_shows_another_namespaces_signals(db,
     assert a.get(f"/api/v1/signals?namespace={B}").json()["signals"] == []
     assert {s["seq"] for s in everyone.get("/api/v1/signals").json()["signals"]} == {a_seq, b_seq}
     assert [s["seq"] for s in everyone.get(f"/api/v1/signals?namespace={B}").json()["signals"]] == [b_seq]
+    assert [s["seq"] for s in everyone.get("/api/v1/signals?key=b.only").json()["signals"]] == [b_seq]  # any namespace
     hidden, missing = a.get(f"/api/v1/signals/{b_seq}"), a.get("/api/v1/signals/999")
     assert hidden.status_code == missing.status_code == 404
     assert hidden.json()["error"].replace(str(b_seq), "N") == missing.json()["error"].replace("999", "N")
     assert a.get(f"/api/v1/signals/{a_seq}").json()["namespace"] == A
     page = a.get("/signals")
     assert page.status_code == 200 and "a.only" in page.text and "b.only" not in page.text
+    assert "b.only" in everyone.get("/signals?key=b.").text and "a.only" not in everyone.get("/signals?key=b.").text
 
     # the CLI: --namespace reads one namespace; another's seq is not found, as a missing one
     rows = json.loads(cli(db, "signals", "list", "--namespace", A, "--json").stdout)
