@@ -27,6 +27,7 @@ from dagline.store.runs import trigger_run
 from dagline.store.tokens import create_token
 from tests.helpers.cli import cli
 from tests.helpers.harness import write_dag
+from tests.helpers.web_session import csrf_field
 
 NOW = dt.datetime(2026, 11, 28, tzinfo=dt.timezone.utc)
 A, B = "a-team", "team-b"
@@ -270,3 +271,17 @@ def test_signal_exports_are_parsed_once_and_a_fault_names_the_variable(monkeypat
     monkeypatch.setenv("DAGLINE_SIGNAL_EXPORTS", "a-team/orders.*=team-b")
     assert SchedulerSettings.from_env().signal_exports.allows(A, "orders.x", B)
     assert ApiSettings.from_env().signal_exports.allows(A, "orders.x", B)
+
+
+def test_the_web_ui_sends_in_the_tokens_namespace_only(db):
+    tokens = _tokens(db, a=[A])
+    browser = _api(db, tokens["a"])
+    browser.follow_redirects = False
+    browser.get("/login")
+    csrf = csrf_field(browser.get("/").text)
+    sent = browser.post("/signals/send", data={"csrf": csrf, "key": "web.said", "value": "1", "confirmed": "yes"})
+    assert sent.status_code == 303
+    refused = browser.post("/signals/send", data={"csrf": csrf, "key": "web.said", "value": "2", "confirmed": "yes",
+                                                  "namespace": B})
+    assert refused.status_code == 403
+    assert [(ns, key) for _, ns, key, _, _ in _stored(db)] == [(A, "a-team/web.said")]

@@ -101,8 +101,7 @@ def _action_dict(a) -> dict:
 def _signal_dict(s, actions: list[dict], why: str | None) -> dict:
     return {
         "seq": s.seq, "key": names.name_of(s.key), "value": json.loads(s.value), "id": s.sender_id,
-        "source": s.source,
-        "sent_at": isoformat(s.sent_at), "handled_at": isoformat(s.handled_at), "actions": actions,
+        "source": s.source, "sent_at": isoformat(s.sent_at), "handled_at": isoformat(s.handled_at), "actions": actions,
         **({"why_nothing": why} if why else {}), "namespace": s.namespace,  # last (CLI.md)
     }
 
