@@ -24,9 +24,10 @@ from dagline.scheduler.settings import SchedulerSettings
 from dagline.spec import load_dag_paths
 from dagline.store.dags import apply_dags
 from dagline.store.runs import trigger_run
+from dagline.store.signals import send_signal
 from dagline.store.tokens import create_token
 from tests.helpers.cli import cli
-from tests.helpers.harness import write_dag
+from tests.helpers.harness import ti_states, write_dag
 from tests.helpers.web_session import csrf_field
 
 NOW = dt.datetime(2026, 11, 28, tzinfo=dt.timezone.utc)
@@ -285,3 +286,33 @@ def test_the_web_ui_sends_in_the_tokens_namespace_only(db):
                                                   "namespace": B})
     assert refused.status_code == 403
     assert [(ns, key) for _, ns, key, _, _ in _stored(db)] == [(A, "a-team/web.said")]
+
+
+WAITER = """
+apiVersion: dagline.io/v1alpha1
+kind: DAG
+metadata: {name: serve, namespace: team-b}
+spec:
+  schedule: null
+  paused: false
+  tasks:
+    - id: evaluate
+      onSignal: [{signal: model.published, action: start}]
+      spark: {mainApplicationFile: evaluate.py}
+"""
+
+
+def test_a_task_rule_acts_on_its_own_namespaces_signal_only(db, tmp_path):
+    """The issue's untested rule: a signal of one namespace reaching another's `onSignal` rules."""
+    _apply(db, tmp_path, WAITER)
+    run = trigger_run(db, "team-b/serve", now=NOW)
+    _schedule(db)
+    with db.begin() as conn:
+        for namespace in (A, "default"):
+            send_signal(conn, "model.published", {"m": 1}, source="test", now=NOW, namespace=namespace)
+    _schedule(db)
+    assert ti_states(db, run.id) == {"evaluate": "none"}  # still waiting: those were other namespaces' keys
+    with db.begin() as conn:
+        send_signal(conn, "model.published", {"m": 2}, source="test", now=NOW, namespace=B)
+    _schedule(db)
+    assert ti_states(db, run.id) == {"evaluate": "success"}
