@@ -59,7 +59,7 @@ def test_one_signal_then_a_batch_stored_and_read_back(db, tmp_path):
     answer = api.post("/api/v1/signals", json={"key": "model.published", "value": {"path": "/m/1"}, "id": "m1"},
                       headers=bearer(send))
     assert answer.status_code == 201
-    assert answer.json() == {"seq": 1, "key": "model.published", "id": "m1", "created": True}
+    assert answer.json() == {"seq": 1, "key": "model.published", "namespace": "default", "id": "m1", "created": True}
     batch = api.post("/api/v1/signals", headers=bearer(send), json=[
         {"key": "model.published", "value": {"path": "/m/2"}}, {"key": "nobody.listens", "value": [1, 2]}])
     assert batch.status_code == 201
@@ -73,7 +73,7 @@ def test_one_signal_then_a_batch_stored_and_read_back(db, tmp_path):
     reader = bearer(token(db, "reader", "read"))
     listed = api.get("/api/v1/signals", headers=reader).json()["signals"]
     assert [s["seq"] for s in listed] == [1, 2, 3]
-    assert set(listed[0]) >= {"seq", "key", "value", "id", "source", "sent_at", "actions"}
+    assert set(listed[0]) >= {"seq", "key", "namespace", "value", "id", "source", "sent_at", "actions"}
     assert listed[0]["value"] == {"path": "/m/1"} and listed[0]["sent_at"] == "2026-05-01T00:00:00+00:00"
     assert listed[2]["why_nothing"] == "no DAG listens to this key"
     assert [s["seq"] for s in api.get("/api/v1/signals?key=model.published&since=1", headers=reader)
@@ -89,7 +89,8 @@ def test_a_retry_with_the_same_id_is_the_same_signal_and_another_value_is_a_conf
     first = api.post("/api/v1/signals", json={"key": "a.b", "value": {"x": 1, "y": 2}, "id": "once"}, headers=headers)
     again = api.post("/api/v1/signals", json={"key": "a.b", "value": {"y": 2, "x": 1.0}, "id": "once"}, headers=headers)
     assert first.status_code == 201 and again.status_code == 200
-    assert again.json() == {"seq": first.json()["seq"], "key": "a.b", "id": "once", "created": False,
+    assert again.json() == {"seq": first.json()["seq"], "key": "a.b", "namespace": "default", "id": "once",
+                            "created": False,
                             "warning": again.json()["warning"]}
     before = stored(db)
     clash = api.post("/api/v1/signals", json={"key": "a.b", "value": 3, "id": "once"}, headers=headers)

@@ -16,7 +16,7 @@ from dagline.api import ApiSettings, create_app
 from dagline.clock import FixedClock
 from dagline.db.models import dag_run_t, dag_t
 from dagline.errors import InvalidInput
-from dagline.spec import LoadedDag, load_dag_paths
+from dagline.spec import load_dag_paths
 from dagline.store.dags import apply_dags
 from dagline.store.runs import trigger_run
 from dagline.store.tokens import create_token
@@ -121,16 +121,17 @@ def test_signals_of_a_namespace_token_reach_and_show_only_its_namespace(db, team
     assert sent.status_code == 201 and "warning" not in sent.json()
     seq = sent.json()["seq"]
     schedule(db, NOW.isoformat())
-    assert [r.run_type for r in _runs(db, "a-sales")] == ["manual", "signal"]
-    assert [r.run_type for r in _runs(db, "b-sales")] == ["manual"]  # team-b's trigger did not fire
+    assert [r.run_type for r in _runs(db, f"{A}/a-sales")] == ["manual", "signal"]
+    assert [r.run_type for r in _runs(db, f"{B}/b-sales")] == ["manual"]  # team-b's trigger did not fire
     assert [r.run_type for r in _runs(db, "local")] == ["manual"]
     seen_by_a = a_client.get("/api/v1/signals").json()["signals"]
-    assert [s["seq"] for s in seen_by_a if s["key"] == "orders.ready"] == [seq]
+    assert [(s["seq"], s["namespace"]) for s in seen_by_a if s["key"] == "orders.ready"] == [(seq, A)]
     assert {s["key"] for s in seen_by_a} - {"orders.ready"} <= {f"dagline.task.a-sales.load.{state}"
                                                                for state in ("running", "success", "failed")}
     assert [a["dag_id"] for a in a_client.get(f"/api/v1/signals/{seq}").json()["actions"]] == ["a-sales"]
     seen_by_b = b_client.get("/api/v1/signals").json()["signals"]  # its own DAG's task signals only
-    assert seen_by_b and all(s["key"].startswith("dagline.task.b-sales.") for s in seen_by_b)
+    assert seen_by_b and all(s["key"].startswith("dagline.task.b-sales.") and s["namespace"] == B
+                             for s in seen_by_b)
     hidden, missing = b_client.get(f"/api/v1/signals/{seq}"), b_client.get("/api/v1/signals/999")
     assert hidden.status_code == missing.status_code == 404
     assert "orders.ready" not in b_client.get("/signals").text
@@ -144,13 +145,12 @@ def test_a_token_limited_to_a_bad_namespace_is_refused_and_nothing_stored(db):
 
 
 def test_task_state_signals_of_a_namespaces_dag_reach_only_that_namespace(db, teams, tmp_path):
-    """dagline's own `dagline.task.<dag>.<task>.<state>` signals carry the namespace owning the DAG."""
-    watcher = _dag("b-watch").replace("orders.ready", "dagline.task.a-sales.load.success")
-    [item] = load_dag_paths([write_dag(tmp_path, watcher, name="b-watch.yaml")])
-    apply_dags(db, [LoadedDag(item.dag, f"k8s://{B}/b-watch")], now=NOW)
-    [own] = load_dag_paths([write_dag(tmp_path, watcher.replace("b-watch", "a-watch"), name="a-watch.yaml")])
-    apply_dags(db, [LoadedDag(own.dag, f"k8s://{A}/a-watch")], now=NOW)
-    trigger_run(db, "a-sales", now=NOW, logical_date=NOW + dt.timedelta(days=1), conf={}, who="test")
+    """dagline's own `dagline.task.<dag>.<task>.<state>` signals are sent in the DAG's namespace."""
+    watcher = _dag("watch").replace("orders.ready", "dagline.task.a-sales.load.success")
+    for namespace in (A, B):
+        document = watcher.replace("{name: watch}", f"{{name: watch, namespace: {namespace}}}")
+        apply_dags(db, load_dag_paths([write_dag(tmp_path, document, name=f"{namespace}.yaml")]), now=NOW)
+    trigger_run(db, f"{A}/a-sales", now=NOW, logical_date=NOW + dt.timedelta(days=1), conf={}, who="test")
     schedule(db, (NOW + dt.timedelta(days=1)).isoformat())
-    assert [r.run_type for r in _runs(db, "a-watch")] == ["signal"]  # its own namespace's task: heard
-    assert _runs(db, "b-watch") == []  # team-b cannot watch a-team's tasks
+    assert [r.run_type for r in _runs(db, f"{A}/watch")] == ["signal"]  # its own namespace's task: heard
+    assert _runs(db, f"{B}/watch") == []  # team-b's key of that name is its own: a-team's task is not heard

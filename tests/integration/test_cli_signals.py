@@ -46,8 +46,9 @@ def test_send_prints_the_seq_and_warns_when_nobody_listens(db, tmp_path):
     second = cli(db, "signals", "send", "model.validated", "--value", '{"path": "/m/1"}', "--id", "v1", "--json")
     body = json.loads(second.stdout)
     assert body["seq"] == 2 and body["created"] is True
-    assert body["listeners"] == [{"dag_id": "ml", "rule": "spec.tasks[serve].on[0]", "task_id": "serve",
-                                  "action": "restart"}]
+    assert body["namespace"] == "default" and body["key"] == "model.validated"
+    assert body["listeners"] == [{"dag_id": "ml", "namespace": "default", "rule": "spec.tasks[serve].on[0]",
+                                  "task_id": "serve", "action": "restart"}]
     assert "no DAG listens" not in second.stderr
     again = cli(db, "signals", "send", "model.validated", "--value", '{"path": "/m/1"}', "--id", "v1")
     assert again.stdout.strip() == "2" and "already sent" in again.stderr

@@ -75,7 +75,7 @@ def test_a_signal_nobody_listens_to_wakes_no_one(pg_db):
     wakeup = _listening(pg_db)
     try:
         with pg_db.begin() as conn:
-            seq, created = insert_signal(conn, key="nobody.listens", value_text="1", sender_id=None,
+            seq, created = insert_signal(conn, key="nobody.listens", value_text="1", sender_id=None, namespace="default",
                                          source="test", sent_at=AT)
             assert created
         assert wakeup.wait(0.5) == "timeout"

@@ -295,7 +295,7 @@ def test_tasks_render_of_a_triggered_run_shows_the_signal_that_created_it(db, tm
     assert data["run_id"] == f"signal__{seq}"
     assert data["arguments"] == ["2026-05-07", "features.ready", "2026-05-07", str(seq)]
     assert data["context"]["signal"] == {"key": "features.ready", "value": {"day": "2026-05-07"}, "seq": seq,
-                                         "source": "user:test"}
+                                         "source": "user:test", "namespace": "default"}
 
 
 def test_an_action_row_is_written_once_per_signal_rule_run_and_task(db, tmp_path, replica):

@@ -235,7 +235,8 @@ def test_every_setting_is_documented():
     for source in (REPO / "src" / "dagline").rglob("*.py"):
         named |= set(re.findall(r"[\"'`$](DAGLINE_[A-Z0-9_]*[A-Z0-9])", source.read_text(encoding="utf-8")))
     for cls, prefix in ((SchedulerSettings, "DAGLINE_SCHEDULER_"), (CallbackSettings, "DAGLINE_CALLBACK_")):
-        named |= {f"{prefix}{field.name.upper()}" for field in dataclasses.fields(cls)}
+        named |= {f"{prefix}{field.name.upper()}" for field in dataclasses.fields(cls)
+                  if "env" not in field.metadata}  # one read under its own name is found in the source above
     assert sorted(name for name in named if f"`{name}" not in page) == []
 
 

@@ -37,8 +37,13 @@ class SignalIn(BaseModel):
                                                  "nested at most 32 levels, integers within a signed 64-bit "
                                                  "range, strings without NUL characters.")
     id: str | None = Field(default=None, min_length=1, max_length=MAX_SENDER_ID_LENGTH,
-                           description="The sender's idempotency key: the same key and id again is the same "
-                                       "signal.")
+                           description="The sender's idempotency key: the same key and id again (in the same "
+                                       "namespace) is the same signal.")
+    namespace: str | None = Field(default=None, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+                                  description="The namespace it is sent in. Default: the token's only namespace; "
+                                              "`default` for an unlimited token. A token limited to several "
+                                              "namespaces must name one (422); one outside them is 403; a try's "
+                                              "token sends only in its DAG's namespace.")
 
 
 class SignalStored(BaseModel):
@@ -49,6 +54,7 @@ class SignalStored(BaseModel):
     id: str | None
     created: bool = Field(description="False when the same key and id were stored before.")
     warning: str | None = Field(default=None, description="Present when no DAG listens to the key.")
+    namespace: str = Field(description="The namespace it was sent in.")
 
 
 class SignalsStored(BaseModel):
@@ -61,7 +67,7 @@ class SignalAction(BaseModel):
     """What a rule did with a signal."""
 
     rule: str
-    dag_id: str
+    dag_id: str = Field(description="The DAG's name in its namespace.")
     run_id: str | None
     task_id: str | None
     action: str
@@ -70,13 +76,14 @@ class SignalAction(BaseModel):
     decided_at: str | None
     done_at: str | None
     detail: str | None
+    namespace: str = Field(description="The DAG's namespace.")
 
 
 class Signal(BaseModel):
     """A stored signal with the actions it caused (as `dagline signals show --json`)."""
 
     seq: int
-    key: str
+    key: str = Field(description="The key, without its namespace.")
     value: Any
     id: str | None
     source: str
@@ -84,6 +91,7 @@ class Signal(BaseModel):
     handled_at: str | None
     actions: list[SignalAction]
     why_nothing: str | None = Field(default=None, description="Present when it caused no action: why.")
+    namespace: str = Field(description="The sender's namespace.")
 
 
 class SignalList(BaseModel):
@@ -120,6 +128,9 @@ def integer_parameter(name: str, where: str, *, minimum: int, maximum: int = MAX
 SIGNAL_LIST_PARAMETERS = [
     {"name": "key", "in": "query", "required": False, "description": "Only signals of this key.",
      "schema": {"type": "string", "maxLength": MAX_KEY_LENGTH, "pattern": r"^[a-z0-9][a-z0-9._-]*$"}},
+    {"name": "namespace", "in": "query", "required": False,
+     "description": "Only signals sent in this namespace (one the token may not read: none).",
+     "schema": {"type": "string", "maxLength": 63, "pattern": r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"}},
     integer_parameter("since", "query", minimum=0, description="Only signals after this seq."),
     integer_parameter("limit", "query", minimum=1, maximum=MAX_LIST, description="The newest N (default 100)."),
 ]
@@ -129,7 +140,7 @@ SIGNAL_SEQ_PARAMETERS = [integer_parameter("seq", "path", minimum=0, description
 def errors(*statuses: int) -> dict:
     """`responses=` for the refusals an operation can answer, each with the `Error` model."""
     words = {400: "The body is not JSON, or nested too deep.", 401: "No valid token.",
-             403: "The token lacks the scope.", 404: "No such thing.",
+             403: "The token lacks the scope, or may not send in the namespace named.", 404: "No such thing.",
              409: "The same key and id were sent before with another value.",
              413: "A body, batch or value over its limit.",
              422: "An invalid field, parameter, path or header (named in `field`).",

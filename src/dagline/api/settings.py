@@ -9,6 +9,9 @@ The web UI's own: `DAGLINE_UI_SECRET` signs its CSRF values (ADR 61; at least 32
 a secret stored in the database at first use, which every replica shares), and at most
 `DAGLINE_UI_MAX_EVENT_STREAMS` (100) live event streams are open at once,
 `DAGLINE_UI_MAX_EVENT_STREAMS_PER_CLIENT` (8) per client; beyond, 429 with `Retry-After` (ADR 62).
+
+The platform's `DAGLINE_SIGNAL_EXPORTS` (`domain.signal_exports`) is read too: a sent signal's "no DAG
+listens" warning counts the rules of other namespaces it is exported to, as the scheduler acts.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from dagline.domain.signal_exports import NO_EXPORTS, SignalExports
 from dagline.errors import InvalidInput
 
 DEFAULT_PORT = 8793
@@ -30,6 +34,7 @@ class ApiSettings:
     ui_secret: str | None = None       # signs the web UI's CSRF values (None: one shared in the database)
     max_event_streams: int = 100       # live event streams open at once (the web UI's pages)
     max_event_streams_per_client: int = 8  # of them, per client (a sign-in token, else an address)
+    signal_exports: SignalExports = NO_EXPORTS  # `DAGLINE_SIGNAL_EXPORTS`: the warning of a sent signal
 
     def __post_init__(self):
         if self.ui_secret is not None and len(self.ui_secret) < 32:
@@ -58,6 +63,9 @@ class ApiSettings:
                     values[field] = int(raw)
                 except ValueError:
                     raise InvalidInput(f"must be an integer, got {raw!r}", field=name) from None
+        from dagline.scheduler.settings import exports_from_env
+
+        values["signal_exports"] = exports_from_env(env)
         if env.get("DAGLINE_UI_SECRET"):
             values["ui_secret"] = env["DAGLINE_UI_SECRET"]
         if env.get("DAGLINE_API_ANONYMOUS_READ", "").lower() in ("1", "true", "yes"):

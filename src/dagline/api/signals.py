@@ -1,7 +1,8 @@
 """`/api/v1/signals`: sending signals (one or a batch) and reading the signal log.
 
-POST takes one object `{"key": ..., "value": ..., "id": ...}` or a list of them (`value` defaults to
-null, `id` is the sender's idempotency key). The whole request is checked first (size, JSON, every
+POST takes one object `{"key": ..., "value": ..., "id": ..., "namespace": ...}` or a list of them
+(`value` defaults to null, `id` is the sender's idempotency key, `namespace` the namespace it is sent
+in). The whole request is checked first (size, JSON, every
 field of every signal); then, in one transaction, the token is checked and every signal stored
 (`signal_batches.send_signals`: the rules of `signal_store.send_signal`, in a few statements); the
 answer is sent only after the commit, so a signal answered is a signal stored. A batch is all or
@@ -9,8 +10,15 @@ nothing: one conflicting or invalid signal stores none. The answer: 201 if any s
 if all were already stored (a sender's retry with the same ids), each signal with its `seq`,
 `created`, and a `warning` when no DAG listens to its key.
 
-A token limited to namespaces (docs/adr/0050) sends signals that reach only those namespaces' DAGs
-(the `warning` counts only their listeners), and reads only signals sent within them (another's: 404).
+A signal lives in the namespace it is sent in (ADR 92; `tokens.sending_namespace`): the one named by
+its `namespace` field, else the token's only namespace, else `default` for an unlimited token. A token
+limited to several namespaces must name one (422 naming `namespace`, or `[3].namespace` in a batch);
+naming one outside its namespaces is 403 naming the field, whatever that namespace holds (a try's
+token is limited to its DAG's namespace). Ids are per namespace: another namespace's signal of the same
+key and id is never compared with (no answer depends on it). The `warning` counts the rules that would
+act: the sender's namespace's DAGs, and others' only where the key is exported to them
+(`DAGLINE_SIGNAL_EXPORTS`). A limited token reads only the signals sent in its namespaces (another's
+seq: the same 404 as a missing one); `namespace=` narrows the list to one namespace.
 
 GET answers `{"signals": [...]}`, the signals after `since` (of `key`), the newest `limit` (100 by
 default, at most 10,000), each with the actions it caused, as `dagline signals list --json` does.
@@ -28,15 +36,17 @@ from dagline.api import schema
 from dagline.api.errors import ApiError, bad_request, conflict, too_large, unprocessable
 from dagline.domain.input_values import read_integer
 from dagline.domain.json_values import InvalidJson, check_value, parse_json, path
+from dagline.domain.names import check_namespace
+from dagline.domain.signal_exports import NO_EXPORTS, SignalExports
 from dagline.domain.signal_keys import MAX_VALUE_BYTES, validate_key, validate_sender_id
 from dagline.errors import DaglineError, NotFound
 from dagline.limits import MAX_NESTING_DEPTH, MAX_ROW_ID
 from dagline.store.signal_batches import send_signals
 from dagline.store.signals import MAX_LIST, SignalConflict, list_signals, listeners, show_signal
-from dagline.store.tokens import READ, SEND
+from dagline.store.tokens import READ, SEND, sending_namespace
 
 router = APIRouter()
-FIELDS = ("key", "value", "id")
+FIELDS = ("key", "value", "id", "namespace")
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -76,7 +86,7 @@ def parse_signals(body: bytes, *, max_batch: int) -> tuple[list[dict], bool]:
                                 field=f"[{i}]" if batch else "body")
         unknown = sorted(set(item) - set(FIELDS))
         if unknown:
-            raise unprocessable(f"unknown field {unknown[0]!r}: a signal has key, value and id",
+            raise unprocessable(f"unknown field {unknown[0]!r}: a signal has key, value, id and namespace",
                                 field=path(*([i] if batch else []), unknown[0]))
         if "key" not in item:
             raise unprocessable("missing: every signal needs a key", field=where + "key")
@@ -84,24 +94,34 @@ def parse_signals(body: bytes, *, max_batch: int) -> tuple[list[dict], bool]:
         check_value(value, where + "value", max_bytes=MAX_VALUE_BYTES)  # InvalidJson: 413 over the size, else 422
         validate_key(item["key"], field=where + "key")  # InvalidInput: 422
         validate_sender_id(item.get("id"), field=where + "id")
-        signals.append({"key": item["key"], "value": value, "id": item.get("id")})
+        if item.get("namespace") is not None:
+            check_namespace(item["namespace"], field=where + "namespace")  # InvalidInput: 422
+        signals.append({"key": item["key"], "value": value, "id": item.get("id"), "namespace": item.get("namespace")})
     return signals, batch
 
 
-def store_signals(conn, principal, signals: list[dict], *, now) -> list[dict]:
-    """Store the signals in this transaction (`signal_batches.send_signals`); one answer per signal."""
+def store_signals(conn, principal, signals: list[dict], *, now, batch: bool = True,
+                  exports: SignalExports = NO_EXPORTS) -> list[dict]:
+    """Store the signals in this transaction (`signal_batches.send_signals`), each in the namespace the
+    principal sends it in (`tokens.sending_namespace`; nothing is stored if one is refused); one answer
+    per signal."""
+    signals = [{**s, "namespace": sending_namespace(principal, s.get("namespace"),
+                                                    field=f"[{i}].namespace" if batch else "namespace")}
+               for i, s in enumerate(signals)]
     try:
-        stored = send_signals(conn, signals, source=principal.source, now=now, namespaces=principal.namespaces,
+        stored = send_signals(conn, signals, source=principal.source, now=now,
                               source_dag_run_id=principal.dag_run_id, source_ti_id=principal.ti_id)
     except SignalConflict as exc:
         index = getattr(exc, "index", 0)
-        raise conflict(str(exc), field=f"[{index}].id" if len(signals) > 1 else "id") from None
-    heard = {key: bool(listeners(conn, key, namespaces=principal.namespaces)) for key in {s["key"] for s in signals}}
+        raise conflict(exc.reason, field=f"[{index}].id" if batch else "id") from None
+    heard = {pair: bool(listeners(conn, pair[1], namespace=pair[0], exports=exports))
+             for pair in {(s["namespace"], s["key"]) for s in signals}}
     out = []
     for s, (seq, created) in zip(signals, stored, strict=True):
         row: dict[str, Any] = {"seq": seq, "key": s["key"], "id": s["id"], "created": created}
-        if not heard[s["key"]]:
+        if not heard[(s["namespace"], s["key"])]:
             row["warning"] = f"no DAG listens to {s['key']!r}: the signal is stored, nothing acts on it"
+        row["namespace"] = s["namespace"]  # last, as every JSON object's namespace
         out.append(row)
     return out
 
@@ -128,7 +148,8 @@ async def post_signals(request: Request):
             principal = api.principal(conn, token, SEND)
             if problem is not None:  # the caller may write: now tell them what is wrong with the body
                 raise problem
-            return store_signals(conn, principal, signals, now=api.clock.now())
+            return store_signals(conn, principal, signals, now=api.clock.now(), batch=batch,
+                                 exports=api.settings.signal_exports)
 
     rows = await run_in_threadpool(api.in_transaction, work)
     status = 201 if any(r["created"] for r in rows) else 200
@@ -151,6 +172,9 @@ async def get_signals(request: Request):
     key = request.query_params.get("key") or None
     if key is not None:
         validate_key(key, reserved_ok=True)  # InvalidInput naming `key`: 422
+    namespace = request.query_params.get("namespace") or None
+    if namespace is not None:
+        check_namespace(namespace, field="namespace")  # 422
     since = _int_param(request, "since", minimum=0)
     limit = _int_param(request, "limit", minimum=1, maximum=MAX_LIST) or 100
     token = api.bearer(request)
@@ -158,7 +182,10 @@ async def get_signals(request: Request):
     def work():
         with api.database.begin() as conn:
             who = api.principal(conn, token, READ, anonymous_ok=api.settings.anonymous_read)
-            return list_signals(conn, key=key, since=since, limit=limit, namespaces=who.namespaces)
+            readable = who.namespaces
+            if namespace is not None:  # one the token may not read: nothing, as a namespace without signals
+                readable = frozenset({namespace}) & readable if readable is not None else frozenset({namespace})
+            return list_signals(conn, key=key, since=since, limit=limit, namespaces=readable)
 
     return {"signals": await run_in_threadpool(api.in_transaction, work)}
 

@@ -22,6 +22,7 @@ from dagline.cli.base import (
     run_timezone,
 )
 from dagline.cli.state import runs, tasks
+from dagline.domain.names import qualify
 from dagline.errors import InvalidInput, NotFound
 from dagline.wording import counted
 
@@ -41,7 +42,7 @@ def signals():
 
 signal_namespace_option = click.option(
     "--namespace", default=None, metavar="NS", callback=one_namespace,
-    help="Only the signals sent within this Kubernetes namespace (by a token limited to it); another is not found.")
+    help="Only the signals sent in this namespace; another namespace's is not found. Default: every namespace.")
 
 
 def _within(namespace: str | None) -> list[str] | None:
@@ -54,23 +55,26 @@ def _within(namespace: str | None) -> list[str] | None:
 @click.option("--id", "sender_id", default=None, metavar="ID",
               help="Your id for this signal: sending the same key and id again is the same signal.")
 @click.option("--namespace", default=None, metavar="NS", callback=one_namespace,
-              help="Send as this Kubernetes namespace: the signal reaches only its DAGs (as one sent with a "
-                   "token limited to it).")
+              help="Send in this namespace (default: default): its DAGs react, and other namespaces' only where "
+                   "DAGLINE_SIGNAL_EXPORTS exports the key to them. Ids are per namespace.")
 @now_option
 @json_option
 @click.pass_obj
 def signals_send(obj: Context, key, value_text, sender_id, namespace, now, as_json):
-    """Store a signal; prints its seq. Warns when no DAG listens to KEY (of NS, with `--namespace`)."""
+    """Store a signal in namespace NS; prints its seq. Warns when no DAG's rule would act on KEY."""
+    from dagline.domain.names import DEFAULT_NAMESPACE
     from dagline.domain.signal_keys import parse_value
+    from dagline.scheduler.settings import exports_from_env
     from dagline.store.signals import listeners, send_signal
 
     value = parse_value(value_text, field="--value") if value_text is not None else None
+    namespace = namespace or DEFAULT_NAMESPACE
+    exports = exports_from_env()  # as the scheduler reads it: an error names the variable
     at = make_clock(now).now()
     with obj.db().begin() as conn:
-        reach = {} if namespace is None else {"namespaces": [namespace]}
         seq, created = send_signal(conn, key, value, sender_id=sender_id, source=person(), now=at,
-                                   **reach)  # a conflict: 1
-        listening = listeners(conn, key, **reach)
+                                   namespace=namespace)  # a conflict: 1
+        listening = listeners(conn, key, namespace=namespace, exports=exports)
     if as_json:
         emit_json({"seq": seq, "created": created, "key": key, "listeners": listening, "namespace": namespace})
     else:
@@ -100,7 +104,7 @@ def signals_list(obj: Context, key, since, limit, namespace, as_json):
     from dagline.cli.display import for_people
 
     shown = for_people([{**r, "value": _short(r["value"]), "actions": _summary(r)} for r in rows], "UTC")
-    print_table(shown, ["seq", "key", "value", "id", "source", "sent_at", "actions"])
+    print_table(shown, ["seq", "namespace", "key", "value", "id", "source", "sent_at", "actions"])
 
 
 @signals.command("show")
@@ -118,20 +122,20 @@ def signals_show(obj: Context, seq, namespace, as_json):
         except NotFound:
             if namespace is None:
                 raise
-            raise NotFound(f"no signal with seq {seq} sent within namespace {namespace!r}") from None
+            raise NotFound(f"no signal with seq {seq} sent in namespace {namespace!r}") from None
     if as_json:
         emit_json(row)
         return
     from dagline.cli.display import for_people, local_time
 
-    for name in ("seq", "key", "id", "source", "sent_at", "handled_at"):
+    for name in ("seq", "key", "namespace", "id", "source", "sent_at", "handled_at"):
         value = local_time(row[name], "UTC") if name.endswith("_at") else row[name]
         click.echo(f"{name}: {'' if value is None else value}")
     click.echo(f"value: {json.dumps(row['value'])}")
     if row["actions"]:
         click.echo("actions:")
-        print_table(for_people(row["actions"], "UTC"), ["rule", "dag_id", "run_id", "task_id", "action", "status",
-                                                        "try_number", "decided_at", "detail"])
+        print_table(for_people(row["actions"], "UTC"), ["rule", "namespace", "dag_id", "run_id", "task_id", "action",
+                                                        "status", "try_number", "decided_at", "detail"])
     else:
         click.echo(f"actions: none ({row['why_nothing']})")
 
@@ -164,7 +168,8 @@ def _short(value) -> str:
 def _summary(row) -> str:
     if not row["actions"]:
         return f"({row['why_nothing']})"
-    return ", ".join(f"{a['action']} {a['dag_id']}/{a['run_id']}" + (f"/{a['task_id']}" if a["task_id"] else "")
+    return ", ".join(f"{a['action']} {qualify(a['namespace'], a['dag_id'])}/{a['run_id']}"
+                     + (f"/{a['task_id']}" if a["task_id"] else "")
                      + (f" try {a['try_number']}" if a["try_number"] else "") + f" [{a['status']}]"
                      for a in row["actions"])
 

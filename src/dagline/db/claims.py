@@ -372,7 +372,7 @@ def claim_unhandled_signals(conn: Connection, limit: int, *, now: dt.datetime) -
     mark handled (`handled_at = now`) those of them that may be acted on now: per key, the claimed ones
     before the first unhandled signal of that key this claim does not hold (that one is another
     replica's, which acts on it first; the later ones are left for it or the next claim). Returns those
-    (seq, key, value, source, source_dag_run_id, sent_at, namespaces), in `seq` order. One statement: the claim (a
+    (seq, key, value, source, source_dag_run_id, sent_at, namespace), in `seq` order. One statement: the claim (a
     CTE, `FOR UPDATE SKIP LOCKED`), the per-key order check and the update. Protects: one replica
     decides a signal's actions (the unique `signal_action` row is the database's own guard behind
     this), and per key they are acted on in `seq` order. Claimed signals left for later stay

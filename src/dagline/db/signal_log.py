@@ -29,6 +29,7 @@ from sqlalchemy.engine import Connection
 from dagline.db.claims import lock_signal_key
 from dagline.db.models import UTCDateTime, dag_run_t, dag_t, signal_listener_t, signal_t, ti_t
 from dagline.db.notify import SIGNALS_ONLY, announce
+from dagline.domain import names
 from dagline.domain.signal_keys import TASK_PREFIX, TASK_SIGNAL_STATES
 from dagline.errors import OperationFailed
 
@@ -54,10 +55,11 @@ def insert_signal(
     source_dag_run_id: int | None = None,
     source_ti_id: int | None = None,
     same_value=None,
-    namespace: str = "default",
+    namespace: str,
 ) -> tuple[int, bool]:
-    """Store one signal; returns (seq, created). With a `sender_id` already stored for `key`, returns
-    the stored seq and False if `same_value(stored_text)` holds, else raises `SignalConflict`."""
+    """Store one signal under `key` (already qualified by the sender's `namespace`: `names.qualify`);
+    returns (seq, created). With a `sender_id` already stored for `key` (so in the same namespace),
+    returns the stored seq and False if `same_value(stored_text)` holds, else raises `SignalConflict`."""
     lock_signal_key(conn, key)
     row = dict(key=key, value=value_text, sender_id=sender_id, source=source, sent_at=sent_at,
                source_dag_run_id=source_dag_run_id, source_ti_id=source_ti_id, namespace=namespace,
@@ -76,7 +78,7 @@ def insert_signal(
     stored = conn.execute(select(signal_t.c.seq, signal_t.c.value)
                           .where(signal_t.c.key == key, signal_t.c.sender_id == sender_id)).one()
     if same_value is not None and not same_value(stored.value):
-        raise SignalConflict(stored.seq, key, sender_id)
+        raise SignalConflict(stored.seq, names.name_of(key), sender_id)
     return stored.seq, False
 
 
@@ -88,9 +90,10 @@ def _announce(conn: Connection, row: dict) -> None:
 
 def record_task_state_signals(conn: Connection, rows: Sequence[Any], *, to: str, at: dt.datetime) -> None:
     """dagline's own signals for task instances that just entered `to`: key
-    `dagline.task.<dag_id>.<task_id>.<state>`, value `{"run_id": ..., "try_number": ...}` (the run's run
-    id string), source `dagline`, reaching only the DAGs of the namespace owning the DAG (if it has
-    one: docs/adr/0050). One `INSERT ... SELECT` per call, whatever the number of rows: the
+    `dagline.task.<dag name>.<task_id>.<state>` sent in the DAG's namespace (stored qualified with it,
+    `names.qualify`: its own namespace's DAGs hear it, others only where it is exported), value
+    `{"run_id": ..., "try_number": ...}` (the run's run id string), source `dagline`. One
+    `INSERT ... SELECT` per call, whatever the number of rows: the
     key, the value and whether any rule listens (else the signal is stored already handled) are all
     computed by the database. Only the states in `TASK_SIGNAL_STATES` are signals. Unlike a sender's
     signals, their commit order is not serialised per key (no `lock_signal_key`: these are written
@@ -130,24 +133,27 @@ def record_task_state_passages(conn: Connection, rows: Sequence[Any],
 def _task_state_insert(postgresql: bool, count: int):
     """The `INSERT ... SELECT` of `record_task_state_passages` for `count` states, built once per
     dialect and count: bind parameters `ids` (expanding), `state_<n>` and `at_<n>`."""
-    ti, run = ti_t.c, dag_run_t.c
+    ti, run, dag = ti_t.c, dag_run_t.c, dag_t.c
     passages = union_all(*[
         select(bindparam(f"state_{n}", type_=String()).label("state"),
                bindparam(f"at_{n}", type_=UTCDateTime()).label("at"), literal(n).label("ord"))
         for n in range(count)]).subquery("passage")
-    key = literal(TASK_PREFIX) + ti.dag_id + literal(".") + ti.task_id + literal(".") + passages.c.state
+    # names.qualify(namespace, "dagline.task.<name>.<task>.<state>"), the DAG's key being qualify(namespace, name)
+    in_default = dag.namespace == names.DEFAULT_NAMESPACE
+    name = case((in_default, ti.dag_id), else_=func.substr(ti.dag_id, func.length(dag.namespace) + 2))
+    qualifier = case((in_default, literal("")), else_=dag.namespace + literal(names.SEPARATOR))
+    key = qualifier + literal(TASK_PREFIX) + name + literal(".") + ti.task_id + literal(".") + passages.c.state
     if postgresql:
         value = cast(func.json_build_object("run_id", run.run_id, "try_number", ti.try_number), Text)
     else:
         value = func.json_object("run_id", run.run_id, "try_number", ti.try_number)
     heard = exists().where(signal_listener_t.c.key == key)
-    # the namespace owning the DAG (null for a file's DAG): its task signals reach only that namespace's DAGs
-    owner = select(dag_t.c.namespace).where(dag_t.c.dag_id == ti.dag_id).scalar_subquery()
     columns = ["key", "value", "source", "sent_at", "source_dag_run_id", "source_ti_id", "handled_at", "namespace"]
     return insert(signal_t).from_select(columns, select(
         key, value, literal(DAGLINE_SOURCE), passages.c.at, ti.dag_run_id, ti.id,
-        case((heard, null()), else_=passages.c.at), owner,
-    ).select_from(ti_t.join(dag_run_t, run.id == ti.dag_run_id).join(passages, literal(True)))
+        case((heard, null()), else_=passages.c.at), dag.namespace,
+    ).select_from(ti_t.join(dag_run_t, run.id == ti.dag_run_id).join(dag_t, dag.dag_id == ti.dag_id)
+                  .join(passages, literal(True)))
         .where(ti.id.in_(bindparam("ids", expanding=True))).order_by(passages.c.ord, ti.id))
 
 

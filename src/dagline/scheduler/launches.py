@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.engine import Connection
 
+from dagline.domain import names
 from dagline.domain.templating import build_context, spark_templates
 from dagline.executors.base import SparkJob, TaskKey, TaskLaunch, TaskVariable
 from dagline.scheduler.critical_section import QueuedTI
@@ -89,7 +90,8 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
         if row.seq is not None:  # a signal started the try (a pruned signal is absent)
             signals[row.ti_id] = signal_for_templates(row)
         elif row.trigger_seq is not None:  # a signal created the run
-            signals[row.ti_id] = {"key": row.trigger_key, "value": json.loads(row.trigger_value),
+            namespace, key = names.split(row.trigger_key)
+            signals[row.ti_id] = {"key": key, "namespace": namespace, "value": json.loads(row.trigger_value),
                                   "seq": row.trigger_seq, "source": row.trigger_source}
     dags.prefetch(conn, {q.dag_version_id for q in queued})
     tokens = issue_try_tokens(conn, [(q.ti_id, q.try_number) for q in queued], now=now)
@@ -122,9 +124,10 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
 
 
 def signal_for_templates(row) -> dict:
-    """The signal that started a try, as its templates see it ({key, value, seq, source}), from a row
-    with the signal's columns."""
-    return {"key": row.key, "value": json.loads(row.value), "seq": row.seq, "source": row.source}
+    """The signal that started a try, as its templates see it ({key, namespace, value, seq, source}: the bare
+    key and its sender's namespace), from a row with the signal's columns."""
+    namespace, key = names.split(row.key)
+    return {"key": key, "namespace": namespace, "value": json.loads(row.value), "seq": row.seq, "source": row.source}
 
 
 def render_launches(gathered: Gathered, renderer: Renderer) -> Rendered:

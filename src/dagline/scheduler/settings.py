@@ -1,7 +1,9 @@
 """Scheduler settings: loop batch sizes and intervals, passed in (never read at import time).
 
 Each field can be set from the environment as `DAGLINE_SCHEDULER_<FIELD>` (e.g.
-`DAGLINE_SCHEDULER_REPLICA_TIMEOUT_S=60`); a bad value is an error naming the variable.
+`DAGLINE_SCHEDULER_REPLICA_TIMEOUT_S=60`); a bad value is an error naming the variable. One is the
+platform's, not only the scheduler's, and has its own name: `DAGLINE_SIGNAL_EXPORTS`, which namespaces'
+signal keys other namespaces' DAGs may react to (`domain.signal_exports`; read by `exports_from_env`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from dagline.domain.signal_exports import NO_EXPORTS, SignalExports, parse_exports
+from dagline.domain.signal_exports import VARIABLE as EXPORTS_VARIABLE
 from dagline.errors import InvalidInput
 from dagline.limits import MAX_SETTING_COUNT, MAX_SETTING_SECONDS, TEMPLATE_TIME_BUDGET_S
 
@@ -39,9 +43,13 @@ class SchedulerSettings:
     clean_older_than: str = ""
     clean_interval_s: float = 3600.0
     clean_keep_last: int = 1           # each DAG's latest runs kept however old (at least 1)
+    # which signal keys of a namespace other namespaces' DAGs react to (`DAGLINE_SIGNAL_EXPORTS`, parsed)
+    signal_exports: SignalExports = dataclasses.field(default=NO_EXPORTS, metadata={"env": EXPORTS_VARIABLE})
 
     def __post_init__(self):
         for field in dataclasses.fields(self):
+            if "env" in field.metadata:
+                continue  # its own variable, checked as it is parsed
             value = getattr(self, field.name)
             if isinstance(field.default, str):
                 self._check_duration(field.name, value)
@@ -73,7 +81,13 @@ class SchedulerSettings:
     @classmethod
     def from_env(cls) -> SchedulerSettings:
         """Overrides from `DAGLINE_SCHEDULER_<FIELD>` environment variables (e.g. ..._TIS_PER_LOOP=256)."""
-        return cls(**env_overrides(cls, "DAGLINE_SCHEDULER_"))
+        return cls(**env_overrides(cls, "DAGLINE_SCHEDULER_"), signal_exports=exports_from_env())
+
+
+def exports_from_env(environ: Mapping[str, str] | None = None) -> SignalExports:
+    """The platform's signal export rules, `DAGLINE_SIGNAL_EXPORTS` (unset: none); an error names it."""
+    environ = os.environ if environ is None else environ
+    return parse_exports(environ.get(EXPORTS_VARIABLE))
 
 
 def env_overrides(cls: type, prefix: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -82,6 +96,8 @@ def env_overrides(cls: type, prefix: str, environ: Mapping[str, str] | None = No
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     for field in dataclasses.fields(cls):
+        if "env" in field.metadata:
+            continue  # read under its own name
         name = f"{prefix}{field.name.upper()}"
         raw = environ.get(name)
         if raw is not None:

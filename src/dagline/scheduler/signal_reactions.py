@@ -26,6 +26,12 @@ full pass (runs a trigger created); peers woken to find nothing would only slow 
 machine. A stop request (restart, stop) does wake them: the replica running the try must stop it.
 If the caller queues nothing, it wakes the peers itself (`phases.reaction`).
 
+Namespaces (ADR 92): a signal's key carries its sender's namespace, and a rule's the namespace it
+listens to (its DAG's own, or another written `namespace/key`), so a rule hears only the key of the
+namespace it names. A rule of a DAG in another namespace than the signal's acts only where the
+platform's export rules (`DAGLINE_SIGNAL_EXPORTS`, `domain.signal_exports`) let that key out to the
+DAG's namespace; otherwise the signal is handled as if the rule did not exist.
+
 Order: within one key, `seq` order is commit order (`claims.lock_signal_key`); a claimed signal is
 acted on only if every earlier unhandled signal of its key is in the same claim, else it is left for
 the replica that holds the earlier one (the claim's statement checks this itself). Runs are locked in
@@ -46,10 +52,12 @@ from sqlalchemy.engine import Connection
 from dagline.db.claims import claim_unhandled_signals, lock_dag, lock_run_for_signal
 from dagline.db.notify import hold_announcements
 from dagline.db.transitions import request_stop
+from dagline.domain import names
+from dagline.domain.signal_exports import NO_EXPORTS, SignalExports
 from dagline.domain.states import RunState, RunType, SignalAction, SignalActionStatus, TIState
 from dagline.scheduler.examine import examine_runs
 from dagline.scheduler.signal_starts import STARTING, StartActions, action_row, insert_actions, supersede_pending
-from dagline.store.dags import DagCache, dag_namespaces
+from dagline.store.dags import DagCache
 from dagline.store.runs import run_named
 from dagline.store.signal_actions import (
     action_exists,
@@ -76,7 +84,10 @@ class ReactionResult:
     scheduled: list[int] = dataclasses.field(default_factory=list)  # the TIs made runnable
 
 
-def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who: str, limit: int) -> ReactionResult:
+def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who: str, limit: int,
+                     exports: SignalExports = NO_EXPORTS) -> ReactionResult:
+    """React to up to `limit` unhandled signals; a rule of another namespace's DAG acts only where
+    `exports` lets the signal's key out to it (the scheduler's `signal_exports` setting)."""
     result = ReactionResult()
     signals = claim_unhandled_signals(conn, limit, now=now)  # in key order, marked handled
     if not signals:
@@ -84,12 +95,7 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
     hold_announcements(conn)  # the caller queues what this makes runnable; only stop requests wake peers
     result.signals = len(signals)
 
-    triggers, rules = _listeners(conn, sorted({s.key for s in signals}))
-    if any(s.namespaces for s in signals):  # a namespace-limited sender's signals reach only its namespaces' DAGs
-        owners = dag_namespaces(conn, sorted({r.dag_id for rows in (*triggers.values(), *rules.values())
-                                              for r in rows}))
-        triggers = _reaching(triggers, signals, owners)
-        rules = _reaching(rules, signals, owners)
+    triggers, rules = _listeners(conn, sorted({s.key for s in signals}), exports)
 
     run_ids = sorted({r.run_pk for s in signals for r in _for(rules, s) if _in_scope(r, s)})
     locked = {}
@@ -136,30 +142,28 @@ def react_to_signals(conn: Connection, *, now: dt.datetime, dags: DagCache, who:
     return result
 
 
-def _listeners(conn: Connection, keys: list[str]) -> tuple[dict, dict]:
-    """The rules listening to `keys`, in one statement: key -> DAG triggers of the current versions of
-    active DAGs (by DAG id, rule), and key -> (task rule, run) for each running run (`dags test` runs
-    left out: their own process drives them) of the versions that have the rule (by run id, rule)."""
+def _listeners(conn: Connection, keys: list[str], exports: SignalExports) -> tuple[dict, dict]:
+    """The rules listening to `keys` (qualified keys), in one statement: key -> DAG triggers of the
+    current versions of active DAGs (by DAG id, rule), and key -> (task rule, run) for each running run
+    (`dags test` runs left out: their own process drives them) of the versions that have the rule (by
+    run id, rule). A rule of a DAG outside the key's namespace is kept only where `exports` lets the key
+    out to the DAG's namespace."""
     triggers, rules = collections.defaultdict(list), collections.defaultdict(list)
     for row in listeners(conn, keys):
-        (triggers if row.run_pk is None else rules)[row.key].append(row)
+        if _exported(row, exports):
+            (triggers if row.run_pk is None else rules)[row.key].append(row)
     return triggers, rules
 
 
-def _reaching(by_key: dict, signals, owners: dict) -> dict:
-    """key -> listeners, keyed by signal seq where the signal was sent within namespaces: only the
-    listeners of DAGs those namespaces own (docs/adr/0050)."""
-    out = dict(by_key)
-    for s in signals:
-        if s.namespaces:
-            reach = set(s.namespaces.split())
-            out[(s.key, s.seq)] = [r for r in by_key.get(s.key, ()) if owners.get(r.dag_id) in reach]
-    return out
+def _exported(listener, exports: SignalExports) -> bool:
+    """Whether the signals of the listener's key reach its DAG: its own namespace's, or exported to it."""
+    namespace, key = names.split(listener.key)
+    return exports.allows(namespace, key, names.namespace_of(listener.dag_id))
 
 
 def _for(by_key: dict, signal) -> list:
-    """The listeners a signal reaches (see `_reaching`)."""
-    return by_key.get((signal.key, signal.seq), ()) if signal.namespaces else by_key.get(signal.key, ())
+    """The listeners of the signal's key (in its namespace) that it reaches (see `_listeners`)."""
+    return by_key.get(signal.key, ())
 
 
 def _in_scope(rule, signal) -> bool:

@@ -250,16 +250,18 @@ def backfills(conn: Connection) -> list[dict]:
 def signal_log(conn: Connection, limit: int = 100, *, namespaces=None, **filters) -> tuple[list[dict], bool]:
     """One page of the signal log, newest first (`signals.signal_page_rows`: `filters` are its key and
     source prefixes, `internal` and `before`), each signal with its actions; every action names its run's
-    numeric id. With `namespaces`, only the signals sent within them. Returns (signals, whether older
+    numeric id. With `namespaces`, only the signals sent in them. Returns (signals, whether older
     ones match)."""
     from dagline.store.signals import signal_page_rows
 
     signals, more = signal_page_rows(conn, limit=limit, namespaces=namespaces, **filters)
-    keys = {(a["dag_id"], a["run_id"]) for s in signals for a in s["actions"]}
+    from dagline.domain.names import qualify
+
+    keys = {(qualify(a["namespace"], a["dag_id"]), a["run_id"]) for s in signals for a in s["actions"]}
     pks = {k: r.id for k, r in read_models.runs_by_run_id(conn, sorted(keys)).items()} if keys else {}
     for s in signals:
         for a in s["actions"]:
-            a["run_pk"] = pks.get((a["dag_id"], a["run_id"]))
+            a["run_pk"] = pks.get((qualify(a["namespace"], a["dag_id"]), a["run_id"]))
     return signals, more
 
 

@@ -1,6 +1,7 @@
 """Storing many signals in one transaction with a few statements, for the HTTP API's batches.
 
-The same rules as `signal_store.send_signal` (and `signal_log.insert_signal`, the one-at-a-time
+The same rules as `signal_store.send_signal` (each signal in its sender's namespace: stored under
+`names.qualify(namespace, key)`, so ids are per namespace) (and `signal_log.insert_signal`, the one-at-a-time
 path): keys and ids checked, values encoded and bounded, the same key and id again is the same
 signal (its seq, `created` False), another value under them is a `SignalConflict`, a signal no rule
 listens to is stored already handled, and a transaction that stored a signal some rule listens to
@@ -16,7 +17,7 @@ before this commit, so "not stored yet" read here stays true until the insert.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import bindparam, insert, select, tuple_
@@ -26,28 +27,30 @@ from dagline.db.claims import lock_signal_key
 from dagline.db.models import signal_listener_t, signal_t
 from dagline.db.notify import SIGNALS_ONLY, announce
 from dagline.db.signal_log import SignalConflict
+from dagline.domain import names
 from dagline.domain.signal_keys import encode_value, same_value, validate_key, validate_sender_id
 
 
 def send_signals(
     conn: Connection, signals: Sequence[dict], *, source: str, now: dt.datetime,
     source_dag_run_id: int | None = None, source_ti_id: int | None = None,
-    namespaces: Iterable[str] | None = None,
+    namespace: str = names.DEFAULT_NAMESPACE,
 ) -> list[tuple[int, bool]]:
-    """Store `signals` ({key, value, id}) in order; returns (seq, created) per signal. Raises
-    InvalidInput (nothing stored) or SignalConflict, whose `index` names the signal at fault.
-    `namespaces`: the only namespaces whose DAGs the signals reach (None: every one)."""
-    reach = " ".join(sorted(namespaces)) if namespaces else None
-    encoded = []
+    """Store `signals` ({key, value, id, and optionally namespace}: the sender's, else `namespace`) in
+    order; returns (seq, created) per signal. Raises InvalidInput (nothing stored) or SignalConflict,
+    whose `index` names the signal at fault."""
+    encoded, qualified = [], []
     for i, s in enumerate(signals):
         validate_key(s["key"], field=f"[{i}].key")
         validate_sender_id(s.get("id"), field=f"[{i}].id")
+        sender = names.check_namespace(s.get("namespace") or namespace, field=f"[{i}].namespace")
         encoded.append(encode_value(s.get("value"), field=f"[{i}].value"))
-    keys = sorted({s["key"] for s in signals})
+        qualified.append((sender, names.qualify(sender, s["key"])))
+    keys = sorted({key for _, key in qualified})
     for key in keys:
         lock_signal_key(conn, key)
     heard = set(conn.execute(_HEARD, {"keys": keys}).scalars())
-    ids = {(s["key"], s["id"]) for s in signals if s.get("id") is not None}
+    ids = {(key, s["id"]) for s, (_, key) in zip(signals, qualified, strict=True) if s.get("id") is not None}
     stored: dict[tuple[str, str], Any] = {}
     pairs = sorted(ids)
     for start in range(0, len(pairs), 500):
@@ -57,8 +60,8 @@ def send_signals(
 
     answers: list[Any] = [None] * len(signals)
     new_rows, new_index, first_in_batch = [], [], {}
-    for i, (s, text) in enumerate(zip(signals, encoded, strict=True)):
-        pair = (s["key"], s.get("id"))
+    for i, (s, text, (sender, key)) in enumerate(zip(signals, encoded, qualified, strict=True)):
+        pair = (key, s.get("id"))
         if pair in stored:
             row = stored[pair]
             if not same_value(row.value, s.get("value")):
@@ -74,9 +77,9 @@ def send_signals(
         if s.get("id") is not None:
             first_in_batch[pair] = i
         new_index.append(i)
-        new_rows.append(dict(key=s["key"], value=text, sender_id=s.get("id"), source=source, sent_at=now,
-                             source_dag_run_id=source_dag_run_id, source_ti_id=source_ti_id, namespaces=reach,
-                             handled_at=None if s["key"] in heard else now))
+        new_rows.append(dict(key=key, value=text, sender_id=s.get("id"), source=source, sent_at=now,
+                             source_dag_run_id=source_dag_run_id, source_ti_id=source_ti_id, namespace=sender,
+                             handled_at=None if key in heard else now))
     if new_rows:
         seqs = conn.execute(_INSERT, new_rows).scalars().all()
         for i, seq in zip(new_index, seqs, strict=True):
@@ -96,8 +99,9 @@ _INSERT = insert(signal_t).returning(signal_t.c.seq, sort_by_parameter_order=Tru
 
 
 def _conflict(seq: int | None, pair: tuple[str, str], index: int) -> SignalConflict:
-    error = SignalConflict(seq or 0, pair[0], pair[1])
+    error = SignalConflict(seq or 0, names.name_of(pair[0]), pair[1])
     if seq is None:
-        error.args = (f"signal {pair[0]!r} with id {pair[1]!r} appears twice in this batch with different values",)
+        error.args = (f"signal {names.name_of(pair[0])!r} with id {pair[1]!r} appears twice in this batch with "
+                      "different values",)
     error.index = index
     return error

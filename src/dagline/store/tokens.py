@@ -12,12 +12,12 @@ DAGs and runs: pause, trigger, clear, stop, backfill), `admin` (everything, incl
 versions add). Named tokens are made by
 `dagline tokens create NAME [--scope ...]` (default `signals:send`) and end with `tokens revoke`.
 
-Namespaces (`api_token.namespaces`, docs/adr/0050): a named token may be limited to namespaces
+Namespaces (`api_token.namespaces`, ADR 92): a named token may be limited to namespaces
 (`dagline tokens create NAME --namespace a-team`, repeatable). Such a token sees and acts on the DAGs
-those namespaces own (and their runs, logs and backfills) and nothing else: anything of another
-namespace, or a file's DAG (which belongs to none), answers as if it did not exist (404). Its signals
-carry its namespaces and reach only those namespaces' DAGs; it reads only signals sent within them.
-A try's token is limited to the namespace of its DAG (unlimited for a file's DAG).
+of those namespaces (and their runs, logs and backfills) and nothing else: anything of another
+namespace answers as if it did not exist (404). It sends signals in one of its namespaces
+(`sending_namespace`: the only one, or the one it names; another is refused, 403, whatever that
+namespace holds) and reads only signals sent in them. A try's token is limited to its DAG's namespace.
 
 A try's token (`issue_try_tokens`, called when a try is launched) has the scope `signals:send`,
 names that try (`ti_id`, `try_number`) and is valid only while the task instance is still on that
@@ -41,7 +41,8 @@ from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.engine import Connection
 
 from dagline.db.bulk import insert_rows
-from dagline.db.models import api_token_t, dag_run_t, dag_t, ti_t
+from dagline.db.models import api_token_t, dag_run_t, ti_t
+from dagline.domain import names
 from dagline.domain.states import TIState
 from dagline.errors import AccessRefused, InvalidInput, NotFound, OperationFailed
 from dagline.times import isoformat
@@ -91,6 +92,27 @@ class Principal:
     def require(self, scope: str) -> None:
         if not self.allows(scope):
             raise Forbidden(f"token {self.name!r} has scope {' '.join(sorted(self.scopes))!r}; this needs {scope!r}")
+
+
+def sending_namespace(principal: Principal, requested: str | None, *, field: str = "namespace") -> str:
+    """The namespace a principal's signal is sent in: `requested` if it may send there, else its only
+    namespace, else `default` for an unlimited principal. A principal limited to several must name one
+    (InvalidInput, 422, naming `field`); one outside its namespaces is refused (`Forbidden`, 403, naming
+    only what the request said: the answer is the same whatever that namespace holds)."""
+    if requested is not None:
+        names.check_namespace(requested, field=field)
+        if not principal.sees(requested):
+            refused = Forbidden(f"token {principal.name!r} may not send signals in namespace {requested!r}")
+            refused.field = field
+            raise refused
+        return requested
+    if principal.namespaces is None:
+        return names.DEFAULT_NAMESPACE
+    if len(principal.namespaces) == 1:
+        [only] = principal.namespaces
+        return only
+    raise InvalidInput(f"token {principal.name!r} may send in namespaces {', '.join(sorted(principal.namespaces))}: "
+                       "say which one", field=field)
 
 
 def hash_secret(secret: str) -> str:
@@ -215,14 +237,14 @@ _TOKEN_BY_ID = select(api_token_t).where(api_token_t.c.id == bindparam("id"))  #
 def _try_principal(conn: Connection, row) -> Principal:
     ti = conn.execute(
         select(ti_t.c.id, ti_t.c.dag_id, ti_t.c.task_id, ti_t.c.try_number, ti_t.c.state, ti_t.c.dag_run_id,
-               dag_run_t.c.run_id, dag_t.c.namespace)
-        .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id).join(dag_t, dag_t.c.dag_id == ti_t.c.dag_id, isouter=True)
-        .where(ti_t.c.id == row.ti_id)).first()
+               dag_run_t.c.run_id)
+        .join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id).where(ti_t.c.id == row.ti_id)).first()
     if ti is None or ti.try_number != row.try_number or ti.state not in (TIState.QUEUED, TIState.RUNNING):
         raise Unauthorized("this try's token expired: the try has ended")
     source = f"try:{ti.dag_id}/{ti.run_id}/{ti.task_id}/{ti.try_number}"
+    # limited to its DAG's namespace (the DAG's key carries it): it sends there and nowhere else
     return Principal(row.id, row.name, frozenset({SEND}), source=source, dag_run_id=ti.dag_run_id, ti_id=ti.id,
-                     namespaces=frozenset({ti.namespace}) if ti.namespace else None)
+                     namespaces=frozenset({names.namespace_of(ti.dag_id)}))
 
 
 def issue_try_tokens(conn: Connection, tries: Sequence[tuple[int, int]], *, now: dt.datetime) -> dict[int, str]:

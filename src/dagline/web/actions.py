@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 
 from dagline.domain.input_values import read_integer, read_text
 from dagline.domain.json_values import path, read_json_object
+from dagline.domain.names import qualify
 from dagline.domain.signal_keys import parse_value, validate_key, validate_sender_id
 from dagline.domain.states import Reprocess, RunState, TIState
 from dagline.errors import InvalidInput, OperationFailed
@@ -36,7 +37,7 @@ from dagline.store.dags import require_dag, set_paused
 from dagline.store.pages import task_instance_states
 from dagline.store.runs import clear_tasks, find_run, stop_run, trigger_run
 from dagline.store.signals import listeners, send_signal
-from dagline.store.tokens import OPERATE, SEND, authenticate
+from dagline.store.tokens import OPERATE, SEND, authenticate, sending_namespace
 from dagline.times import parse_instant
 from dagline.web import access
 from dagline.web.render import local_time
@@ -297,21 +298,27 @@ def _send(request: Request, viewer, fields) -> Page:
 
     validate_key(key, field="key")
     validate_sender_id(sender_id, field="id")
+    # the namespace it is sent in: the form's `namespace`, else the token's only one, else `default` (ADR 92)
+    namespace = sending_namespace(viewer.principal, _one(fields, "namespace") or None, field="namespace")
     api = state(request)
     with api.database.begin() as conn:
-        heard = listeners(conn, key, namespaces=access.namespaces(viewer))
+        heard = [h for h in listeners(conn, key, namespace=namespace, exports=api.settings.signal_exports)
+                 if access.sees(viewer, h["namespace"])]  # rules of namespaces it may not read are not named
     if fields.get("confirmed") != "yes":
-        who_listens = ", ".join(f"{h['dag_id']} {h['rule']} ({h['action']})" for h in heard) or \
+        who_listens = ", ".join(f"{qualify(h['namespace'], h['dag_id'])} {h['rule']} ({h['action']})"
+                                for h in heard) or \
             "no DAG listens to this key: it would be stored, nothing acts on it"
-        return _confirm(request, viewer, title="Send a signal", question=f"Send signal {key}?", action="/signals/send",
+        return _confirm(request, viewer, title="Send a signal", question=f"Send signal {key} in namespace {namespace}?",
+                        action="/signals/send",
                         fields=fields, cancel="/signals",
                         preview={"Value": json.dumps(value, indent=2, sort_keys=True), "Id": sender_id or "(none)",
                                  "Rules listening": who_listens})
     token = access.presented_token(request)
     with api.database.begin() as conn:
         principal = authenticate(conn, token, now=_now(request))  # the signal's source is the token's
+        namespace = sending_namespace(principal, _one(fields, "namespace") or None, field="namespace")
         seq, created = send_signal(conn, key, value, sender_id=sender_id, source=principal.source, now=_now(request),
-                                   namespaces=principal.namespaces)
+                                   namespace=namespace)
     text = f"signal {key} stored as seq {seq}" if created else f"signal {key} was stored before (seq {seq})"
     return Page(response=redirect_with_notice(request, "/signals", text, "ok" if heard else "warn"))
 

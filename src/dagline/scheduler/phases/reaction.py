@@ -22,7 +22,8 @@ def react(ctx: Context, hops: Hops, stats: LoopStats, now) -> None:
     queue_now = not ctx.stop_requested
 
     def reaction(conn):
-        reacted = react_to_signals(conn, now=now, dags=ctx.dags, who=ctx.who, limit=ctx.settings.signals_per_loop)
+        reacted = react_to_signals(conn, now=now, dags=ctx.dags, who=ctx.who, limit=ctx.settings.signals_per_loop,
+                                   exports=ctx.settings.signal_exports)
         ctx.left.own_tis.update(reacted.scheduled)
         return reacted, hops.queue(conn, now, if_free=True) if reacted.tis_changed and queue_now else None
 
