@@ -154,13 +154,13 @@ def test_a_reference_with_two_namespaces_is_refused():
 def test_a_tries_templates_see_its_dags_name_and_namespace(db, tmp_path):
     (tmp_path / "etl.yaml").write_text(_etl().replace(
         "spark: {mainApplicationFile: job.py}",
-        'spark: {mainApplicationFile: job.py, arguments: ["{{ namespace }}", "{{ dag_id }}"]}'))
+        'spark: {mainApplicationFile: job.py, arguments: ["{{ dag_namespace }}", "{{ dag_id }}"]}'))
     (tmp_path / "job.py").write_text("print('hi')\n")
     cli(db, "dags", "apply", str(tmp_path), "--namespace", A)
     shown = cli(db, "tasks", "render", "etl", "load", "2026-05-01", "--namespace", A, "--json")
     rendered = json.loads(shown.stdout)  # a note on stderr says the run is a test run
     assert rendered["arguments"] == [A, "etl"]
-    assert (rendered["context"]["namespace"], rendered["context"]["dag_id"]) == (A, "etl")
+    assert (rendered["context"]["dag_namespace"], rendered["context"]["dag_id"]) == (A, "etl")
 
 
 def test_pool_gauges_name_a_namespaces_pool_within_its_namespace(db):

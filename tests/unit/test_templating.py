@@ -35,7 +35,7 @@ def context(**overrides):
 def test_the_variables():
     assert TEMPLATE_VARIABLES == {
         "ds", "ds_nodash", "logical_date", "data_interval_start", "data_interval_end",
-        "run_id", "dag_id", "task_id", "try_number", "params", "conf", "signal",
+        "run_id", "dag_id", "dag_namespace", "task_id", "try_number", "params", "conf", "signal",
     }
     assert set(context()) == TEMPLATE_VARIABLES
 

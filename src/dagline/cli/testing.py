@@ -264,7 +264,7 @@ def tasks_render(obj: Context, dag_id, task_id, logical_date, conf, conf_file, a
     dag, task, facts, _ = _try_context(obj, dag_id, task_id, logical_date, conf, conf_file)
     job = _render(dag, task, facts)
     context = build_context(
-        dag_id=dag.name, namespace=dag.namespace, task_id=task.task_id, run_id=facts["run_id"],
+        dag_id=dag.name, dag_namespace=dag.namespace, task_id=task.task_id, run_id=facts["run_id"],
         logical_date=facts["logical_date"],
         data_interval_start=facts["data_interval"][0], data_interval_end=facts["data_interval"][1],
         try_number=facts["try_number"], params={**dag.spec.params, **facts["conf"]}, conf=facts["conf"],

@@ -39,7 +39,7 @@ from dagline.limits import TEMPLATE_MAX_NUMBER_BITS, TEMPLATE_OUTPUT_BUDGET, TEM
 
 TEMPLATE_VARIABLES = frozenset({
     "ds", "ds_nodash", "logical_date", "data_interval_start", "data_interval_end",
-    "run_id", "dag_id", "namespace", "task_id", "try_number", "params", "conf", "signal",
+    "run_id", "dag_id", "dag_namespace", "task_id", "try_number", "params", "conf", "signal",
 })
 
 TIME_BUDGET_S = TEMPLATE_TIME_BUDGET_S  # per template, enforced by the renderer process (a thread cannot be stopped)
@@ -254,10 +254,11 @@ def build_context(
     conf: Mapping[str, Any] | None,
     timezone: str = "UTC",
     signal: Mapping[str, Any] | None = None,
-    namespace: str = "default",
+    dag_namespace: str = "default",
 ) -> dict[str, Any]:
     """The variables a task's templates see; times are pendulum DateTimes in the DAG's time zone.
-    `dag_id` is the DAG's name and `namespace` its namespace. `signal` is the signal that started the
+    `dag_id` is the DAG's name and `dag_namespace` its namespace (not `namespace`: Jinja's own
+    `namespace()` keeps its name). `signal` is the signal that started the
     try (`key`, `value`, `seq`, `source`), or None."""
     local_logical_date = _in_zone(logical_date, timezone)
     return {
@@ -268,7 +269,7 @@ def build_context(
         "data_interval_end": _in_zone(data_interval_end, timezone),
         "run_id": run_id,
         "dag_id": dag_id,
-        "namespace": namespace,
+        "dag_namespace": dag_namespace,
         "task_id": task_id,
         "try_number": try_number,
         "params": dict(params),

@@ -106,7 +106,7 @@ def gather_launches(conn: Connection, queued: Sequence[QueuedTI], *, dags: DagCa
             if templates:
                 conf = run.conf or {}
                 context = build_context(
-                    dag_id=dag.name, namespace=dag.namespace, task_id=task.task_id, run_id=run.run_id,
+                    dag_id=dag.name, dag_namespace=dag.namespace, task_id=task.task_id, run_id=run.run_id,
                     logical_date=run.logical_date,
                     data_interval_start=run.data_interval_start, data_interval_end=run.data_interval_end,
                     try_number=q.try_number, params={**dag.spec.params, **conf}, conf=conf,  # conf overrides params
@@ -202,7 +202,7 @@ def render_job(task: Task, dag, *, run_id: str, logical_date: dt.datetime,
     its own with the scheduler's budgets. Raises `RenderFailed` (a ValueError) naming the task and the
     template."""
     context = build_context(
-        dag_id=dag.name, namespace=dag.namespace, task_id=task.task_id, run_id=run_id, logical_date=logical_date,
+        dag_id=dag.name, dag_namespace=dag.namespace, task_id=task.task_id, run_id=run_id, logical_date=logical_date,
         data_interval_start=data_interval[0], data_interval_end=data_interval[1], try_number=try_number,
         params={**dag.spec.params, **conf}, conf=conf, timezone=dag.timezone,  # a run's conf overrides params
         signal=signal,

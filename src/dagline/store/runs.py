@@ -137,7 +137,7 @@ def find_run(conn: Connection, run_ref: str, *, namespaces: Iterable[str] | None
         stmt = stmt.where(dag_run_t.c.dag_id.in_(owned))
     rows = conn.execute(stmt).all()
     if not rows:
-        where = "" if namespaces is None else f" in namespace {', '.join(sorted(namespaces))}"
+        where = "" if namespaces is None else f" in namespace {', '.join(map(repr, sorted(namespaces)))}"
         raise NotFound(f"unknown run {run_ref!r}{where} (see `dagline runs list`)")
     if len(rows) > 1:
         numeric = [r for r in rows if str(r.id) == str(run_ref)]
