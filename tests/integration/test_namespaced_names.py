@@ -190,3 +190,13 @@ def test_a_request_id_names_one_request_within_its_namespace(two_teams):
     cli(db, "backfill", "create", "etl", "--namespace", A, *args)  # the same request again: no second backfill
     listed = _json(db, "backfill", "list")
     assert sorted((b["namespace"], b["request_id"]) for b in listed) == [(A, "nightly-fix"), (B, "nightly-fix")]
+
+
+def test_apply_warns_of_a_rule_on_another_namespaces_key_that_is_not_exported(db, tmp_path, monkeypatch):
+    (tmp_path / "etl.yaml").write_text(_etl().replace('  startDate: "2026-05-01"', '  startDate: "2026-05-01"\n'
+                                                      '  triggers: [{signal: a-team/orders.ready}]'))
+    (tmp_path / "job.py").write_text("print('hi')\n")
+    warned = cli(db, "dags", "apply", str(tmp_path), "--namespace", B)
+    assert "does not export 'orders.ready' to 'team-b'" in warned.stderr
+    monkeypatch.setenv("DAGLINE_SIGNAL_EXPORTS", "a-team/orders.*=team-b")
+    assert "does not export" not in cli(db, "dags", "apply", str(tmp_path), "--namespace", B).stderr

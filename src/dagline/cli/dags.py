@@ -83,6 +83,8 @@ def dags_apply(obj: Context, paths, namespace, now):
                                 source=item.source_path)
     egress = CallbackSettings.from_env().egress
     unreadable = _unreadable_env_references(loaded)
+    for dag_id, warnings in _unexported_keys(loaded).items():
+        unreadable.setdefault(dag_id, []).extend(warnings)
     results = apply_dags(obj.db(), loaded, now=make_clock(now).now())
     for item in loaded:  # applied all the same: the allow-list may change, and urlFrom values are judged at delivery
         for path, why in refused_webhook_urls(item.dag.spec, egress):
@@ -101,6 +103,22 @@ def dags_apply(obj: Context, paths, namespace, now):
             click.echo(f"{r.dag_id}: import error cleared; the scheduler tries it again")
         for warning in r.warnings + unreadable.get(r.dag_id, []):
             click.echo(f"{r.dag_id}: warning: {warning}", err=True)
+
+
+def _unexported_keys(loaded) -> dict[str, list[str]]:
+    """dag_id -> a warning per signal rule on another namespace's key that the platform's export rules
+    (`DAGLINE_SIGNAL_EXPORTS`) do not let out to the DAG's namespace: applied, but it never acts until they do."""
+    from dagline.domain.signal_exports import unexported_warning
+    from dagline.scheduler.settings import exports_from_env
+
+    exports = exports_from_env()
+    out: dict[str, list[str]] = {}
+    for item in loaded:
+        dag = item.dag
+        rules = [t.signal for t in dag.spec.triggers] + [r.signal for task in dag.tasks.values() for r in task.on]
+        found = [unexported_warning(dag.namespace, signal, exports) for signal in rules]
+        out[dag.dag_id] = [warning for warning in found if warning]
+    return out
 
 
 def _unreadable_env_references(loaded) -> dict[str, list[str]]:
