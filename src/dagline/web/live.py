@@ -97,6 +97,7 @@ class LiveFeed:
         self.closed = False
         self.watching = threading.Event()  # set once the thread knows where the stored changes stand
         self._lock = threading.Lock()
+        self._looking = threading.Lock()  # one look at a time (the thread's, or a caller's)
         self._subscribers: set[tuple[asyncio.AbstractEventLoop, asyncio.Event, frozenset[str] | None]] = set()
         self._thread: threading.Thread | None = None
         if self.lookback >= CHUNK:
@@ -124,6 +125,7 @@ class LiveFeed:
     def _listen(self) -> None:
         listener = Listener(self.database.engine)
         try:
+            listener.open()  # LISTEN first: a change committed after the first look wakes the feed
             self.look()
             while not self.closed:
                 if listener.wait(PING_EVERY_S, interrupt_fd=self._wake_r) != "interrupted":
@@ -142,7 +144,7 @@ class LiveFeed:
         """Read what was stored since the last look, and tell the streams that may read it; returns
         whose changes they were. The first look only learns where the stored changes stand."""
         try:
-            with self.database.begin() as conn:
+            with self._looking, self.database.begin() as conn:
                 changed = self._read(conn)
         except Exception as exc:  # noqa: BLE001 - the database is away: try again at the next look
             log.debug("the live feed could not read the changes: %s", exc)
