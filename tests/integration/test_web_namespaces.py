@@ -14,15 +14,16 @@ import re
 import pytest
 import yaml
 from fastapi.testclient import TestClient
-from sqlalchemy import insert, select
+from sqlalchemy import func, insert, select
 
 from dagline.api import ApiSettings, create_app
 from dagline.clock import FixedClock
-from dagline.db.models import dag_run_t, dag_t, pool_t
+from dagline.db.models import dag_run_t, dag_t, event_t, pool_t, signal_t
 from dagline.store.dags import set_paused
+from dagline.store.pools import set_pool
 from dagline.store.runs import trigger_run
 from dagline.store.tokens import create_token
-from dagline.web.live import LiveFeed
+from dagline.web.live import PLATFORM, LiveFeed
 from tests.helpers.cli import snapshot
 from tests.helpers.dags import dag, task
 from tests.helpers.harness import schedule
@@ -262,3 +263,31 @@ def test_a_limited_readers_page_carries_its_own_change_counter(db, world):
     everything, _ = _client(db, world, "all")
     everything.app.state.dagline_live = feed
     assert f'data-live-version="{feed.version}"' in everything.get("/").text
+
+
+def test_the_live_feed_says_whose_each_stored_change_is_even_one_committed_out_of_id_order(db, world):
+    """What the feed's thread does when woken, looked at directly: a DAG's change is its namespace's, a
+    platform pool's is everyone's (PLATFORM), a signal is its sender's namespace's; and an event whose id
+    is below one already read (a PostgreSQL transaction that took its id first and committed last) is
+    still announced, once."""
+    feed = LiveFeed(db, lookback=100)
+    assert feed.look() == set()  # where the stored changes stand: no news
+    set_paused(db, ETLS[B], True, now=NOW, who="test")
+    assert feed.look() == {B}
+    set_pool(db, "shared", 2, now=NOW)
+    assert feed.look() == {PLATFORM}
+    with db.begin() as conn:
+        conn.execute(insert(signal_t).values(key="ml/model.ready", value="1", source="test", sent_at=NOW,
+                                             handled_at=NOW, namespace="ml"))
+        top = conn.execute(select(func.max(event_t.c.id))).scalar()
+    assert feed.look() == {"ml"}
+
+    def event(event_id: int, dag_id: str) -> None:
+        with db.begin() as conn:
+            conn.execute(insert(event_t).values(id=event_id, at=NOW, who="test", entity="dag", dag_id=dag_id))
+
+    event(top + 10, ETLS[A])
+    assert feed.look() == {A}
+    event(top + 5, ETLS[D])  # committed after a later id was read
+    assert feed.look() == {D}
+    assert feed.look() == set()  # once
