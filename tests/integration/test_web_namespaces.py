@@ -22,7 +22,8 @@ from dagline.db.models import dag_run_t, dag_t, event_t, pool_t, signal_t
 from dagline.store.dags import set_paused
 from dagline.store.pools import set_pool
 from dagline.store.runs import trigger_run
-from dagline.store.tokens import create_token
+from dagline.store.tokens import create_token, revoke_token
+from dagline.web import live
 from dagline.web.live import PLATFORM, LiveFeed
 from tests.helpers.cli import snapshot
 from tests.helpers.dags import dag, task
@@ -291,3 +292,20 @@ def test_the_live_feed_says_whose_each_stored_change_is_even_one_committed_out_o
     event(top + 5, ETLS[D])  # committed after a later id was read
     assert feed.look() == {D}
     assert feed.look() == set()  # once
+
+
+def test_an_open_live_stream_ends_once_its_token_is_revoked(db, world, monkeypatch):
+    monkeypatch.setattr(live, "RECHECK_S", 0.2)
+    monkeypatch.setattr(live, "PING_EVERY_S", 0.2)
+    client, _ = _client(db, world, "a")
+    parts = 0
+    with client.stream("GET", "/ui/events") as stream:
+        assert stream.status_code == 200
+        for line in stream.iter_lines():
+            if line.startswith((": ping", "event:")):
+                parts += 1
+                if parts == 2:  # the stream is going: revoke its token
+                    with db.begin() as conn:
+                        revoke_token(conn, "a")
+            assert parts < 50, "the stream of a revoked token went on"
+    assert client.get("/ui/events").status_code == 401  # and it cannot open again

@@ -22,10 +22,11 @@ readers included) and is sent `event: change` only after a change it may read: a
 own too (`version_for`: the changes of its namespaces and of the platform, counted since this process
 started), so the numbers it sees do not count other namespaces' changes either. Bursts are coalesced
 (the browser refetches at most a few times a second), a comment every 15 s keeps proxies from
-closing the stream, and it ends when the server stops. A page carries its reader's counter as it was
-rendered, and its stream's first event (`hello`) the counter then: if they differ (a change committed
-between rendering and listening), the page refreshes once; so does a browser that reconnects (perhaps
-to another replica), for what it may have missed.
+closing the stream, and it ends when the server stops, or when its reader's token no longer reads as
+it did (revoked, expired: asked every 15 s). A page carries its reader's counter as it was rendered,
+and its stream's first event (`hello`) the counter then: if they differ (a change committed between
+rendering and listening), the page refreshes once; so does a browser that reconnects (perhaps to
+another replica), for what it may have missed.
 
 On PostgreSQL ids are taken at insert and become visible at commit, so a transaction can commit an
 event id lower than one already read: the feed reads again the last `lookback` ids each time and
@@ -44,7 +45,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from dagline.db.notify import Listener
 from dagline.domain import names
@@ -53,6 +54,7 @@ from dagline.store.visibility import changes_after, newest_change
 log = logging.getLogger(__name__)
 
 PING_EVERY_S = 15.0
+RECHECK_S = 15.0  # how often a stream asks whether its reader's token still reads
 COALESCE_S = 0.25
 CHUNK = 5000  # changes read per query (a look reads on until it has them all)
 PLATFORM = None  # a change every reader may read: a platform pool's
@@ -231,29 +233,36 @@ class LiveFeed:
         with self._lock:
             self._subscribers = {s for s in self._subscribers if s[:2] != (loop, event)}
 
-    async def stream(self, client: str | None = None, namespaces: Collection[str] | None = None):
+    async def stream(self, client: str | None = None, namespaces: Collection[str] | None = None,
+                     still_reads: Callable[[], bool] | None = None):
         """The body of one event stream of a reader limited to `namespaces` (None: unlimited); `client`:
-        admitted by `admit`, released when it ends."""
+        admitted by `admit`, released when it ends. `still_reads()` (blocking: run in a thread), asked
+        every `RECHECK_S`, says whether its reader still may read so (a revoked or expired token may not):
+        when not, the stream ends."""
         try:
-            async for part in self._stream(namespaces):
+            async for part in self._stream(namespaces, still_reads):
                 yield part
         finally:
             if client is not None:
                 self.release(client)
 
-    async def _stream(self, namespaces: Collection[str] | None):
+    async def _stream(self, namespaces: Collection[str] | None, still_reads: Callable[[], bool] | None):
         self.ensure_started()
         loop = asyncio.get_running_loop()
         event = asyncio.Event()
         self.subscribe(loop, event, namespaces)
         try:
             yield f"retry: 2000\nevent: hello\ndata: {self.version_for(namespaces)}\n\n"
-            quiet_since = time.monotonic()
+            quiet_since = checked_at = time.monotonic()
             while not self.closed:
                 try:
                     await asyncio.wait_for(event.wait(), timeout=1.0)
                 except TimeoutError:
                     pass
+                if still_reads is not None and time.monotonic() - checked_at >= RECHECK_S:
+                    if not await asyncio.to_thread(still_reads):
+                        return
+                    checked_at = time.monotonic()
                 if event.is_set():
                     await asyncio.sleep(COALESCE_S)  # a burst of commits becomes one refresh
                     event.clear()

@@ -359,6 +359,14 @@ async def events(request: Request):
     if refused is not None:  # the page works without it; the browser tries again later
         return PlainTextResponse(f"{refused}: try again later", status_code=429,
                                  headers={"Retry-After": str(STREAM_RETRY_AFTER_S), "Cache-Control": "no-store"})
-    return StreamingResponse(feed.stream(client, access.namespaces(viewer)), media_type="text/event-stream",
+    limited = access.namespaces(viewer)
+
+    def still_reads() -> bool:  # the token is checked again, as every page does (a revoked one stops here)
+        try:
+            return access.namespaces(in_transaction(request, lambda conn, viewer: None)[1]) == limited
+        except DaglineError:
+            return False
+
+    return StreamingResponse(feed.stream(client, limited, still_reads), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
