@@ -157,26 +157,26 @@ class LiveFeed:
         return changed
 
     def _read(self, conn) -> set[str | None]:
-        """Whose changes were stored since the last look (the first look: where they stand, no news)."""
+        """Whose changes were stored since the last look (the first look: where they stand, no news).
+        Nothing is kept of a look that fails half way: the next one reads the same again."""
         first = self._tops is None
-        if first:
-            self._tops = newest_change(conn)
-            if not self.lookback:
-                return set()
-        new_events, new_signals = [], []
+        tops = newest_change(conn) if first else self._tops
+        if first and not self.lookback:
+            self._tops = tops
+            return set()
+        seen = (set(self._seen[0]), set(self._seen[1]))
+        new: tuple[list, list] = ([], [])
         while True:
-            (event_top, signal_top), (seen_events, seen_signals) = self._tops, self._seen
-            events, signals = changes_after(conn, max(0, event_top - self.lookback),
-                                            max(0, signal_top - self.lookback), limit=CHUNK)
-            new_events += [e for e in events if e[0] not in seen_events]
-            new_signals += [s for s in signals if s[0] not in seen_signals]
-            self._tops = (max([event_top, *(e[0] for e in events)]), max([signal_top, *(s[0] for s in signals)]))
-            for seen, read, top in ((seen_events, events, self._tops[0]), (seen_signals, signals, self._tops[1])):
-                seen.update(row[0] for row in read if row[0] > top - self.lookback)
-                seen.difference_update([i for i in seen if i <= top - self.lookback])
-            if len(events) < CHUNK and len(signals) < CHUNK:
+            read = changes_after(conn, *(max(0, top - self.lookback) for top in tops), limit=CHUNK)
+            tops = tuple(max([top, *(row[0] for row in rows)]) for top, rows in zip(tops, read, strict=True))
+            for kept, known, rows, top in zip(new, seen, read, tops, strict=True):
+                kept += [row for row in rows if row[0] not in known]
+                known.update(row[0] for row in rows)
+                known.difference_update([i for i in known if i <= top - self.lookback])
+            if all(len(rows) < CHUNK for rows in read):
                 break
-        return set() if first else changed_namespaces(new_events, new_signals)
+        self._tops, self._seen = tops, seen
+        return set() if first else changed_namespaces(*new)
 
     def _changed(self, changed: set[str | None]) -> None:
         with self._lock:
