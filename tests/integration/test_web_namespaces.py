@@ -57,12 +57,16 @@ def world(db, tmp_path):
                   "ab": create_token(conn, "ab", scopes, now=NOW, namespaces=[A, B]),
                   "d": create_token(conn, "d", scopes, now=NOW, namespaces=[D]),
                   "all": create_token(conn, "all", scopes, now=NOW)}
-    return {"runs": runs, "run_id": runs[A].run_id, "tokens": tokens, "logs": tmp_path / "logs"}
+    apps: list = []
+    yield {"runs": runs, "run_id": runs[A].run_id, "tokens": tokens, "logs": tmp_path / "logs", "apps": apps}
+    for app in apps:  # their live feeds' threads end before the database goes
+        app.state.dagline_live.close()
 
 
 def _client(db, world, who: str) -> tuple[TestClient, str]:
-    client = TestClient(create_app(db, ApiSettings(log_folder=str(world["logs"])), clock=FixedClock(NOW)),
-                        follow_redirects=False)
+    app = create_app(db, ApiSettings(log_folder=str(world["logs"])), clock=FixedClock(NOW))
+    world["apps"].append(app)
+    client = TestClient(app, follow_redirects=False)
     client.headers["Authorization"] = f"Bearer {world['tokens'][who]}"
     client.get("/login")
     return client, csrf_field(client.get("/").text)
