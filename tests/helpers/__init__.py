@@ -14,6 +14,9 @@ imports that is not a test itself lives here, so no test module imports another 
 - `receiver`: `Receiver`, a real local HTTP(S) server recording callback deliveries (and holding them); its
   `allowed_networks` is the egress allow-list that admits it (loopback is refused to webhooks by default).
 - `web_scenario`: the scene the web UI's tests look at: `build(db, folder)` and what it is made of.
+- `tenancy`: DAGs in namespaces, stored under their keys: `apply_in_namespaces(db, folder, [(namespace, yaml)])`,
+  `apply_team_dags` (a-team's `a-sales`, team-b's `b-sales`, default's `local`; `TEAM_KEYS`).
+- `web_session`: signing in to the web UI as a browser does (`sign_in`, `csrf_field`).
 - `k8s/`: the Kubernetes stand-ins: `emulator` (the API server, rules in `api_rules`), `cluster` (it in a
   thread, and a client), `kopf_runner` (real kopf in a thread), `spark_operator` (the spark-operator),
   `operator_harness` (manifests, an operator replica, reading state back). Also used by bench/k8s_mirror.py.

@@ -1,8 +1,8 @@
 """Two teams on one API (issue 26, docs/adr/0050), on SQLite and PostgreSQL: a token limited to
 namespace `a-team` can neither read nor act on `team-b`'s DAGs, runs, logs or signals. What it may
 not see answers 404 exactly as what does not exist (its existence is not revealed); listings leave it
-out; its signals reach only `a-team`'s DAGs. A DAG applied from a file belongs to no namespace: only
-unlimited tokens see it."""
+out; its signals reach only `a-team`'s DAGs. A DAG applied from a file is `default`'s: a token limited
+to `a-team` does not see it. The web UI's addresses carry a DAG's key (`/dags/a-team/a-sales/grid`)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,10 @@ from dagline.api import ApiSettings, create_app
 from dagline.clock import FixedClock
 from dagline.db.models import dag_run_t, dag_t
 from dagline.errors import InvalidInput
-from dagline.spec import load_dag_paths
-from dagline.store.dags import apply_dags
 from dagline.store.runs import trigger_run
 from dagline.store.tokens import create_token
-from tests.helpers.harness import schedule, write_dag
-from tests.helpers.tenancy import apply_team_dags
+from tests.helpers.harness import schedule
+from tests.helpers.tenancy import TEAM_KEYS, apply_in_namespaces, apply_team_dags
 from tests.helpers.web_session import csrf_field
 
 NOW = dt.datetime(2026, 5, 1, tzinfo=dt.timezone.utc)
@@ -66,14 +64,16 @@ def _client(db, teams, who: str) -> tuple[TestClient, str]:
     return client, csrf_field(client.get("/").text)  # bound to the token presented (ADR 61)
 
 
-def _runs(db, dag_id: str) -> list:
+def _runs(db, name: str) -> list:
+    """The runs of the team DAG `name` (`TEAM_KEYS`: its key), else of the DAG keyed `name`."""
+    key = TEAM_KEYS.get(name, name)
     with db.begin() as conn:
-        return conn.execute(select(dag_run_t).where(dag_run_t.c.dag_id == dag_id).order_by(dag_run_t.c.id)).all()
+        return conn.execute(select(dag_run_t).where(dag_run_t.c.dag_id == key).order_by(dag_run_t.c.id)).all()
 
 
-def _paused(db, dag_id: str) -> bool:
+def _paused(db, name: str) -> bool:
     with db.begin() as conn:
-        return conn.execute(select(dag_t.c.is_paused).where(dag_t.c.dag_id == dag_id)).scalar_one()
+        return conn.execute(select(dag_t.c.is_paused).where(dag_t.c.dag_id == TEAM_KEYS[name])).scalar_one()
 
 
 def test_a_namespace_token_reads_only_its_namespaces_dags_runs_and_logs(db, teams):
@@ -82,10 +82,10 @@ def test_a_namespace_token_reads_only_its_namespaces_dags_runs_and_logs(db, team
     index = client.get("/")
     assert index.status_code == 200 and "a-sales" in index.text and A in index.text
     assert "b-sales" not in index.text and ">local<" not in index.text
-    for path in ("/dags/a-sales/grid", f"/runs/{a_run.id}", f"/runs/{a_run.id}/logs/load/1"):
+    for path in ("/dags/a-team/a-sales/grid", f"/runs/{a_run.id}", f"/runs/{a_run.id}/logs/load/1"):
         assert client.get(path).status_code == 200, path
     nowhere = client.get("/dags/nowhere/grid")
-    for dag_id, run in (("b-sales", b_run), ("local", local_run)):
+    for dag_id, run in ((TEAM_KEYS["b-sales"], b_run), (TEAM_KEYS["local"], local_run)):
         hidden = client.get(f"/dags/{dag_id}/grid")
         assert hidden.status_code == 404
         assert hidden.text.replace(dag_id, "X") == nowhere.text.replace("nowhere", "X")  # same as unknown
@@ -103,14 +103,14 @@ def test_a_namespace_token_cannot_act_on_another_namespaces_dag_or_run(db, teams
     client, csrf = _client(db, teams, "a")
     b_run = teams["runs"]["b-sales"]
     before = [(r.id, r.state) for r in _runs(db, "b-sales")]
-    for path, extra in (("/dags/b-sales/pause", {}), ("/dags/b-sales/trigger", {}),
-                        ("/dags/b-sales/backfill", {"start": "2026-04-01", "end": "2026-04-02"}),
+    for path, extra in (("/dags/team-b/b-sales/pause", {}), ("/dags/team-b/b-sales/trigger", {}),
+                        ("/dags/team-b/b-sales/backfill", {"start": "2026-04-01", "end": "2026-04-02"}),
                         (f"/runs/{b_run.id}/clear", {}), (f"/runs/{b_run.id}/stop", {})):
         for confirmed in ("", "yes"):
             answer = client.post(path, data={"csrf": csrf, "confirmed": confirmed, **extra})
             assert answer.status_code == 404, (path, confirmed, answer.text)
     assert not _paused(db, "b-sales") and [(r.id, r.state) for r in _runs(db, "b-sales")] == before
-    answer = client.post("/dags/a-sales/pause", data={"csrf": csrf, "confirmed": "yes"})
+    answer = client.post("/dags/a-team/a-sales/pause", data={"csrf": csrf, "confirmed": "yes"})
     assert answer.status_code == 303 and _paused(db, "a-sales")  # its own namespace's DAG: done
 
 
@@ -145,12 +145,10 @@ def test_a_token_limited_to_a_bad_namespace_is_refused_and_nothing_stored(db):
 
 
 def test_task_state_signals_of_a_namespaces_dag_reach_only_that_namespace(db, teams, tmp_path):
-    """dagline's own `dagline.task.<dag>.<task>.<state>` signals are sent in the DAG's namespace."""
-    watcher = _dag("watch").replace("orders.ready", "dagline.task.a-sales.load.success")
-    for namespace in (A, B):
-        document = watcher.replace("{name: watch}", f"{{name: watch, namespace: {namespace}}}")
-        apply_dags(db, load_dag_paths([write_dag(tmp_path, document, name=f"{namespace}.yaml")]), now=NOW)
-    trigger_run(db, f"{A}/a-sales", now=NOW, logical_date=NOW + dt.timedelta(days=1), conf={}, who="test")
+    """dagline's own `dagline.task.<dag>.<task>.<state>` signals carry the namespace owning the DAG."""
+    watcher = _dag("b-watch").replace("orders.ready", "dagline.task.a-sales.load.success")
+    apply_in_namespaces(db, tmp_path, [(B, watcher), (A, watcher.replace("b-watch", "a-watch"))], now=NOW)
+    trigger_run(db, TEAM_KEYS["a-sales"], now=NOW, logical_date=NOW + dt.timedelta(days=1), conf={}, who="test")
     schedule(db, (NOW + dt.timedelta(days=1)).isoformat())
-    assert [r.run_type for r in _runs(db, f"{A}/watch")] == ["signal"]  # its own namespace's task: heard
-    assert _runs(db, f"{B}/watch") == []  # team-b's key of that name is its own: a-team's task is not heard
+    assert [r.run_type for r in _runs(db, f"{A}/a-watch")] == ["signal"]  # its own namespace's task: heard
+    assert _runs(db, f"{B}/b-watch") == []  # team-b cannot watch a-team's tasks

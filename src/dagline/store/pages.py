@@ -1,7 +1,7 @@
 """The web pages' read models: what each page shows, read in the request's one transaction. Listings the
 CLI already has come from `dagline.store.read_models` (the same fields as its JSON); what only the pages need
-(the grid, the timeline, a run's tries, a task's durations, the newest change the live pages watch for, a
-stop's confirmation) is read here."""
+(the grid, the timeline, a run's tries, a task's durations, a stop's confirmation) is read here. A DAG is
+shown by its key (`a-team/etl`: `dagline.domain.names`), the `dag_id` of its rows."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from dagline.db.models import dag_run_t, event_t, signal_action_t, signal_t, ti_t
+from dagline.domain import names
 from dagline.domain.states import RunState, SignalAction, TIState
-from dagline.errors import OperationFailed
 from dagline.store import read_models
 from dagline.store.dags import DagCache, require_dag
 from dagline.times import isoformat
@@ -23,9 +23,19 @@ MAX_GRID_RUNS = 1000
 TRY_ENDS = TIState.FINISHED | {TIState.UP_FOR_RETRY, TIState.NONE}  # the states a try's event ends it with
 
 
+def dag_key(row: dict) -> str:
+    """The key (`dag_id` column) of a listed DAG's row, which gives its `namespace` and its `dag_id` (the
+    key, or the name as the command line's JSON says it)."""
+    return names.qualify(row.get("namespace") or names.namespace_of(row["dag_id"]), names.name_of(row["dag_id"]))
+
+
 def dag_list(conn: Connection, *, namespace: str | None = None) -> list[dict]:
-    """`dags list` with each DAG's latest run (id and state) and its import error (of `namespace`, if given)."""
+    """`dags list` with each DAG's latest run (id and state) and its import error (of `namespace`, if given);
+    each with `dag_id` its key, `name` and `namespace`."""
     rows = read_models.list_dags(conn, namespace=namespace)
+    for r in rows:
+        r["dag_id"] = dag_key(r)
+        r["name"], r["namespace"] = names.name_of(r["dag_id"]), names.namespace_of(r["dag_id"])
     latest = read_models.latest_runs(conn, [r["dag_id"] for r in rows])
     for r in rows:
         run = latest.get(r["dag_id"])
@@ -238,9 +248,10 @@ def durations(conn: Connection, dag_id: str, task_id: str, limit: int = 200) -> 
 
 
 def backfills(conn: Connection) -> list[dict]:
-    """Backfills, newest first, each with its task instances per state (the progress bar)."""
+    """Backfills, newest first, each with its task instances per state (the progress bar) and its DAG's key."""
     rows = list(reversed(read_models.list_backfills(conn)))
     for b in rows:
+        b["dag_id"] = dag_key(b)
         b["tasks"] = read_models.backfill_task_counts(conn, b["id"])
         done = b["succeeded"] + b["failed"]
         b["percent"] = round(100 * done / b["total"]) if b["total"] else 100
@@ -278,30 +289,7 @@ def starting_signal(conn: Connection, run_pk: int, task_id: str):
     return conn.execute(select(signal_t).where(signal_t.c.seq == seq)).first()
 
 
-def run_row(conn: Connection, run_ref: str):
-    """A run by numeric id or run id string (raises OperationFailed for an unknown run)."""
-    from dagline.store.runs import find_run
-
-    return find_run(conn, run_ref)
-
-
-def run_for_page(conn: Connection, run_ref: str):
-    """A run by numeric id or run id string, None for an unknown run (the page answers 404)."""
-    try:
-        return run_row(conn, run_ref)
-    except OperationFailed:
-        return None
-
-
-
 def task_instance_states(conn: Connection, run_pk: int) -> list:
     """A run's task instances as (task_id, state) rows, by task id (what stopping the run would touch)."""
     return conn.execute(select(ti_t.c.task_id, ti_t.c.state).where(ti_t.c.dag_run_id == run_pk)
                         .order_by(ti_t.c.task_id)).all()
-
-
-def change_marker(conn: Connection) -> tuple[int | None, int | None]:
-    """The newest event id and the newest signal seq: every change of stored state moves one of them
-    (the live pages poll this on SQLite, which has no NOTIFY)."""
-    return (conn.execute(select(func.max(event_t.c.id))).scalar(),
-            conn.execute(select(func.max(signal_t.c.seq))).scalar())

@@ -11,8 +11,8 @@ builds no SQL: its statements are named functions of `dagline.store` (and `dagli
 Modules: `app` (mount), `respond` (the shared request plumbing), `access` (who is asking: API tokens
 from a header or a cookie, scopes, CSRF), `render` (the Jinja2 environment and formatting), `charts`
 (graph layout, Gantt and duration charts as SVG geometry, pure), `live` (server-sent events fed by
-PostgreSQL NOTIFY, or by polling on SQLite), `logs` (a try's log by offset), `pages` (GET routes),
-`actions` (POST routes, each behind a confirmation).
+PostgreSQL NOTIFY, or by polling on SQLite, told per namespace), `logs` (a try's log by offset), `urls`
+(a DAG's key in an address), `pages` (GET routes), `actions` (POST routes, each behind a confirmation).
 """
 
 from dagline.web.app import mount

@@ -6,9 +6,12 @@ scope each page and action needs, and the CSRF check of every form.
   `signals:send` (send a signal); anonymous visitors never act.
 - Signing in stores the token in an HttpOnly cookie (`SameSite=Lax`, `Secure` over HTTPS); every
   request checks it again (`api_tokens.authenticate`), so a revoked token signs out at once.
-- Namespaces (docs/adr/0050): a token limited to namespaces sees only the DAGs those namespaces own,
-  with their runs, logs and backfills, and the signals sent within them; anything else answers 404
-  (as an unknown DAG or run does, so its existence is not revealed) and listings leave it out.
+- Namespaces (docs/adr/0050, ADR 92): a token limited to namespaces sees only those namespaces' DAGs
+  (a DAG's key says whose it is: `etl` is `default`'s, `a-team/etl` a-team's), with their runs, logs
+  and backfills, the signals sent within them, their pools and the platform's, and the live events of
+  their changes only. Anything else answers the very 404 an unknown DAG or run does (same status,
+  same words: `unknown_dag`, `store.visibility.unknown_run`), so its existence is not revealed; a run
+  id string is resolved among the visible runs only; listings leave the rest out.
 - CSRF (ADR 61): a random `dagline_csrf` cookie (HttpOnly, `SameSite=Strict`), made anew at every
   sign-in and sign-out, and a form field that is an HMAC, keyed with the server's secret
   (`DAGLINE_UI_SECRET`), of that cookie and the sign-in token the request presents. A cookie planted by
@@ -31,9 +34,10 @@ from urllib.parse import urlsplit
 
 from fastapi import Request
 
+from dagline.domain import names
 from dagline.errors import AccessRefused, NotFound
-from dagline.store.dags import dag_namespaces
 from dagline.store.tokens import OPERATE, READ, SEND, Forbidden, Principal, Unauthorized, authenticate
+from dagline.store.visibility import find_visible_run
 
 TOKEN_COOKIE = "dagline_token"
 CSRF_COOKIE = "dagline_csrf"
@@ -100,24 +104,28 @@ def sees(viewer: Viewer, namespace: str | None) -> bool:
     return viewer.principal is None or viewer.principal.sees(namespace)
 
 
-def check_dag(conn, viewer: Viewer, dag_id: str) -> None:
-    """Refuse (404, as for an unknown DAG) a DAG outside the viewer's namespaces."""
-    if namespaces(viewer) is not None and not sees(viewer, dag_namespaces(conn, [dag_id]).get(dag_id)):
-        raise NotFound(f"unknown DAG {dag_id!r} (see `dagline dags list`)")
+def unknown_dag(dag_id: str) -> NotFound:
+    """The one refusal of a DAG a viewer cannot have: unknown, or another namespace's (same words)."""
+    return NotFound(f"unknown DAG {dag_id!r} (see `dagline dags list`)")
 
 
-def check_run(conn, viewer: Viewer, run, run_ref: str) -> None:
-    """Refuse (404, as for an unknown run) a run of a DAG outside the viewer's namespaces."""
-    if namespaces(viewer) is not None and not sees(viewer, dag_namespaces(conn, [run.dag_id]).get(run.dag_id)):
-        raise NotFound(f"unknown run {run_ref!r}")
+def check_dag(viewer: Viewer, dag_id: str) -> None:
+    """Refuse (`unknown_dag`) a DAG key outside the viewer's namespaces."""
+    if not sees(viewer, names.namespace_of(dag_id)):
+        raise unknown_dag(dag_id)
 
 
-def visible(conn, viewer: Viewer, rows: list[dict]) -> list[dict]:
-    """The rows (each with a `dag_id`) of DAGs the viewer may see."""
+def find_run(conn, viewer: Viewer, run_ref: str):
+    """The run `run_ref` names among those of the viewer's namespaces (`store.visibility.find_visible_run`):
+    another namespace's run is unknown, and never makes a run id string ambiguous."""
+    return find_visible_run(conn, run_ref, namespaces(viewer))
+
+
+def visible(viewer: Viewer, rows: list[dict]) -> list[dict]:
+    """The rows (each with a `dag_id`: a DAG's key) of DAGs the viewer may see."""
     if namespaces(viewer) is None:
         return rows
-    owners = dag_namespaces(conn, sorted({r["dag_id"] for r in rows}))
-    return [r for r in rows if sees(viewer, owners.get(r["dag_id"]))]
+    return [r for r in rows if sees(viewer, names.namespace_of(r["dag_id"]))]
 
 
 def presented_token(request: Request) -> str | None:

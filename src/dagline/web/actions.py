@@ -30,18 +30,19 @@ from dagline.domain.json_values import path, read_json_object
 from dagline.domain.names import qualify
 from dagline.domain.signal_keys import parse_value, validate_key, validate_sender_id
 from dagline.domain.states import Reprocess, RunState, TIState
-from dagline.errors import InvalidInput, OperationFailed
+from dagline.errors import InvalidInput, NotFound, OperationFailed
 from dagline.limits import MAX_ACTIVE_LIMIT, MAX_JSON_BYTES
 from dagline.store.backfills import create_backfill, resolve_range
 from dagline.store.dags import require_dag, set_paused
 from dagline.store.pages import task_instance_states
-from dagline.store.runs import clear_tasks, find_run, stop_run, trigger_run
+from dagline.store.runs import clear_tasks, stop_run, trigger_run
 from dagline.store.signals import listeners, send_signal
 from dagline.store.tokens import OPERATE, SEND, authenticate, sending_namespace
 from dagline.times import parse_instant
 from dagline.web import access
 from dagline.web.render import local_time
 from dagline.web.respond import Page, html, redirect_with_notice, serve_page, state
+from dagline.web.urls import dag_url
 
 router = APIRouter(include_in_schema=False)
 MAX_FORM_BYTES = 2 * 1024 * 1024
@@ -110,28 +111,31 @@ def _now(request: Request):
 
 
 def _dag_zone(request: Request, dag_id: str, viewer) -> str:
-    """The DAG's time zone; a DAG outside the viewer's namespaces is unknown (404), nothing done."""
+    """The DAG's time zone; a DAG outside the viewer's namespaces is unknown (404, the words of a
+    missing one), nothing done."""
+    access.check_dag(viewer, dag_id)
     with state(request).database.begin() as conn:
-        access.check_dag(conn, viewer, dag_id)
-        return require_dag(conn, dag_id).timezone
+        try:
+            return require_dag(conn, dag_id).timezone
+        except NotFound:
+            raise access.unknown_dag(dag_id) from None
 
 
 def _find_run(request: Request, run_ref: str, viewer):
-    """The run; one of a DAG outside the viewer's namespaces is unknown (404), nothing done."""
+    """The run, found among the viewer's namespaces' runs only: another namespace's is unknown (404),
+    and a run id string shared with another namespace's run is not ambiguous (`access.find_run`)."""
     with state(request).database.begin() as conn:
-        run = find_run(conn, run_ref)
-        access.check_run(conn, viewer, run, run_ref)
-        return run
+        return access.find_run(conn, viewer, run_ref)
 
 
 # -- pause / unpause ---------------------------------------------------------------------------
 
-@router.post("/dags/{dag_id}/pause")
+@router.post("/dags/{dag_id:dagkey}/pause")
 async def pause(request: Request, dag_id: str):
     return await _act(request, lambda viewer, fields: _pause(request, viewer, fields, dag_id, True))
 
 
-@router.post("/dags/{dag_id}/unpause")
+@router.post("/dags/{dag_id:dagkey}/unpause")
 async def unpause(request: Request, dag_id: str):
     return await _act(request, lambda viewer, fields: _pause(request, viewer, fields, dag_id, False))
 
@@ -144,7 +148,7 @@ def _pause(request: Request, viewer, fields, dag_id: str, paused: bool) -> Page:
         what = ("no new runs are created or started; running tasks finish" if paused else
                 "runs are created and started again as the schedule says")
         return _confirm(request, viewer, title=f"{word.title()} {dag_id}", question=f"{word.title()} DAG {dag_id}?",
-                        action=f"/dags/{dag_id}/{word}", fields=fields, preview={"What happens": what})
+                        action=dag_url(dag_id, word), fields=fields, preview={"What happens": what})
     changed = set_paused(state(request).database, dag_id, paused, now=_now(request), who=viewer.who)
     text = f"{dag_id}: {word}d" if changed else f"{dag_id}: already {word}d"
     return Page(response=redirect_with_notice(request, _back(fields, "/"), text))
@@ -156,7 +160,7 @@ def _back(fields: dict, default: str) -> str:
 
 # -- trigger -----------------------------------------------------------------------------------
 
-@router.post("/dags/{dag_id}/trigger")
+@router.post("/dags/{dag_id:dagkey}/trigger")
 async def trigger(request: Request, dag_id: str):
     return await _act(request, lambda viewer, fields: _trigger(request, viewer, fields, dag_id))
 
@@ -173,7 +177,7 @@ def _trigger(request: Request, viewer, fields, dag_id: str) -> Page:
         raise InvalidInput(str(exc), field="logical_date") from None
     if fields.get("confirmed") != "yes":
         return _confirm(request, viewer, title=f"Trigger {dag_id}", question=f"Trigger a run of {dag_id}?",
-                        action=f"/dags/{dag_id}/trigger", fields=fields, cancel=f"/dags/{dag_id}/grid",
+                        action=dag_url(dag_id, "trigger"), fields=fields, cancel=dag_url(dag_id),
                         preview={"Logical date": f"{local_time(when, zone, seconds=True)} ({zone})" if when else "now",
                                  "Conf": json.dumps(conf, indent=2, sort_keys=True) if conf else "{}"})
     run = trigger_run(state(request).database, dag_id, now=_now(request), logical_date=when, conf=conf,
@@ -244,7 +248,7 @@ def _stop(request: Request, viewer, fields, run_ref: str) -> Page:
 
 # -- backfill ----------------------------------------------------------------------------------
 
-@router.post("/dags/{dag_id}/backfill")
+@router.post("/dags/{dag_id:dagkey}/backfill")
 async def backfill(request: Request, dag_id: str):
     return await _act(request, lambda viewer, fields: _backfill(request, viewer, fields, dag_id))
 

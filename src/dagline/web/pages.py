@@ -1,8 +1,9 @@
 """The pages (GET), each at a stable URL a person can bookmark and share:
-`/` DAGs, `/dags/{dag_id}/grid`, `/dags/{dag_id}/graph`, `/dags/{dag_id}/timeline`,
-`/dags/{dag_id}/tasks/{task_id}` (its durations), `/runs/{run_id}` (numeric id or run id string),
+`/` DAGs, `/dags/{dag}/grid`, `/dags/{dag}/graph`, `/dags/{dag}/timeline`,
+`/dags/{dag}/tasks/{task_id}` (its durations), `/runs/{run_id}` (numeric id or run id string),
 `/backfills`, `/signals`, `/pools`; plus the forms of the actions, the sign-in form, a try's log
-(`/runs/{run_id}/logs/{task_id}/{try}`, text) and the live events (`/ui/events`)."""
+(`/runs/{run_id}/logs/{task_id}/{try}`, text) and the live events (`/ui/events`). `{dag}` is the DAG's
+key: `etl` in `default`, `a-team/etl` in a-team (`web.urls`)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from dagline.store.waiting import task_reasons
 from dagline.times import run_labels
 from dagline.web import access, charts, logs
 from dagline.web.respond import NotFound, Page, html, in_transaction, serve_page, state
+from dagline.web.urls import PAGE_WORDS, dag_url
 
 router = APIRouter(include_in_schema=False)
 GRID_CHOICES = (25, 50, 100, 365, 1000)
@@ -54,19 +56,15 @@ def _before(request: Request):
 
 
 def _dag(conn, dag_id: str, viewer) -> dict:
-    access.check_dag(conn, viewer, dag_id)  # another namespace's DAG is unknown to a limited token
+    access.check_dag(viewer, dag_id)  # another namespace's DAG is unknown to a limited token
     try:
         return q.dag_header(conn, dag_id)
-    except OperationFailed as exc:
-        raise NotFound(str(exc)) from None
+    except OperationFailed:
+        raise access.unknown_dag(dag_id) from None  # the same words as for another namespace's
 
 
 def _run(conn, run_ref: str, viewer):
-    run = q.run_for_page(conn, run_ref)
-    if run is None:
-        raise NotFound(f"unknown run {run_ref!r}")
-    access.check_run(conn, viewer, run, run_ref)
-    return run
+    return access.find_run(conn, viewer, run_ref)  # among the viewer's namespaces' runs only
 
 
 @router.get("/")
@@ -74,18 +72,57 @@ async def index(request: Request):
     namespace = (request.query_params.get("namespace") or "")[:63] or None  # `?namespace=`: one namespace's DAGs
 
     def work(conn, viewer):
-        dags = access.visible(conn, viewer, q.dag_list(conn, namespace=namespace))
+        dags = access.visible(viewer, q.dag_list(conn, namespace=namespace))
         return Page("index.html", {"dags": dags, "namespace": namespace, "title": "DAGs", "live": True})
 
     return await serve_page(request, work)
 
 
-@router.get("/dags/{dag_id}")
-async def dag_home(dag_id: str):
-    return RedirectResponse(f"/dags/{dag_id}/grid", status_code=307)
+@router.get("/dags/{dag_id:dagkey}/tasks/{task_id}")
+async def task_page(request: Request, dag_id: str, task_id: str):
+    if task_id in PAGE_WORDS and "/" not in dag_id:
+        # `/dags/N/tasks/grid`: the grid of namespace N's DAG `tasks`, or the page of `default`'s DAG N's
+        # task `grid`? The task's, unless the viewer sees only the DAG `N/tasks` (see `web.urls`).
+        other = f"{dag_id}/tasks"
+        if await run_in_threadpool(_reads_as_page_of, request, other, dag_id, task_id):
+            return await PAGES[task_id](request, other)
+    limit = _int(request, "runs", 100, 1, q.MAX_GRID_RUNS)
+
+    def work(conn, viewer):
+        dag_row = _dag(conn, dag_id, viewer)
+        found = q.durations(conn, dag_id, task_id, limit)
+        dag = q.current_dag(conn, dag_id)
+        if not found["points"] and (dag is None or task_id not in dag.tasks):
+            raise NotFound(f"DAG {dag_id!r} has no task {task_id!r}")
+        labels = run_labels(found["points"], dag_row["timezone"])  # each bar's run, as the grid names it
+        chart = charts.duration_chart(found["points"], found["median_s"], labels=labels)
+        return Page("durations.html", {"dag": dag_row, "task_id": task_id, "data": found, "chart": chart,
+                                       "title": f"{dag_id}.{task_id}: durations", "tab": "grid", "live": True})
+
+    return await serve_page(request, work)
 
 
-@router.get("/dags/{dag_id}/grid")
+def _reads_as_page_of(request: Request, other: str, dag_id: str, task_id: str) -> bool:
+    """Whether the viewer sees the DAG `other` and not a task `task_id` of the DAG `dag_id`."""
+    def work(conn, viewer):
+        def has(key: str, task: str | None = None) -> bool:
+            try:
+                _dag(conn, key, viewer)
+            except NotFound:
+                return False
+            dag = q.current_dag(conn, key)
+            return task is None or (dag is not None and task in dag.tasks) or \
+                bool(q.durations(conn, key, task, 1)["points"])
+
+        return has(other) and not has(dag_id, task_id)
+
+    try:
+        return in_transaction(request, work)[0]
+    except DaglineError:  # not signed in, say: the task page answers as it does
+        return False
+
+
+@router.get("/dags/{dag_id:dagkey}/grid")
 async def grid_page(request: Request, dag_id: str):
     limit = _int(request, "runs", 25, 1, q.MAX_GRID_RUNS)
 
@@ -101,7 +138,7 @@ async def grid_page(request: Request, dag_id: str):
     return await serve_page(request, work)
 
 
-@router.get("/dags/{dag_id}/graph")
+@router.get("/dags/{dag_id:dagkey}/graph")
 async def graph_page(request: Request, dag_id: str):
     chosen = request.query_params.get("run")
 
@@ -125,7 +162,7 @@ async def graph_page(request: Request, dag_id: str):
     return await serve_page(request, work)
 
 
-@router.get("/dags/{dag_id}/timeline")
+@router.get("/dags/{dag_id:dagkey}/timeline")
 async def timeline_page(request: Request, dag_id: str):
     limit = _int(request, "runs", 50, 1, q.MAX_GRID_RUNS)
 
@@ -140,25 +177,7 @@ async def timeline_page(request: Request, dag_id: str):
     return await serve_page(request, work)
 
 
-@router.get("/dags/{dag_id}/tasks/{task_id}")
-async def task_page(request: Request, dag_id: str, task_id: str):
-    limit = _int(request, "runs", 100, 1, q.MAX_GRID_RUNS)
-
-    def work(conn, viewer):
-        dag_row = _dag(conn, dag_id, viewer)
-        found = q.durations(conn, dag_id, task_id, limit)
-        dag = q.current_dag(conn, dag_id)
-        if not found["points"] and (dag is None or task_id not in dag.tasks):
-            raise NotFound(f"DAG {dag_id!r} has no task {task_id!r}")
-        labels = run_labels(found["points"], dag_row["timezone"])  # each bar's run, as the grid names it
-        chart = charts.duration_chart(found["points"], found["median_s"], labels=labels)
-        return Page("durations.html", {"dag": dag_row, "task_id": task_id, "data": found, "chart": chart,
-                                       "title": f"{dag_id}.{task_id}: durations", "tab": "grid", "live": True})
-
-    return await serve_page(request, work)
-
-
-@router.get("/dags/{dag_id}/trigger")
+@router.get("/dags/{dag_id:dagkey}/trigger")
 async def trigger_form(request: Request, dag_id: str):
     def work(conn, viewer):
         return Page("trigger.html", {"dag": _dag(conn, dag_id, viewer), "title": f"{dag_id}: trigger",
@@ -167,13 +186,23 @@ async def trigger_form(request: Request, dag_id: str):
     return await serve_page(request, work)
 
 
-@router.get("/dags/{dag_id}/backfill")
+@router.get("/dags/{dag_id:dagkey}/backfill")
 async def backfill_form(request: Request, dag_id: str):
     def work(conn, viewer):
         return Page("backfill_form.html", {"dag": _dag(conn, dag_id, viewer), "title": f"{dag_id}: backfill",
                                            "tab": None, "form": {"reprocess": Reprocess.NONE}})
 
     return await serve_page(request, work)
+
+
+PAGES = {"grid": grid_page, "graph": graph_page, "timeline": timeline_page, "trigger": trigger_form,
+         "backfill": backfill_form}
+assert set(PAGES) == set(PAGE_WORDS)
+
+
+@router.get("/dags/{dag_id:dagkey}")  # after the pages: `/dags/etl/grid` is etl's grid, not a-team's DAG `grid`
+async def dag_home(dag_id: str):
+    return RedirectResponse(dag_url(dag_id), status_code=307)
 
 
 @router.get("/runs/{run_ref}")
@@ -185,7 +214,7 @@ async def run_page(request: Request, run_ref: str):
     def work(conn, viewer):
         run = _run(conn, run_ref, viewer)
         now = api.clock.now()
-        detail = cli_queries.run_detail(conn, run)
+        detail = {**cli_queries.run_detail(conn, run), "dag_id": run.dag_id}  # its DAG's key: the links
         reasons = task_reasons(conn, run, now=now)
         for t in detail["tasks"]:
             t["reason"] = reasons.get(t["task_id"])
@@ -272,7 +301,7 @@ async def log_text(request: Request, run_ref: str, task_id: str, try_number: str
 @router.get("/backfills")
 async def backfills_page(request: Request):
     def work(conn, viewer):
-        return Page("backfills.html", {"backfills": access.visible(conn, viewer, q.backfills(conn)),
+        return Page("backfills.html", {"backfills": access.visible(viewer, q.backfills(conn)),
                                        "title": "Backfills", "live": True})
 
     return await serve_page(request, work)
@@ -302,7 +331,7 @@ async def signals_page(request: Request):
 
 @router.get("/pools")
 async def pools_page(request: Request):
-    def work(conn, viewer):
+    def work(conn, viewer):  # the platform's pools (no namespace) and the viewer's namespaces' own
         pools = [p for p in list_pools(conn) if p["namespace"] is None or access.sees(viewer, p["namespace"])]
         return Page("pools.html", {"pools": pools, "title": "Pools", "live": True})
 
@@ -318,9 +347,10 @@ async def login_form(request: Request):
 
 @router.get("/ui/events")
 async def events(request: Request):
-    """Server-sent events: `change` after every committed change of stored state (see `web.live`)."""
+    """Server-sent events: `change` after every committed change of stored state the viewer may read
+    (its namespaces' and the platform's; see `web.live`)."""
     try:
-        await run_in_threadpool(in_transaction, request, lambda conn, viewer: None)
+        _, viewer = await run_in_threadpool(in_transaction, request, lambda conn, viewer: None)
     except (access.SignInNeeded, access.NotAllowed) as exc:
         return PlainTextResponse(str(exc), status_code=401)
     feed = request.app.state.dagline_live
@@ -329,6 +359,14 @@ async def events(request: Request):
     if refused is not None:  # the page works without it; the browser tries again later
         return PlainTextResponse(f"{refused}: try again later", status_code=429,
                                  headers={"Retry-After": str(STREAM_RETRY_AFTER_S), "Cache-Control": "no-store"})
-    return StreamingResponse(feed.stream(client), media_type="text/event-stream",
+    limited = access.namespaces(viewer)
+
+    def still_reads() -> bool:  # the token is checked again, as every page does (a revoked one stops here)
+        try:
+            return access.namespaces(in_transaction(request, lambda conn, viewer: None)[1]) == limited
+        except DaglineError:
+            return False
+
+    return StreamingResponse(feed.stream(client, limited, still_reads), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 

@@ -65,7 +65,7 @@ def html(request: Request, page: Page, viewer: access.Viewer | None) -> Response
         context = {"viewer": viewer, "csrf": access.csrf_value(request), "path": request.url.path,
                    "url": str(request.url.path) + (f"?{request.url.query}" if request.url.query else ""),
                    "notice": _read_notice(notice), "anonymous_read": state(request).settings.anonymous_read,
-                   "live_version": feed.version,
+                   "live_version": feed.version_for(access.namespaces(viewer) if viewer else None),
                    **page.context}
         response = HTMLResponse(render(page.template, **context), status_code=page.status)
         if notice:
