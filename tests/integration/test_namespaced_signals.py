@@ -280,6 +280,9 @@ def test_the_web_ui_sends_in_the_tokens_namespace_only(db):
     browser.follow_redirects = False
     browser.get("/login")
     csrf = csrf_field(browser.get("/").text)
+    assert 'name="namespace"' in browser.get("/signals").text  # the send form names the namespace
+    preview = browser.post("/signals/send", data={"csrf": csrf, "key": "web.said", "value": "1", "namespace": A})
+    assert "in namespace a-team" in preview.text and 'name="namespace" value="a-team"' in preview.text
     sent = browser.post("/signals/send", data={"csrf": csrf, "key": "web.said", "value": "1", "confirmed": "yes"})
     assert sent.status_code == 303
     refused = browser.post("/signals/send", data={"csrf": csrf, "key": "web.said", "value": "2", "confirmed": "yes",
