@@ -348,7 +348,7 @@ def pools_delete(obj: Context, name, namespace, now):
         if name not in owned:
             raise NotFound(f"unknown pool {name!r} in namespace {namespace!r} (see `dagline pools list "
                            f"--namespace {namespace}`)")
-    if not remove_pool(obj.db(), name, now=make_clock(now).now(), refuse_in_use=True):
+    if not remove_pool(obj.db(), name, now=make_clock(now).now(), refuse_in_use=True, namespace=namespace):
         raise NotFound(f"unknown pool {name!r} (see `dagline pools list`)")
     click.echo(f"pool {name}: deleted")
 

@@ -173,7 +173,9 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
                 if too_small:
                     result.warnings.append(
                         f"task {task.task_id}: {too_small}: it never runs until "
-                        f"`dagline pools set {task.pool} {task.pool_slots}` makes the pool large enough")
+                        f"`dagline pools set {task.pool} {task.pool_slots}"
+                        + ("" if taken[task.task_id] == task.pool else f" --namespace {dag.namespace}")
+                        + "` makes the pool large enough")
             if result.action != "unchanged" or result.cleared_import_error is not None:
                 to_plan.append(dag)
             results.append(result)
