@@ -70,7 +70,8 @@ def how_to_create(pool_key: str) -> str:
     namespace, sep, name = pool_key.rpartition("/")
     if not sep:
         return f"`dagline pools set {pool_key} N`"
-    return f"a Pool object {name!r} in namespace {namespace!r}, or `dagline pools set {name} N --namespace {namespace}`"
+    return (f"`dagline pools set {name} N` makes the platform's, or {namespace}'s own: a Pool object {name!r} in "
+            f"namespace {namespace!r} or `dagline pools set {name} N --namespace {namespace}`")
 
 
 def admit(candidates: Iterable[Candidate], load: Load, limits: Limits) -> Admission:
@@ -89,7 +90,7 @@ def admit(candidates: Iterable[Candidate], load: Load, limits: Limits) -> Admiss
         slots = limits.pool_slots.get(c.pool)
         if slots is None:
             missing.add(c.pool)
-            waiting[c.ti_id] = f"pool {c.pool} does not exist ({how_to_create(c.pool)})"
+            waiting[c.ti_id] = f"pool {c.pool.rpartition('/')[2]} does not exist ({how_to_create(c.pool)})"
             continue
         if c.pool_slots > slots:
             waiting[c.ti_id] = f"poolSlots {c.pool_slots} > pool {c.pool} size {slots}: never runs until the pool grows"
