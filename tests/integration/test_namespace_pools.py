@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from dagline.clock import FixedClock
-from dagline.db.models import ti_t
+from dagline.db.models import dag_run_t, ti_t
 from dagline.errors import InvalidInput
 from dagline.executors.noop import NoopExecutor
 from dagline.scheduler.loop import Scheduler
@@ -17,6 +17,7 @@ from dagline.spec import Dag, LoadedDag, parse_dag_document
 from dagline.store.dags import apply_dags
 from dagline.store.pools import PlatformPool, list_pools, remove_pool, set_pool
 from dagline.store.runs import trigger_run
+from dagline.store.waiting import task_reasons
 from tests.helpers.dags import dag, task
 from tests.helpers.harness import t
 
@@ -112,3 +113,21 @@ def test_a_platform_pool_made_later_takes_the_task_instances_waiting_for_a_missi
     with db.begin() as conn:
         assert sorted(p["key"] for p in list_pools(conn)) == ["default", "later", "own"]
         assert [p["key"] for p in list_pools(conn, namespaces=[A])] == ["default", "later", "own"]
+
+
+def test_a_missing_pools_reason_names_it_as_written_and_what_makes_it(db):
+    apply_in(db, A, dag("job", task("x", pool="gpu")))
+    run = trigger_run(db, f"{A}/job", now=t(NOW), logical_date=t("2026-02-28T00:00:00Z"))
+    clock = FixedClock(t(NOW))
+    sched = Scheduler(db, NoopExecutor(parallelism=4, clock=clock), clock=clock)
+    sched.start()
+    try:
+        sched.iterate()
+        sched.iterate()
+    finally:
+        sched.stop()
+    with db.begin() as conn:
+        row = conn.execute(select(dag_run_t).where(dag_run_t.c.id == run.id)).one()
+        why = task_reasons(conn, row, now=t(NOW))["x"]
+    assert why == ("pool gpu does not exist (`dagline pools set gpu N` makes the platform's, or a-team's own: a "
+                   "Pool object 'gpu' in namespace 'a-team' or `dagline pools set gpu N --namespace a-team`)")
