@@ -41,12 +41,12 @@ def test_objects_deleted_while_no_operator_runs_are_gone_at_once_and_the_next_st
     for plural, name in (("dags", "daily"), ("pools", "spark"), ("backfills", "march")):
         kube.delete(plural, NS, name)
         assert kube.get(plural, NS, name, missing_ok=True) is None  # gone, not Terminating
-    assert dag_row(pg_db, "daily").is_active and "spark" in stored_pools(pg_db)  # nobody has told the database yet
+    assert dag_row(pg_db, "daily").is_active and "default/spark" in stored_pools(pg_db)  # nobody told the database yet
     with replica(run_kopf, pg_db) as runtime:
         kube.wait_for(lambda: dag_row(pg_db, "daily"), until=lambda row: not row.is_active, timeout=30,
                       what="the DAG deactivated by the sweep at start")
         assert runtime.listing.stats.dags_swept == 1
-        kube.wait_for(lambda: stored_pools(pg_db), until=lambda pools: "spark" not in pools, timeout=30,
+        kube.wait_for(lambda: stored_pools(pg_db), until=lambda pools: "default/spark" not in pools, timeout=30,
                       what="the Pool object's pool removed by the sweep at start")
         assert runtime.listing.stats.pools_swept == 1
 
@@ -58,8 +58,10 @@ def test_a_namespace_deletion_completes_without_an_operator(kube, run_kopf, pg_d
     kube.delete("namespaces", None, "team-a")
     assert kube.get("namespaces", None, "team-a", missing_ok=True) is None
     with replica(run_kopf, pg_db, namespace=None):
-        kube.wait_for(lambda: dag_row(pg_db, "daily"), until=lambda row: not row.is_active, timeout=30,
+        kube.wait_for(lambda: dag_row(pg_db, "team-a/daily"), until=lambda row: not row.is_active, timeout=30,
                       what="the DAG deactivated by the sweep at start")
+        kube.wait_for(lambda: stored_pools(pg_db), until=lambda pools: "team-a/spark" not in pools, timeout=30,
+                      what="its namespace's pool removed by the sweep at start")
 
 
 def test_a_dag_deleted_while_the_operator_runs_is_deactivated_from_its_deleted_event(kube, run_kopf, pg_db):
@@ -90,5 +92,5 @@ def test_a_pool_an_admin_handed_to_a_namespace_before_its_pool_object_exists_is_
     set_pool(pg_db, "etl", 3, now=dt.datetime.now(dt.UTC), who="cli", namespace=NS)  # `pools set --namespace`
     with replica(run_kopf, pg_db) as runtime:
         kube.wait_for(lambda: runtime.listing.stats.listings, until=bool, timeout=30, what="the listing at start")
-        assert stored_pools(pg_db)["etl"]["slots"] == 3  # waits for its Pool object, not removed
+        assert stored_pools(pg_db)["default/etl"]["slots"] == 3  # waits for its Pool object, not removed
         assert runtime.listing.stats.pools_swept == 0

@@ -107,7 +107,8 @@ def test_a_try_waits_for_its_dags_server_then_runs_as_a_pod_with_its_secret(conn
     [server] = wait_for(lambda: connect_kube.list(SERVERS, NS), "the DAG's SparkConnect")
     name = server["metadata"]["name"]
     assert server["spec"]["server"]["cores"] == 2 and server["spec"]["executor"]["instances"] == 2
-    assert server["metadata"]["labels"] == {"dagline.io/dag": "sales", "dagline.io/managed-by": "dagline"}
+    assert server["metadata"]["labels"] == {"dagline.io/dag": "sales", "dagline.io/namespace": "default",
+                                            "dagline.io/managed-by": "dagline"}
     assert executor.sync() == [] and connect_kube.list("pods", NS, label_selector="dagline.io/task") == []
 
     connect_operator.hold(False)  # the server is Ready: the try's Pod is created, its Secret after it

@@ -916,16 +916,12 @@ def _driver_and_executor_env(app: dict, secret: dict) -> tuple[dict, dict]:
     return out[0], out[1]
 
 
-def test_a_tasks_env_reaches_driver_and_executors_with_secrets_of_the_dags_namespace_only(kube, make_executor,
-                                                                                          pg_db):
+def test_a_tasks_env_reaches_driver_and_executors_with_secrets_of_the_dags_namespace_only(kube, make_executor):
     """The list of variables a SparkApplication's pods get: dagline's two and the task's `env`, whose
     secretKeyRef is read from the DAG object's namespace (team-a), not from the Spark namespace nor
     another team's, by the operator's own reader; nothing of the operator's settings."""
     import base64
 
-    from sqlalchemy import insert
-
-    from dagline.db.models import dag_t
     from dagline.executors.base import TaskVariable
     from dagline.k8s.callback_events import secret_reader
 
@@ -934,14 +930,9 @@ def test_a_tasks_env_reaches_driver_and_executors_with_secrets_of_the_dags_names
             kube.create_namespace(namespace)
         kube.create("secrets", namespace, {"metadata": {"name": "warehouse"},
                                            "data": {"password": base64.b64encode(password.encode()).decode()}})
-    now = dt.datetime(2026, 3, 1, tzinfo=dt.timezone.utc)
-    with pg_db.begin() as conn:  # the DAG as team-a's object applied it: the database records its namespace
-        conn.execute(insert(dag_t).values(dag_id="sales-daily", namespace="team-a", is_paused=False, is_active=True,
-                                          timezone="UTC", source_path="k8s://team-a/sales-daily",
-                                          created_at=now, updated_at=now))
     executor = make_executor()
-    executor.read_secret = secret_reader(pg_db, load_api_client())  # as the operator's Runtime sets it
-    base = launch_of(ti_id=11)
+    executor.read_secret = secret_reader(load_api_client())  # as the operator's Runtime sets it
+    base = launch_of(ti_id=11, dag="team-a/sales-daily")  # team-a's DAG: its key says so, nothing is looked up
     task_env = (TaskVariable("STAGE", "prod"), TaskVariable("DB_PASSWORD", secret=("warehouse", "password")))
     launch = TaskLaunch(ti_id=11, key=base.key, job=base.job, env=SIGNAL_ENV, task_env=task_env)
     executor.launch([launch])
@@ -955,7 +946,8 @@ def test_a_tasks_env_reaches_driver_and_executors_with_secrets_of_the_dags_names
     assert "a-pass" not in json.dumps(app) and "DAGLINE_DB_URL" not in json.dumps(app)
 
     # a key the DAG's Secret lacks fails the try, naming the variable and where it looked
-    missing = TaskLaunch(ti_id=12, key=launch_of(task="other").key, job=base.job, env=SIGNAL_ENV,
+    missing = TaskLaunch(ti_id=12, key=launch_of(task="other", dag="team-a/sales-daily").key, job=base.job,
+                         env=SIGNAL_ENV,
                          task_env=(TaskVariable("DB_PASSWORD", secret=("warehouse", "pasword")),))
     executor.launch([missing])
     [report] = [r for r in executor.sync() if r.ti_id == 12]

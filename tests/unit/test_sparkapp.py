@@ -25,6 +25,8 @@ AWKWARD_KEYS = [
     TaskKey("d" * 63, "backfill__" + "x" * 200, "_" + "T" * 120 + "_", 12),
     TaskKey("a", "r", "___", 1),
     TaskKey("a", "r", "-", 1),
+    TaskKey("a-team/sales-daily", SCHEDULED, "clean_orders", 1),  # a DAG of namespace a-team (its key)
+    TaskKey("n" * 63 + "/" + "d" * 63, SCHEDULED, "t", 1),
 ]
 
 
@@ -104,6 +106,21 @@ def test_try_labels_are_valid_for_awkward_ids_and_annotations_keep_the_originals
     assert not sparkapp.same_try(doc, TaskKey(key.dag_id, key.run_id, key.task_id, key.try_number + 1))
 
 
+def test_a_dag_of_another_namespace_is_labelled_by_namespace_and_name_and_annotated_with_its_key():
+    key = TaskKey("a-team/sales-daily", SCHEDULED, "clean_orders", 1)
+    doc = manifest(launch_for(key))
+    labels, annotations = doc["metadata"]["labels"], doc["metadata"]["annotations"]
+    assert (labels["dagline.io/namespace"], labels["dagline.io/dag"]) == ("a-team", "sales-daily")
+    assert annotations["dagline.io/dag-id"] == "a-team/sales-daily"
+    assert "/" not in doc["metadata"]["name"] and re.fullmatch(r"a-team-sales-daily-clean-orders-[0-9a-f]{12}-1",
+                                                                doc["metadata"]["name"])
+    # the same name in another namespace is another application
+    assert doc["metadata"]["name"] != sparkapp.application_name(TaskKey("b-team/sales-daily", SCHEDULED,
+                                                                        "clean_orders", 1))
+    assert sparkapp.same_try(doc, key) and not sparkapp.same_try(doc, TaskKey("sales-daily", SCHEDULED,
+                                                                              "clean_orders", 1))
+
+
 # -- the manifest --------------------------------------------------------------------------------
 
 
@@ -111,7 +128,8 @@ def test_manifest_of_a_try():
     launch = launch_for(driver_cores=1, driver_memory="1g", executor_instances=2, executor_cores=2,
                         executor_memory="2g", image="registry.example/etl:7")
     doc = manifest(launch)
-    labels = {"dagline.io/dag": "sales-daily", "dagline.io/run": "scheduled__2026-03-01T00_00_00_00_00",
+    labels = {"dagline.io/namespace": "default", "dagline.io/dag": "sales-daily",
+              "dagline.io/run": "scheduled__2026-03-01T00_00_00_00_00",
               "dagline.io/task": "clean_orders", "dagline.io/try": "1"}
     assert doc == {
         "apiVersion": "sparkoperator.k8s.io/v1beta2",

@@ -29,7 +29,6 @@ from dagline.cli.base import (
     show_rows,
 )
 from dagline.cli.display import for_people
-from dagline.domain import names
 from dagline.domain.states import RunState, TIState
 from dagline.errors import InvalidInput, NotFound, OperationFailed
 from dagline.executors import resolve_log_folder
@@ -349,11 +348,10 @@ def pools_delete(obj: Context, name, namespace, now):
     if namespace is not None:
         with obj.db().begin() as conn:
             owned = {r["name"] for r in list_pools(conn) if r["namespace"] == namespace}
-        if names.pool_key(namespace, name) not in owned:
+        if name not in owned:
             raise NotFound(f"unknown pool {name!r} in namespace {namespace!r} (see `dagline pools list "
                            f"--namespace {namespace}`)")
-        name = names.pool_key(namespace, name)
-    if not remove_pool(obj.db(), name, now=make_clock(now).now(), refuse_in_use=True):
+    if not remove_pool(obj.db(), name, now=make_clock(now).now(), refuse_in_use=True, namespace=namespace):
         raise NotFound(f"unknown pool {name!r} (see `dagline pools list`)")
     click.echo(f"pool {name}: deleted")
 

@@ -64,6 +64,16 @@ class Admission:
     waiting: Mapping[int, str] = dataclasses.field(default_factory=dict)  # ti id -> why it was passed over
 
 
+def how_to_create(pool_key: str) -> str:
+    """What makes a missing pool (a task instance names its pool by key: `name` for the platform's,
+    `namespace/name` for a namespace's own, `dagline.store.pools`)."""
+    namespace, sep, name = pool_key.rpartition("/")
+    if not sep:
+        return f"`dagline pools set {pool_key} N`"
+    return (f"`dagline pools set {name} N` makes the platform's, or {namespace}'s own: a Pool object {name!r} in "
+            f"namespace {namespace!r} or `dagline pools set {name} N --namespace {namespace}`")
+
+
 def admit(candidates: Iterable[Candidate], load: Load, limits: Limits) -> Admission:
     """The candidates to queue, in the order given, within every limit (see the module docstring)."""
     pool_used = collections.Counter(load.pool_used)
@@ -80,7 +90,7 @@ def admit(candidates: Iterable[Candidate], load: Load, limits: Limits) -> Admiss
         slots = limits.pool_slots.get(c.pool)
         if slots is None:
             missing.add(c.pool)
-            waiting[c.ti_id] = f"pool {c.pool} does not exist (`dagline pools set {c.pool} N`)"
+            waiting[c.ti_id] = f"pool {c.pool.rpartition('/')[2]} does not exist ({how_to_create(c.pool)})"
             continue
         if c.pool_slots > slots:
             waiting[c.ti_id] = f"poolSlots {c.pool_slots} > pool {c.pool} size {slots}: never runs until the pool grows"

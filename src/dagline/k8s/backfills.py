@@ -7,8 +7,8 @@ changes after creation are ignored (the plan was made once: create another Backf
 A spec that cannot be run is `Invalid` (condition and Warning Event): bad dates or options for good;
 an unknown, deleted or paused DAG until it is there (the status sync tries again). Deleting the object
 cancels the backfill: its runs that have not started fail, running ones finish.
-A Backfill object acts only on DAGs of its own namespace (docs/adr/0050): one naming a DAG another
-namespace owns, or a file's DAG, is `Invalid` with reason `OtherNamespace` and creates nothing.
+A Backfill object names its DAG by name within its own namespace: `spec.dag: etl` in namespace `a-team`
+is the DAG `a-team/etl` (`dagline.domain.names.qualify`), so it cannot reach another namespace's DAG.
 
 Phases: `Pending` (no run started yet), `Running`, `Paused`, `Succeeded`, `Failed` (a run failed),
 `Cancelled`, `Invalid`.
@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from dagline.db.engine import Database
+from dagline.domain import names
 from dagline.domain.states import BackfillState, RunState
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.k8s import conditions
@@ -33,7 +34,6 @@ from dagline.store.dags import dag_timezone_and_activity
 from dagline.store.read_models import backfill_run_counts
 
 WAITING_FOR_DAG = "DagNotReady"   # a reason the status sync tries again
-OTHER_NAMESPACE = "OtherNamespace"
 _CLI_FIELDS = {"--start": "spec.start", "--end": "spec.end", "--reprocess": "spec.reprocess",
                "--max-active-runs": "spec.maxActiveRuns", "--run-backwards": "spec.runBackwards"}
 
@@ -54,20 +54,19 @@ def ensure_backfill(db: Database, body: Mapping[str, Any], *, now: dt.datetime, 
     except ValidationError as exc:
         error = exc.errors()[0]
         return _invalid("Invalid", f"{format_path(['spec', *error['loc']])}: {error['msg']}", now, previous)
+    namespace = meta.get("namespace") or names.DEFAULT_NAMESPACE
+    key = names.qualify(namespace, spec.dag)  # the DAG of that name in this object's namespace, no other
     with db.begin() as conn:
-        dag = dag_timezone_and_activity(conn, spec.dag, with_paused=True)
-    namespace = meta.get("namespace") or "default"
-    if dag is not None and dag.namespace != namespace:
-        return _invalid(OTHER_NAMESPACE, f"spec.dag: DAG {spec.dag!r} is not a DAG of namespace {namespace!r}: a "
-                        "Backfill acts only on DAGs of its own namespace; nothing was created", now, previous)
+        dag = dag_timezone_and_activity(conn, key, with_paused=True)
     if dag is None or not dag.is_active or dag.is_paused:
         why = "is not applied" if dag is None else "was deleted" if not dag.is_active else "is paused"
-        return _invalid(WAITING_FOR_DAG, f"spec.dag: DAG {spec.dag!r} {why}; the backfill starts once it is "
+        return _invalid(WAITING_FOR_DAG, f"spec.dag: DAG {spec.dag!r} {why} in namespace {namespace!r}; the "
+                        "backfill starts once it is "
                         f"{'unpaused' if dag is not None and dag.is_active else 'applied'}", now, previous)
     try:
         start, end = resolve_range(spec.start, spec.end, dag.timezone, start_field="spec.start", end_field="spec.end")
         result = create_backfill(
-            db, spec.dag, start=start, end=end, now=now, reprocess=spec.reprocess,
+            db, key, start=start, end=end, now=now, reprocess=spec.reprocess,
             max_active_runs=spec.max_active_runs, run_backwards=spec.run_backwards, dry_run=spec.dry_run,
             request_id=None if spec.dry_run else uid, who=who, paused=spec.paused)
     except InvalidInput as exc:

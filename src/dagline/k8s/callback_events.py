@@ -8,14 +8,14 @@ outcome) finds it already there (409) and counts as delivered: one Event per cal
 Type `Warning` for failure and deadline_miss, `Normal` for success and retry; reason `DagRunSucceeded`,
 `DagRunFailed`, `TaskRetrying`, `DeadlineMissed`, ...; the message is the callback's one-line summary.
 
-`read_secret(dag_id, name, key)` reads a webhook's `secretKeyRef` from the namespace of the DAG's
-object (as a Pod reads Secrets of its own namespace); the chart grants `get` on the Secrets it lists
-(`callbacks.secretNames`) and nothing else.
+`read_secret(dag_key, name, key)` reads a webhook's (and a spark-k8s task's env) `secretKeyRef` from the
+DAG's namespace (as a Pod reads Secrets of its own namespace); the chart grants `get` on the Secrets it
+lists (`callbacks.secretNames`) and nothing else.
 
-Both find the DAG's namespace in the database (`dag.namespace`, the namespace of the object that
-defines the DAG), never by the name alone: a same-named DAG object of another namespace (refused,
-or not yet handled) gets neither the owner's Secrets nor its Events. A DAG applied from a file has no
-namespace: its Secrets cannot be read and its Events have no object (docs/adr/0050).
+Both take the namespace from the DAG's key (`dagline.domain.names.split`: `a-team/etl` is `etl` of
+`a-team`, `etl` is `default`'s), never from a lookup by name: a same-named DAG of another namespace is
+another key, and gets neither these Secrets nor these Events; a deleted DAG's running run still reads
+its own namespace's Secrets and nobody else's. A DAG applied from a file is `default`'s.
 """
 
 from __future__ import annotations
@@ -27,14 +27,13 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from dagline.db.engine import Database
+from dagline.domain import names
 from dagline.domain.callbacks import CallbackEvent, summary
 from dagline.k8s import dagruns
 from dagline.k8s.cache import ObjectCache
 from dagline.k8s.client import DEFAULT_TIMEOUT
 from dagline.k8s.conditions import k8s_time
 from dagline.scheduler.channels import Callback, DeliveryFailed
-from dagline.store.dags import dag_namespaces
 from dagline.times import parse_instant
 
 _REASONS = {
@@ -49,24 +48,25 @@ def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
     return body.get("metadata") or {}
 
 
-def owner_namespace(db: Database, dag_id: str) -> str | None:
-    """The namespace owning the stored DAG (None: unknown, or a file's DAG)."""
-    with db.begin() as conn:
-        return dag_namespaces(conn, [dag_id]).get(dag_id)
+def dag_key_of(payload: Mapping[str, Any]) -> str:
+    """The key of a callback's DAG: its `dag_id` (the key, or the name with `namespace` beside it)."""
+    dag_id = payload["dag_id"]
+    return names.qualify(payload.get("namespace") or names.namespace_of(dag_id), names.name_of(dag_id))
 
 
-def dag_object(db: Database, cache: ObjectCache, dag_id: str) -> dict[str, Any] | None:
-    """The DAG object that defines `dag_id`: the one of that name in the namespace owning the DAG."""
-    namespace = owner_namespace(db, dag_id)
-    return None if namespace is None else cache.get("dags", namespace, dag_id)
+def dag_object(cache: ObjectCache, dag_key: str) -> dict[str, Any] | None:
+    """The DAG object of the DAG `dag_key`: the one of its name in its namespace."""
+    return cache.get("dags", *names.split(dag_key))
 
 
-def dagrun_object(cache: ObjectCache, namespace: str, dag_id: str, run_id: str) -> dict[str, Any] | None:
-    mirror = cache.get("dagruns", namespace, dagruns.mirror_name(dag_id, run_id))
+def dagrun_object(cache: ObjectCache, dag_key: str, run_id: str) -> dict[str, Any] | None:
+    """The DagRun object showing a run of the DAG `dag_key`, in the DAG's namespace."""
+    namespace = names.namespace_of(dag_key)
+    mirror = cache.get("dagruns", namespace, dagruns.mirror_name(dag_key, run_id))
     if mirror is not None:
         return mirror
     for body in cache.objects("dagruns"):
-        if _meta(body).get("namespace") == namespace and dagruns.run_of_object(body) == (dag_id, run_id):
+        if _meta(body).get("namespace") == namespace and dagruns.run_of_object(body) == (dag_key, run_id):
             return body
     return None
 
@@ -79,7 +79,8 @@ def event_manifest(involved: Mapping[str, Any], callback: Callback, *, suffix: s
     return {
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"name": f"dagline-{callback.delivery_id}{suffix}", "namespace": meta["namespace"],
-                     "labels": {"dagline.io/dag": body["dag_id"], "dagline.io/callback-event": body["event"]}},
+                     "labels": {"dagline.io/dag": names.name_of(body["dag_id"]),
+                                "dagline.io/callback-event": body["event"]}},
         "involvedObject": {"apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
                            "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid")},
         "type": "Warning" if warning else "Normal",
@@ -90,7 +91,7 @@ def event_manifest(involved: Mapping[str, Any], callback: Callback, *, suffix: s
     }
 
 
-def kubernetes_event_channel(db: Database, cache: ObjectCache, api_client, *, reporter: str):
+def kubernetes_event_channel(cache: ObjectCache, api_client, *, reporter: str):
     core = client.CoreV1Api(api_client)
 
     def create(manifest: dict[str, Any]) -> None:
@@ -104,26 +105,26 @@ def kubernetes_event_channel(db: Database, cache: ObjectCache, api_client, *, re
 
     def deliver(callback: Callback) -> None:
         body = callback.payload
-        dag = dag_object(db, cache, body["dag_id"])
+        key = dag_key_of(body)
+        dag = dag_object(cache, key)
         if dag is None:
-            raise DeliveryFailed(f"no DAG object defining {body['dag_id']!r} in its namespace is known to this replica")
+            namespace, name = names.split(key)
+            raise DeliveryFailed(f"no DAG object {name!r} in namespace {namespace!r} is known to this replica")
         create(event_manifest(dag, callback, suffix="", reporter=reporter))
-        run = dagrun_object(cache, _meta(dag)["namespace"], body["dag_id"], body["run_id"])
+        run = dagrun_object(cache, key, body["run_id"])
         if run is not None:
             create(event_manifest(run, callback, suffix="-run", reporter=reporter))
 
     return deliver
 
 
-def secret_reader(db: Database, api_client):
-    """`read_secret(dag_id, name, key)` for `SecretReader`: the Secret in the namespace owning the DAG."""
+def secret_reader(api_client):
+    """`read_secret(dag_key, name, key)` for `SecretReader` and the spark-k8s executor: the Secret in the
+    namespace of the DAG's key (`a-team/etl`: `a-team`), whatever the database says of DAGs of that name."""
     core = client.CoreV1Api(api_client)
 
-    def read(dag_id: str, name: str, key: str) -> str:
-        namespace = owner_namespace(db, dag_id)
-        if namespace is None:
-            raise DeliveryFailed(f"DAG {dag_id!r} belongs to no namespace (applied from a file, or gone): "
-                                 "no Secret is read for it")
+    def read(dag_key: str, name: str, key: str) -> str:
+        namespace = names.namespace_of(dag_key)
         try:
             secret = core.read_namespaced_secret(name, namespace, _request_timeout=DEFAULT_TIMEOUT)
         except ApiException as exc:

@@ -9,10 +9,9 @@ status and a Warning Event; an unknown DAG is tried again by the status sync, so
 applied together work whatever the order. The spec is read once, at creation; deleting the object
 leaves the run (the database keeps every run's history).
 
-A DagRun object acts only on DAGs of its own namespace (docs/adr/0050): naming a DAG another namespace
-owns (or one applied from a file, which belongs to no namespace) is refused (`OtherNamespace`,
-condition and Warning Event, not tried again), and nothing is triggered or shown; the same holds for
-an object naming another namespace's run with `spec.runId`.
+A DagRun object names its DAG by name within its own namespace: `spec.dag: etl` in namespace `a-team`
+is the DAG `a-team/etl` (`dagline.domain.names.qualify`), so no object can reach another namespace's
+DAG, and `spec.runId` names a run of that DAG only: another namespace's run of that id is not found.
 
 Objects dagline creates for the other runs carry the managed-by label, `spec.runId`, and an owner
 reference to their DAG object (deleting the DAG collects them). Their name is `<dag>-<hash of run id>`,
@@ -30,6 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from dagline.db.engine import Database
+from dagline.domain import names
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.k8s import conditions
 from dagline.k8s.conditions import Outcome
@@ -42,7 +42,6 @@ from dagline.store.runs import trigger_run
 from dagline.times import isoformat, parse_instant
 
 UNKNOWN_DAG = "UnknownDag"   # a reason the status sync tries again
-OTHER_NAMESPACE = "OtherNamespace"
 _OBJECT_RUN_ID = re.compile(r"manual__[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # fullmatch
 def object_run_id(uid: str) -> str:
     """The run id of the manual run a user's DagRun object triggers."""
@@ -59,14 +58,16 @@ def is_managed(body: Mapping[str, Any]) -> bool:
 
 
 def namespace_of(body: Mapping[str, Any]) -> str:
-    return (body.get("metadata") or {}).get("namespace") or "default"
+    return (body.get("metadata") or {}).get("namespace") or names.DEFAULT_NAMESPACE
 
 
 def run_of_object(body: Mapping[str, Any]) -> tuple[str | None, str | None]:
-    """(dag_id, run_id) of the run an object shows: `spec.runId`, else the run its creation triggered."""
+    """(DAG key, run_id) of the run an object shows: `spec.runId`, else the run its creation triggered;
+    the DAG is `spec.dag` of the object's own namespace."""
     spec = body.get("spec") or {}
     run_id = spec.get("runId") or object_run_id((body.get("metadata") or {}).get("uid", ""))
-    return spec.get("dag"), run_id
+    dag = spec.get("dag")
+    return (names.qualify(namespace_of(body), dag) if isinstance(dag, str) and dag else None), run_id
 
 
 def trigger_from_object(db: Database, body: Mapping[str, Any], *, now: dt.datetime, who: str) -> Outcome:
@@ -78,27 +79,25 @@ def trigger_from_object(db: Database, body: Mapping[str, Any], *, now: dt.dateti
     except ValidationError as exc:
         error = exc.errors()[0]
         return _refused("Invalid", f"{format_path(['spec', *error['loc']])}: {error['msg']}", now, previous)
-    namespace = meta.get("namespace") or "default"
+    namespace = namespace_of(body)
+    key = names.qualify(namespace, spec.dag)  # the DAG of that name in this object's namespace, no other
     run_id = spec.run_id or object_run_id(meta["uid"])
     with db.begin() as conn:
-        run = runs_by_run_id(conn, [(spec.dag, run_id)]).get((spec.dag, run_id))
-        dag = dag_timezone_and_activity(conn, spec.dag)
-    if dag is not None and dag.namespace != namespace:
-        return _refused(OTHER_NAMESPACE, f"spec.dag: DAG {spec.dag!r} is not a DAG of namespace {namespace!r}: a "
-                        "DagRun acts only on DAGs of its own namespace; nothing was triggered", now, previous)
+        run = runs_by_run_id(conn, [(key, run_id)]).get((key, run_id))
+        dag = dag_timezone_and_activity(conn, key)
     if spec.run_id:
         return Outcome()  # names an existing run: the status sync mirrors it
     if run is None:  # not triggered yet (a run, once triggered, is shown even if its DAG was deleted since)
         if dag is None or not dag.is_active:
             why = "is applied" if dag is None else "is active (it was deleted)"
-            return _refused(UNKNOWN_DAG, f"spec.dag: no DAG {spec.dag!r} {why}; the run is triggered once it is",
-                            now, previous)
+            return _refused(UNKNOWN_DAG, f"spec.dag: no DAG {spec.dag!r} {why} in namespace {namespace!r}; the run "
+                            "is triggered once it is", now, previous)
         try:
             when = parse_instant(spec.logical_date or meta.get("creationTimestamp") or now, dag.timezone)
         except ValueError as exc:
             return _refused("Invalid", f"spec.logicalDate: {exc}", now, previous)
         try:
-            run = trigger_run(db, spec.dag, now=now, logical_date=when, conf=spec.conf, who=who, run_id=run_id)
+            run = trigger_run(db, key, now=now, logical_date=when, conf=spec.conf, who=who, run_id=run_id)
         except (OperationFailed, InvalidInput) as exc:
             return _refused("Refused", f"not triggered: {exc}", now, previous)
     with db.begin() as conn:
@@ -124,21 +123,23 @@ def run_status(run, version_number: int | None, counts: Mapping[str, int] | None
 
 
 def mirror_name(dag_id: str, run_id: str) -> str:
-    """The name of the DagRun object dagline keeps for a run: deterministic, a valid DNS subdomain."""
-    return f"{dag_id}-{hashlib.sha256(run_id.encode()).hexdigest()[:10]}"
+    """The name of the DagRun object dagline keeps for a run of the DAG `dag_id` (its key), in the DAG's
+    namespace: `<DAG name>-<hash of run id>`, deterministic, a valid DNS subdomain."""
+    return f"{names.name_of(dag_id)}-{hashlib.sha256(run_id.encode()).hexdigest()[:10]}"
 
 
 def mirror_manifest(dag_object: Mapping[str, Any], run) -> dict[str, Any]:
-    """A DagRun object for a run, owned by the DAG object (deleting the DAG collects it)."""
+    """A DagRun object for a run, in its DAG object's namespace and owned by it (deleting the DAG collects it)."""
     meta = dag_object["metadata"]
-    spec: dict[str, Any] = {"dag": run.dag_id, "runId": run.run_id, "logicalDate": isoformat(run.logical_date)}
+    spec: dict[str, Any] = {"dag": names.name_of(run.dag_id), "runId": run.run_id,
+                            "logicalDate": isoformat(run.logical_date)}
     if run.conf:
         spec["conf"] = run.conf
     return {
         "apiVersion": API_VERSION, "kind": DAG_RUN.kind,
         "metadata": {
             "name": mirror_name(run.dag_id, run.run_id), "namespace": meta["namespace"],
-            "labels": {LABEL_MANAGED: MANAGED_BY, LABEL_DAG: label_value(run.dag_id),
+            "labels": {LABEL_MANAGED: MANAGED_BY, LABEL_DAG: label_value(names.name_of(run.dag_id)),
                        LABEL_RUN: label_value(run.run_id)},
             "ownerReferences": [{"apiVersion": API_VERSION, "kind": DAG.kind, "name": meta["name"],
                                  "uid": meta["uid"], "controller": True}],

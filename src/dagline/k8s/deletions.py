@@ -9,9 +9,9 @@ catches up afterwards, from either of two places:
 
 | kind | undone |
 |---|---|
-| DAG | deactivated (`dags.delete_dag_object`): no new runs, queued runs cancelled, running runs finish |
+| DAG | its namespace's DAG deactivated (`dags.delete_dag_object`): no new runs, queued ones cancelled |
 | Backfill | cancelled: its runs that have not started fail, running ones finish |
-| Pool | removed (if it was this object's), and the next object of that name takes it |
+| Pool | its namespace's pool of its name removed |
 | DagRun | nothing: the run keeps going |
 
 Every step is idempotent (a second replica, or the listing after the event, writes nothing).
@@ -46,6 +46,5 @@ def object_gone(db: Database, cache: ObjectCache, plural: str, body: Mapping[str
         if cancelled:
             log.info("Backfill object %s deleted: %s runs that had not started were failed", where, cancelled)
     elif plural == "pools":
-        others = [o for o in cache.objects("pools") if (o.get("metadata") or {}).get("name") == meta.get("name")
-                  and (o.get("metadata") or {}).get("uid") != meta.get("uid")]
-        pools.release_pool_object(db, body, others, now=clock.now(), who=who)
+        if pools.release_pool_object(db, body, now=clock.now(), who=who):
+            log.info("Pool object %s deleted: its pool removed; what runs in it finishes", where)

@@ -13,7 +13,7 @@ their statuses are derived from the database, so two replicas handling one event
 | DAG | validate, apply a version (`k8s.dags`) | deactivate the DAG |
 | DagRun (user's) | trigger one manual run (`k8s.dagruns`) | nothing: the run keeps going |
 | Backfill | create the backfill once; `spec.paused` (`k8s.backfills`) | cancel it |
-| Pool | set the pool's slots (`k8s.pools`) | hand the name over, or remove the pool |
+| Pool | set its namespace's pool's slots (`k8s.pools`) | remove that pool |
 
 No handler needs a finalizer (docs/adr/0083): a deletion is handled from the `DELETED` watch event,
 after the object is gone, and what no replica saw is found by the listing (`k8s.listing`). kopf
@@ -193,16 +193,9 @@ def backfill_changed(body, patch, memo, **_):
 
 # -- Pool ------------------------------------------------------------------------------------------------
 
-def _same_name(runtime, body) -> list[dict[str, Any]]:
-    meta = body["metadata"]
-    return [o for o in runtime.cache.objects("pools")
-            if o["metadata"]["name"] == meta["name"] and o["metadata"].get("uid") != meta.get("uid")]
-
-
 @kopf.on.resume(*POOLS, registry=registry, backoff=BACKOFF_S)
 @kopf.on.create(*POOLS, registry=registry, backoff=BACKOFF_S)
 @kopf.on.update(*POOLS, field="spec", registry=registry, backoff=BACKOFF_S)
 def pool_changed(body, patch, memo, **_):
     runtime = _runtime(memo)
-    _report(body, patch, pools.apply_pool_object(runtime.db, _plain(body), _same_name(runtime, body),
-                                                 now=runtime.clock.now(), who=runtime.who))
+    _report(body, patch, pools.apply_pool_object(runtime.db, _plain(body), now=runtime.clock.now(), who=runtime.who))

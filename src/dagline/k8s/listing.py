@@ -14,8 +14,8 @@ lists the DAG, DagRun, Backfill and Pool objects the replica serves and:
 2. **missed deletions**: an object the cache holds but the API no longer lists (and the watch said
    nothing of since) is dropped from the cache and undone in the database (`k8s.deletions`).
 3. **sweep**: an active DAG whose defining object is gone (deleted while no replica ran: objects carry
-   no finalizer, docs/adr/0083) is deactivated, and a pool whose Pool object is gone is removed (or taken
-   by the next object of its name), each after a GET confirms the object is gone. Only a pool a Pool
+   no finalizer, docs/adr/0083) is deactivated, and a namespace's pool whose Pool object is gone is
+   removed, each after a GET confirms the object is gone. Only a pool a Pool
    object set last is swept: one an admin handed to a namespace (`dagline pools set --namespace`) waits
    for its object. A Backfill deleted while no replica ran is not swept: the database keeps no name to
    look it up by, so it runs to its end.
@@ -36,6 +36,7 @@ from typing import Any
 
 from dagline.clock import Clock
 from dagline.db.engine import Database
+from dagline.domain import names
 from dagline.k8s import dags, pools
 from dagline.k8s.cache import ObjectCache
 from dagline.k8s.deletions import object_gone
@@ -162,7 +163,8 @@ class Listing:
             if source in there:
                 continue
             namespace, _, name = source[len(dags.SOURCE_SCHEME):].partition("/")
-            if not namespace or name != dag_id or self.objects.exists("dags", namespace, name):
+            if (not namespace or names.qualify(namespace, name) != dag_id
+                    or self.objects.exists("dags", namespace, name)):
                 continue
             body = {"metadata": {"namespace": namespace, "name": name}}
             cancelled = dags.delete_dag_object(self.db, body, now=self.clock.now(), who=self.who)
@@ -176,12 +178,12 @@ class Listing:
         with self.db.begin() as conn:  # after the listing: a Pool applied meanwhile is checked by a GET below
             # written last by an operator (this replica's kind of writer): not a pool an admin handed over
             stored = object_pools(conn, self.namespace, written_by=self.who.partition(":")[0] + ":")
-        for name, namespace in sorted(stored.items()):
+        for key, namespace in sorted(stored.items()):
+            name = names.split_pool(key)[1]
             if (namespace, name) in there or self.objects.exists("pools", namespace, name):
                 continue
-            others = [body for body in items if (body.get("metadata") or {}).get("name") == name]
-            body = {"metadata": {"namespace": namespace, "name": name}}  # the object as it was: its pool's owner
-            pools.release_pool_object(self.db, body, others, now=self.clock.now(), who=self.who)
+            body = {"metadata": {"namespace": namespace, "name": name}}  # the object as it was
+            pools.release_pool_object(self.db, body, now=self.clock.now(), who=self.who)
             self.stats.pools_swept += 1
-            log.info("pool %s: its Pool object %s/%s is gone (deleted while no replica ran): removed", name,
+            log.info("pool %s: its Pool object %s/%s is gone (deleted while no replica ran): removed", key,
                      namespace, name)

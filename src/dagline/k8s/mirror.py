@@ -2,15 +2,17 @@
 
 One pass (`StatusSync.sync`, every `DAGLINE_STATUS_INTERVAL` seconds in every replica) reads the objects
 kopf keeps in the `ObjectCache` (no list calls) and a handful of queries, whatever the number of objects:
-- DAG objects: version, next run, latest run (`dags.derived_statuses`); a DAG refused because another
-  namespace defined it is applied once that one is gone;
+- DAG objects: version, next run, latest run (`dags.derived_statuses`) of the DAG of the object's
+  namespace and name (its key, `dagline.domain.names.qualify`); an object an earlier release refused
+  `NameTaken` (names were global then) is applied;
 - DagRun objects dagline keeps per DAG object (`queries.runs_to_show`): every running run, every queued
   scheduled or manual run, and the newest finished ones up to the DAG's history limit
   (`DAGLINE_DAGRUN_HISTORY_LIMIT`, or the DAG object's `dagline.io/dagrun-history-limit` annotation);
   missing ones are created (owned by the DAG object), finished ones beyond the limit deleted, and every
   DagRun's status (the user's too) follows its run: state, interval, version, task instances per state;
 - Backfill objects: progress; those waiting for their DAG are tried again;
-- Pool objects: which object defines each pool name, the slots it sets, the slots in use.
+- Pool objects: the slots of their namespace's pool, the slots in use; one whose name is (or became) a
+  platform pool's is refused `PlatformPool`, and tried again.
 A status is patched only when a field the database decides differs from what the object shows, so a
 quiet system costs queries and no API writes; two replicas derive and write the same values.
 """
@@ -26,6 +28,7 @@ from typing import Any
 
 from dagline.clock import Clock
 from dagline.db.engine import Database
+from dagline.domain import names
 from dagline.domain.spark_policy import DEFAULT_POLICY, SparkPolicy
 from dagline.domain.states import RunState
 from dagline.errors import Unavailable
@@ -37,7 +40,6 @@ from dagline.k8s.objects import DaglineObjects
 from dagline.k8s.preflight import Verdict
 from dagline.k8s.resources import ANNOTATION_HISTORY_LIMIT
 from dagline.store.backfills import backfills_by_request_id
-from dagline.store.dags import dag_namespaces
 from dagline.store.read_models import backfill_run_counts, runs_by_run_id, runs_to_show, task_counts, version_numbers
 
 log = logging.getLogger(__name__)
@@ -146,22 +148,20 @@ class StatusSync:
     def _dags(self) -> None:
         objects = [o for o in self.cache.objects("dags") if not _deleting(o)]
         with self.db.begin() as conn:
-            derived = dags.derived_statuses(conn, [_meta(o)["name"] for o in objects])
+            derived = dags.derived_statuses(conn, [dags.dag_key(o) for o in objects])
         verdict = self.spark_verdict() if self.spark_verdict is not None else None
         for body in objects:
-            namespace, name = _meta(body)["namespace"], _meta(body)["name"]
-            stored = derived.get(name)
+            namespace, name = dags.object_of(body)
+            stored = derived.get(names.qualify(namespace, name))
             if stored is not None and stored["source"] == dags.object_source(namespace, name):
                 fields = dags.status_fields(stored)
                 if verdict is not None and reason_of(body.get("status"), "Ready") is not None:
                     fields["conditions"] = self._spark_ready(body, verdict)
                 self._patch("dags", body, fields)
-            elif reason_of(body.get("status")) == "NameTaken":
-                owner = dags.source_namespace(stored["source"]) if stored and stored["active"] else None
-                if owner is None or owner == namespace:  # the other namespace's DAG is gone
-                    outcome = dags.apply_dag_object(self.db, body, now=self.clock.now(), who=self.who,
-                                                    spark_policy=self.spark_policy)
-                    self._patch("dags", body, outcome.status, always=True)
+            elif reason_of(body.get("status")) == "NameTaken":  # refused by a release with global names
+                outcome = dags.apply_dag_object(self.db, body, now=self.clock.now(), who=self.who,
+                                                spark_policy=self.spark_policy)
+                self._patch("dags", body, outcome.status, always=True)
 
     def _spark_ready(self, body: Mapping[str, Any], verdict: Verdict) -> list[dict[str, Any]]:
         """The DAG object's conditions with the preflight's `SparkReady`; a change of its status to True
@@ -185,13 +185,14 @@ class StatusSync:
         dagrun_objects = self.cache.objects("dagruns")
         dag_objects = [o for o in self.cache.objects("dags") if not _deleting(o)]
         with self.db.begin() as conn:
-            sources = dags.sources(conn, [_meta(o)["name"] for o in dag_objects])
-            owners = {_meta(o)["name"]: o for o in dag_objects
-                      if sources.get(_meta(o)["name"]) == dags.object_source(_meta(o)["namespace"], _meta(o)["name"])}
+            sources = dags.sources(conn, [dags.dag_key(o) for o in dag_objects])
+            # DAG key -> the object defining it (the key says its namespace and name)
+            owners = {dags.dag_key(o): o for o in dag_objects
+                      if sources.get(dags.dag_key(o)) == dags.object_source(*dags.object_of(o))}
             shown = runs_to_show(conn, {dag_id: history_limit(o, self.default_limit) for dag_id, o in owners.items()})
             users = [o for o in dagrun_objects if not dagruns.is_managed(o) and not _deleting(o)]
+            # (DAG key in the object's own namespace, run id): another namespace's run is never found
             user_runs = runs_by_run_id(conn, [dagruns.run_of_object(o) for o in users if all(dagruns.run_of_object(o))])
-            owning = dag_namespaces(conn, sorted({dag_id for dag_id, _ in user_runs}))
             runs = [r for rows in shown.values() for r in rows] + list(user_runs.values())
             counts = task_counts(conn, sorted({r.id for r in runs}))
             numbers = version_numbers(conn, sorted({r.dag_id for r in runs}))
@@ -200,7 +201,7 @@ class StatusSync:
             for dag_id, dag_object in owners.items():
                 wanted = {dagruns.mirror_name(dag_id, r.run_id) for r in shown[dag_id]}
                 for body in managed:
-                    if ((body.get("spec") or {}).get("dag") == dag_id and _meta(body)["namespace"]
+                    if ((body.get("spec") or {}).get("dag") == names.name_of(dag_id) and _meta(body)["namespace"]
                             == _meta(dag_object)["namespace"] and _meta(body)["name"] not in wanted
                             and not _deleting(body)):
                         candidates[dag_id].append(body)
@@ -236,8 +237,6 @@ class StatusSync:
                     self.stats.dagruns_deleted += 1
         for body in users:
             run = user_runs.get(dagruns.run_of_object(body))
-            if run is not None and owning.get(run.dag_id) != dagruns.namespace_of(body):
-                run = None  # a same-named object of another namespace is shown nothing
             if run is not None:
                 self._patch("dagruns", body, fields(run))
             elif reason_of(body.get("status")) == dagruns.UNKNOWN_DAG:
@@ -272,31 +271,25 @@ class StatusSync:
     # -- Pools --------------------------------------------------------------------------------------
 
     def _pools(self) -> None:
-        by_name = collections.defaultdict(list)
-        for body in self.cache.objects("pools"):
-            by_name[_meta(body)["name"]].append(body)
-        if not by_name:
+        objects = [o for o in self.cache.objects("pools") if not _deleting(o)]
+        if not objects:
             return
         stored = pools.stored_pools(self.db)
-        for name, group in by_name.items():
+        platform = pools.platform_pools(stored)
+        for body in objects:
+            namespace, name = pools.object_pool(body)
             if name in pools.RESERVED_POOLS:
                 continue  # refused once by its handler: the platform's pool is not shown in a namespace
-            owner = pools.pool_owner(group)
-            for body in group:
-                if _deleting(body):
-                    continue
-                others = [o for o in group if o is not body]
-                spec = body.get("spec") or {}
-                if body is owner:
-                    pool = stored.get(name, {"slots": None, "used_slots": 0, "description": None})
-                    slots, used = pool["slots"], pool["used_slots"]
-                    description = spec.get("description")
-                    if (slots != spec.get("slots") or reason_of(body.get("status")) in pools.RETRIED_REASONS
-                            or (description is not None and pool["description"] != description)):
-                        outcome = pools.apply_pool_object(self.db, body, others, now=self.clock.now(), who=self.who)
-                        self._patch("pools", body, outcome.status, always=True)
-                    else:
-                        self._patch("pools", body, {"slots": slots, "occupiedSlots": used})
-                elif reason_of(body.get("status")) != "NameTaken":
-                    outcome = pools.apply_pool_object(self.db, body, others, now=self.clock.now(), who=self.who)
+            spec, reason = body.get("spec") or {}, reason_of(body.get("status"))
+            pool = stored.get(names.pool_key(namespace, name), {"slots": None, "used_slots": 0, "description": None})
+            description = spec.get("description")
+            if name in platform:
+                if reason != "PlatformPool":  # a platform pool of its name was made since it was applied
+                    outcome = pools.apply_pool_object(self.db, body, now=self.clock.now(), who=self.who)
                     self._patch("pools", body, outcome.status, always=True)
+            elif (pool["slots"] != spec.get("slots") or reason in pools.RETRIED_REASONS
+                    or (description is not None and pool["description"] != description)):
+                outcome = pools.apply_pool_object(self.db, body, now=self.clock.now(), who=self.who)
+                self._patch("pools", body, outcome.status, always=True)
+            else:
+                self._patch("pools", body, {"slots": pool["slots"], "occupiedSlots": pool["used_slots"]})

@@ -22,7 +22,8 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 # Labels and annotations dagline puts on objects it creates.
-LABEL_DAG = "dagline.io/dag"
+LABEL_DAG = "dagline.io/dag"                      # the DAG's name (within its namespace)
+LABEL_NAMESPACE = "dagline.io/namespace"          # the DAG's namespace (on objects of the Spark namespace)
 LABEL_RUN = "dagline.io/run"
 LABEL_TASK = "dagline.io/task"
 LABEL_TRY = "dagline.io/try"

@@ -138,13 +138,13 @@ class Runtime:
         self.listing = Listing(db, self.cache, DaglineObjects(api), namespace=settings.namespace, clock=self.clock,
                                who=self.who, bound_s=settings.watch_bound_s)
         self.health.watch_problems = self.listing.problems
-        read_secret = secret_reader(db, api)  # Secrets of the namespace owning the DAG, nowhere else
+        read_secret = secret_reader(api)  # Secrets of the DAG key's namespace, nowhere else
         if executor is not None and hasattr(executor, "read_secret"):
             executor.read_secret = read_secret  # spark-k8s: the tasks' env secretKeyRefs
         self.scheduler = None if executor is None else InstrumentedScheduler(
             db, executor, clock=self.clock, settings=scheduler_settings or SchedulerSettings.from_env(),
             health=self.health, callback_settings=CallbackSettings.from_env(),
-            callback_channels={Channel.KUBERNETES_EVENT: kubernetes_event_channel(db, self.cache, api,
+            callback_channels={Channel.KUBERNETES_EVENT: kubernetes_event_channel(self.cache, api,
                                                                                   reporter=self.who)},
             secret_reader=SecretReader(read_secret), api_url=settings.try_api_url)
         self.api = None  # the API server, once started
@@ -195,8 +195,9 @@ class Runtime:
                  "off" if self.scheduler is None else f"with the {self.scheduler.executor.name} executor")
 
     def set_platform_pools(self) -> None:
-        """The platform's shared pools from the chart's values (`DAGLINE_PLATFORM_POOLS`): set, and taken
-        back from any namespace that owned one of those names (the platform admin's values win)."""
+        """The platform's shared pools from the chart's values (`DAGLINE_PLATFORM_POOLS`): set. Every
+        namespace's tasks naming one take it from then on, whatever pool of that name a namespace made
+        (the platform admin's values win; such a Pool object is refused `PlatformPool` by the status sync)."""
         from dagline.store.pools import set_pool
 
         for name, slots in self.settings.platform_pools:

@@ -6,7 +6,8 @@ observes back with `observe`.
 
 Names. A try's application name is deterministic, so a replica that dies after creating it, or a
 replayed launch, finds the same object (409 AlreadyExists) instead of creating a second one:
-`<dag>-<task>-<12 hex of sha256(dag, run, task)>-<try>`, the readable part cut so the whole name is
+`<dag>-<task>-<12 hex of sha256(dag, run, task)>-<try>` (`<dag>` is the DAG's key with '/' as '-':
+`a-team-etl` for `etl` of namespace `a-team`; the hash is of the key), the readable part cut so the whole name is
 at most 56 characters. The spark-operator derives its UI Service name as `<name>-ui-svc`, which
 must be a DNS-1035 label of at most 63 characters (its webhook checks the application name against
 DNS-1035 too), so the name also starts with a letter (`dl-` is put first when a DAG id starts with
@@ -18,7 +19,9 @@ Labels and annotations. Label values must be at most 63 characters of `[A-Za-z0-
 and ending with a letter or digit; run ids (`scheduled__2026-03-01T00:00:00+00:00`) and task ids
 need not be. `label_value` replaces other characters by `_`, trims the ends, and cuts long values to
 52 characters plus a 10-hex digest of the original. Labels are for selecting (`kubectl get sparkapp
--l dagline.io/dag=sales-daily`); the exact ids are in the `dagline.io/*-id` annotations, which are
+-l dagline.io/namespace=a-team,dagline.io/dag=sales-daily`): `dagline.io/dag` is the DAG's name and
+`dagline.io/namespace` its namespace (a '/' never reaches a label value); the exact ids are in the
+`dagline.io/*-id` annotations (`dagline.io/dag-id` is the DAG's key, `a-team/sales-daily`), which are
 authoritative. `dagline.io/outcome` is `pending` while dagline follows the application, and the
 reported outcome (`success` / `failed`) once it kept a finished one; the executor lists only
 `pending` ones, so kept applications cost nothing per sync.
@@ -49,9 +52,10 @@ import enum
 import hashlib
 import re
 
+from dagline.domain import names
 from dagline.errors import DaglineError
 from dagline.executors.base import TaskKey, TaskLaunch
-from dagline.k8s.resources import LABEL_DAG, LABEL_MANAGED, LABEL_RUN, LABEL_TASK, LABEL_TRY
+from dagline.k8s.resources import LABEL_DAG, LABEL_MANAGED, LABEL_NAMESPACE, LABEL_RUN, LABEL_TASK, LABEL_TRY
 
 GROUP = "sparkoperator.k8s.io"
 VERSION = "v1beta2"
@@ -110,10 +114,16 @@ def label_value(text: str) -> str:
     return f"{head}-{digest}" if head else digest
 
 
+def dag_labels(dag_id: str) -> dict[str, str]:
+    """The labels naming a DAG (by its key): its namespace and its name, each a valid label value."""
+    namespace, name = names.split(dag_id)
+    return {LABEL_NAMESPACE: label_value(namespace), LABEL_DAG: label_value(name)}
+
+
 def try_labels(key: TaskKey) -> dict[str, str]:
     """The labels naming a try (also put on the driver and executor pods)."""
     return {
-        LABEL_DAG: label_value(key.dag_id),
+        **dag_labels(key.dag_id),
         LABEL_RUN: label_value(key.run_id),
         LABEL_TASK: label_value(key.task_id),
         LABEL_TRY: str(int(key.try_number)),

@@ -41,7 +41,7 @@ import re
 
 from dagline.executors.base import TaskLaunch
 from dagline.k8s import sparkapp
-from dagline.k8s.resources import LABEL_DAG, LABEL_MANAGED
+from dagline.k8s.resources import LABEL_MANAGED
 from dagline.k8s.sparkapp import (
     LABEL_OUTCOME,
     MANAGED_BY,
@@ -50,7 +50,6 @@ from dagline.k8s.sparkapp import (
     ManifestError,
     Observation,
     Phase,
-    label_value,
 )
 
 GROUP = "sparkoperator.k8s.io"
@@ -100,7 +99,7 @@ def server_spec(launch: TaskLaunch, *, image: str, spark_version: str, service_a
             pod["serviceAccountName"] = service_account
         if security.get("podSecurityContext"):
             pod["securityContext"] = sparkapp._copy(security["podSecurityContext"])
-        role["template"] = {"metadata": {"labels": {LABEL_DAG: label_value(launch.key.dag_id),
+        role["template"] = {"metadata": {"labels": {**sparkapp.dag_labels(launch.key.dag_id),
                                                     LABEL_MANAGED: MANAGED_BY}},
                             "spec": pod}
     return {"sparkVersion": spark_version, "image": image, "server": server, "executor": executor}
@@ -131,7 +130,7 @@ def build_server(launch: TaskLaunch, *, namespace: str, image: str, spark_versio
         "metadata": {
             "name": server_name(launch.key.dag_id, spec),
             "namespace": namespace,
-            "labels": {LABEL_DAG: label_value(launch.key.dag_id), LABEL_MANAGED: MANAGED_BY},
+            "labels": {**sparkapp.dag_labels(launch.key.dag_id), LABEL_MANAGED: MANAGED_BY},
             "annotations": {sparkapp.ANNOTATION_DAG_ID: launch.key.dag_id,
                             ANNOTATION_LAST_USED: used_at.isoformat()},
         },

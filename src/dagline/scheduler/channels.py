@@ -25,6 +25,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from dagline.domain import names
 from dagline.domain.callbacks import CallbackEvent, summary
 from dagline.domain.egress import DEFAULT_EGRESS, EgressPolicy
 from dagline.executors.secret_sources import LocalSecrets, SecretNotFound
@@ -86,7 +87,9 @@ def webhook_channel(secrets: SecretReader, *, timeout_s: float,
 
     def deliver(callback: Callback) -> None:
         target = callback.target
-        dag_id = callback.payload["dag_id"]
+        # the DAG's key (Secrets are its namespace's): `dag_id` is the key, or the name with `namespace` beside it
+        name, namespace = callback.payload["dag_id"], callback.payload.get("namespace")
+        dag_id = names.qualify(namespace, names.name_of(name)) if namespace else name
         url = target.get("url") or secrets(target["urlFrom"], "webhook urlFrom", dag_id)
         headers = {
             "Content-Type": "application/json", "User-Agent": "dagline",

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from dagline.clock import Clock
 from dagline.db.engine import Database
+from dagline.domain.admission import how_to_create
 from dagline.domain.states import RunState, TIState
 from dagline.executors.base import Executor
 from dagline.scheduler.loop import Scheduler
@@ -73,7 +74,7 @@ def blocked_for_good(tasks: list[TaskView], pools: dict[str, int], *, now: dt.da
             return []
         if t.state == TIState.SCHEDULED:
             if t.pool not in pools:
-                reasons.append(f"{t.task_id}: pool {t.pool!r} does not exist (`dagline pools set {t.pool} N`)")
+                reasons.append(f"{t.task_id}: pool {t.pool.rpartition('/')[2]!r} does not exist ({how_to_create(t.pool)})")
             elif pools[t.pool] < t.pool_slots:
                 reasons.append(f"{t.task_id}: needs {t.pool_slots} slots of pool {t.pool!r}, which has "
                                f"{pools[t.pool]}")

@@ -143,13 +143,15 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
     """Upsert DAGs in one transaction: a new version only when the spec changed. `guard(row)` is called
     with each DAG's locked row (None for a new DAG) before anything is written, and may raise to refuse
     (the Kubernetes controller refuses a DAG another namespace's object defines)."""
+    from dagline.store.pools import resolve_pool  # pools build on this module's layer
     from dagline.store.run_batches import (
         refresh_next_dagruns,  # the timeline builds on this module
     )
 
     results = []
     with db.begin() as conn:
-        pools = dict(conn.execute(select(pool_t.c.name, pool_t.c.slots)).all())
+        pools = dict(conn.execute(select(pool_t.c.name, pool_t.c.slots)).all())  # by key (store.pools)
+        platform = frozenset(name for name in pools if "/" not in name)  # the platform's pools have bare keys
         events: list[dict] = []  # written together, as the next runs are planned together (issue 32)
         to_plan: list[Dag] = []
         created = {} if guard is not None else _create_new_dags(conn, loaded, now=now, who=who, events=events)
@@ -157,18 +159,23 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
             dag = item.dag
             result = created.get(dag.dag_id) or _apply_one(conn, dag, item.source_path, now=now, who=who,
                                                            guard=guard, events=events)
-            missing = sorted({t.pool for t in dag.tasks.values()} - pools.keys())
+            taken = {t.task_id: resolve_pool(dag.namespace, t.pool, platform) for t in dag.tasks.values()}
+            missing = sorted({t.pool for t in dag.tasks.values() if taken[t.task_id] not in pools})
             if missing:
+                how = ("`dagline pools set NAME SLOTS`" if dag.namespace == names.DEFAULT_NAMESPACE else
+                       f"a Pool object in namespace {dag.namespace!r} (or `dagline pools set NAME SLOTS "
+                       f"--namespace {dag.namespace}`)")
                 result.warnings.append(
-                    f"pool(s) {', '.join(missing)} do not exist yet: their tasks wait until "
-                    f"`dagline pools set NAME SLOTS` creates them"
+                    f"pool(s) {', '.join(missing)} do not exist yet: their tasks wait until {how} creates them"
                 )
             for task in dag.tasks.values():
-                too_small = pool_too_small(task.pool, task.pool_slots, pools.get(task.pool))
+                too_small = pool_too_small(task.pool, task.pool_slots, pools.get(taken[task.task_id]))
                 if too_small:
                     result.warnings.append(
                         f"task {task.task_id}: {too_small}: it never runs until "
-                        f"`dagline pools set {task.pool} {task.pool_slots}` makes the pool large enough")
+                        f"`dagline pools set {task.pool} {task.pool_slots}"
+                        + ("" if taken[task.task_id] == task.pool else f" --namespace {dag.namespace}")
+                        + "` makes the pool large enough")
             if result.action != "unchanged" or result.cleared_import_error is not None:
                 to_plan.append(dag)
             results.append(result)

@@ -8,6 +8,9 @@ are in: like Airflow, running task instances do not stop the deletion. Their job
 replica that runs them at its next housekeeping (it finds their rows gone and cancels them), and
 their late reports change nothing. The `event` log is kept: it is the audit trail, and one more
 event records the deletion with what it removed. Applying the spec again starts a new history.
+
+A DAG is named by its key (`a-team/etl`; `etl` in `default`, `dagline.domain.names`), and so is every
+row removed here: deleting one namespace's DAG removes nothing of another namespace's DAG of that name.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from dagline.db.transitions import record_events
 from dagline.domain.states import RunState, RunType
 from dagline.domain.timetable import DagRunInfo
 from dagline.spec import Dag
+from dagline.store.pools import platform_pool_names
 from dagline.store.timeline import (
     SCHEDULE_DRIVING_TYPES,
     NewRun,
@@ -154,8 +155,9 @@ def insert_scheduled_batch(conn: Connection, planned: Sequence[Planned], *, now:
         links = [{"b_id": pk, "b_prev": pks[i - 1]} for i, pk in enumerate(pks)
                  if i and new_runs[i][0] is new_runs[i - 1][0]]  # a DAG's second run and on follow its first
         set_previous(conn, links)
+        platform = platform_pool_names(conn)  # a task's pool resolves in its DAG's namespace (store.pools)
         ti_rows = [ti for pk, (plan, new, _) in zip(pks, new_runs, strict=True)
-                   for ti in ti_rows_of(plan.dag, RunType.SCHEDULED, pk, new, now=now)]
+                   for ti in ti_rows_of(plan.dag, RunType.SCHEDULED, pk, new, now=now, platform_pools=platform)]
         insert_rows(conn, ti_t, ti_rows)
         record_events(conn, [
             {"at": now, "who": who, "entity": "dag_run", "dag_id": plan.dag.dag_id, "dag_run_id": pk,

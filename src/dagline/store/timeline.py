@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 from sqlalchemy import BigInteger, bindparam, cast, column, func, insert, select, update, values
 from sqlalchemy.engine import Connection
@@ -33,6 +33,7 @@ from dagline.domain.deadlines import deadline_at
 from dagline.domain.states import RunState, RunType, TIState
 from dagline.domain.timetable import DagRunInfo, DataInterval, Timetable, make_timetable
 from dagline.spec import Dag
+from dagline.store.pools import platform_pool_names, resolve_pool
 from dagline.times import isoformat
 
 SCHEDULE_DRIVING_TYPES = (RunType.SCHEDULED, RunType.BACKFILL)
@@ -103,8 +104,9 @@ def insert_runs(
     _without_unset_deadlines(rows)
     ids = [row.id for row in conn.execute(
         insert(dag_run_t).returning(dag_run_t.c.id, sort_by_parameter_order=True), rows)]
+    platform = platform_pool_names(conn)
     ti_rows = [ti for run_pk, r in zip(ids, runs, strict=True)
-               for ti in ti_rows_of(dag, run_type, run_pk, r, now=now, is_test=is_test)]
+               for ti in ti_rows_of(dag, run_type, run_pk, r, now=now, is_test=is_test, platform_pools=platform)]
     if ti_rows:
         _without_unset_deadlines(ti_rows)
         conn.execute(insert(ti_t), ti_rows)
@@ -137,16 +139,20 @@ def run_row(dag: Dag, version_id: int, run_type: str, r: NewRun, run_id: str, *,
     }
 
 
-def ti_rows_of(dag: Dag, run_type: str, run_pk: int, r: NewRun, *, now: dt.datetime,
+def ti_rows_of(dag: Dag, run_type: str, run_pk: int, r: NewRun, *, now: dt.datetime, platform_pools: Collection[str],
                is_test: bool = False) -> list[dict]:
-    """The `task_instance` rows of a new run: one per task that existed at its logical date."""
+    """The `task_instance` rows of a new run: one per task that existed at its logical date. Each takes
+    the pool its `pool:` resolves to in the DAG's namespace (`store.pools.resolve_pool`: the platform's
+    pool of that name if one exists, else the namespace's own), `platform_pools` being the names of the
+    platform's pools (`platform_pool_names`, read once per transaction)."""
     rows = []
     for task in dag.tasks.values():
         if task.start_date is not None and task.start_date > r.logical_date:
             continue  # the task did not exist yet at this logical date
         rows.append({
             "dag_run_id": run_pk, "dag_id": dag.dag_id, "task_id": task.task_id, "state": TIState.NONE,
-            "try_number": 0, "max_tries": task.retries + 1, "pool": task.pool,
+            "try_number": 0, "max_tries": task.retries + 1,
+            "pool": resolve_pool(dag.namespace, task.pool, platform_pools),
             "pool_slots": task.pool_slots, "priority_weight": task.priority_weight,
             "deadline_at": None if run_type == RunType.BACKFILL or is_test else deadline_at(
                 task.deadline, logical_date=r.logical_date, data_interval_end=r.data_interval.end, queued_at=now),
