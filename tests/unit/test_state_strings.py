@@ -55,6 +55,9 @@ ALLOWED: dict[tuple[str, str], tuple[int, str]] = {
     ("k8s/resources.py", "backfill"): (1, "the Backfill CRD's singular name"),
     ("k8s/sparkapp.py", "pending"): (1, "OUTCOME_PENDING, a value of the dagline.io/outcome label"),
     ("spec/checks.py", "none"): (1, "a message word: '(params are: none)'"),
+    ("web/urls.py", "trigger"): (1, "PAGE_WORDS: a DAG page's address, `/dags/<key>/trigger`"),
+    ("web/urls.py", "backfill"): (1, "PAGE_WORDS: a DAG page's address, `/dags/<key>/backfill`"),
+    ("web/actions.py", "trigger"): (1, "dag_url(dag_id, 'trigger'): the trigger page's address"),
     ("api/headers.py", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
                        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"):
         (1, "a Content-Security-Policy keyword"),

@@ -74,7 +74,8 @@ def blocked_for_good(tasks: list[TaskView], pools: dict[str, int], *, now: dt.da
             return []
         if t.state == TIState.SCHEDULED:
             if t.pool not in pools:
-                reasons.append(f"{t.task_id}: pool {t.pool.rpartition('/')[2]!r} does not exist ({how_to_create(t.pool)})")
+                missing = t.pool.rpartition("/")[2]
+                reasons.append(f"{t.task_id}: pool {missing!r} does not exist ({how_to_create(t.pool)})")
             elif pools[t.pool] < t.pool_slots:
                 reasons.append(f"{t.task_id}: needs {t.pool_slots} slots of pool {t.pool!r}, which has "
                                f"{pools[t.pool]}")
