@@ -13,6 +13,7 @@ tasks); a namespace's own pool is `namespace/name` in every namespace, `default`
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 from dagline.errors import InvalidInput
 
@@ -67,6 +68,12 @@ def parse_reference(text: str, namespace: str | None, *, field: str) -> tuple[st
 def pool_key(namespace: str | None, name: str) -> str:
     """The key of a pool: `name` for the platform's (no namespace), `namespace/name` for a namespace's."""
     return name if namespace is None else f"{namespace}{SEPARATOR}{name}"
+
+
+def resolve_pool(namespace: str, name: str, platform: Collection[str]) -> str:
+    """The key of the pool a task's `pool: name` takes in a DAG of `namespace`: the platform's pool of
+    that name if there is one (`platform`: the platform's pool names), else the namespace's own."""
+    return name if name in platform else pool_key(namespace, name)
 
 
 def split_pool(key: str) -> tuple[str | None, str]:

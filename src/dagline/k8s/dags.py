@@ -12,7 +12,7 @@ the other. The row remembers the object defining it (`k8s://<namespace>/<name>`)
 applied from a file and an object of its name are one DAG (the last applied defines it).
 
 Pools: a task's `pool: NAME` takes the platform's pool NAME if there is one, else this namespace's own
-pool NAME (`dagline.store.pools.resolve_pool`): another namespace's pool is out of reach by construction.
+pool NAME (`dagline.domain.names.resolve_pool`): another namespace's pool is out of reach by construction.
 
 Deleting the object deactivates its DAG, in its namespace only (`dagstore.deactivate`): no new runs,
 queued runs cancelled, running runs finish on their version with their namespace's Secrets. Its rows

@@ -3,7 +3,7 @@
 A Pool object `spark` in namespace `a-team` sets the pool whose key is `a-team/spark` (namespace
 `a-team`, `dagline.domain.names.pool_key`): only a-team's tasks naming `pool: spark` take it, so it
 limits a-team's tasks only, and another namespace's Pool object `spark` is another pool. A task takes the
-platform's pool of its name when there is one (`dagline.store.pools.resolve_pool`), so a Pool object
+platform's pool of its name when there is one (`dagline.domain.names.resolve_pool`), so a Pool object
 cannot make a team's tasks escape a platform pool's limit. Refused, visibly (condition and Warning
 Event) and with nothing changed:
 - `Reserved`: the name `default` (the platform's default pool: chart values or `dagline pools set`);
@@ -25,7 +25,8 @@ from dagline.db.engine import Database
 from dagline.domain import names
 from dagline.k8s import conditions
 from dagline.k8s.conditions import Outcome
-from dagline.store.pools import DEFAULT_POOL, PlatformPool, list_pools, platform_pool_names, remove_pool, set_pool
+from dagline.store.pools import DEFAULT_POOL, PlatformPool, list_pools, remove_pool, set_pool
+from dagline.store.timeline import platform_pool_names
 
 RESERVED_POOLS = frozenset({DEFAULT_POOL})
 RETRIED_REASONS = ("PlatformPool",)  # the status sync tries these objects again

@@ -143,7 +143,6 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
     """Upsert DAGs in one transaction: a new version only when the spec changed. `guard(row)` is called
     with each DAG's locked row (None for a new DAG) before anything is written, and may raise to refuse
     (the Kubernetes controller refuses a DAG another namespace's object defines)."""
-    from dagline.store.pools import resolve_pool  # pools build on this module's layer
     from dagline.store.run_batches import (
         refresh_next_dagruns,  # the timeline builds on this module
     )
@@ -159,7 +158,7 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
             dag = item.dag
             result = created.get(dag.dag_id) or _apply_one(conn, dag, item.source_path, now=now, who=who,
                                                            guard=guard, events=events)
-            taken = {t.task_id: resolve_pool(dag.namespace, t.pool, platform) for t in dag.tasks.values()}
+            taken = {t.task_id: names.resolve_pool(dag.namespace, t.pool, platform) for t in dag.tasks.values()}
             missing = sorted({t.pool for t in dag.tasks.values() if taken[t.task_id] not in pools})
             if missing:
                 how = ("`dagline pools set NAME SLOTS`" if dag.namespace == names.DEFAULT_NAMESPACE else

@@ -7,7 +7,7 @@
   namespace, `default` included): made by a Pool object `NAME` in NS or by `dagline pools set NAME SLOTS
   --namespace NS`. Only NS's tasks ever use one, so it limits NS's tasks only.
 
-**Which pool a task takes** (`resolve_pool`, applied when its task instance is created, and stored in
+**Which pool a task takes** (`names.resolve_pool`, applied when its task instance is created, and stored in
 `task_instance.pool` as the key): a task's `pool: NAME` in a DAG of namespace NS is the platform's pool
 NAME if one exists, else NS's own pool `NS/NAME`. So a team can never escape a platform pool's limit by
 making a pool of that name (a namespace pool named like a platform pool is refused, `PlatformPool`, and
@@ -24,7 +24,7 @@ task instances queued or running in it finish.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 
 from sqlalchemy import delete, func, insert, literal, select, update
 from sqlalchemy.engine import Connection
@@ -38,6 +38,7 @@ from dagline.domain.states import TIState
 from dagline.errors import InvalidInput, OperationFailed
 from dagline.limits import MAX_POOL_SLOTS
 from dagline.spec.fields import check_pool_name
+from dagline.store.timeline import platform_pool_names
 
 DEFAULT_POOL = "default"
 # Task instances not holding slots yet: a platform pool created for them may take them (`set_pool`).
@@ -48,17 +49,6 @@ class PlatformPool(OperationFailed):
     """A namespace's pool named like a platform pool: its tasks take the platform's, so it is refused (409)."""
 
     http_status = 409
-
-
-def platform_pool_names(conn: Connection) -> frozenset[str]:
-    """The names of the platform's pools (one small query: what `resolve_pool` needs, once per transaction)."""
-    return frozenset(conn.execute(select(pool_t.c.name).where(pool_t.c.namespace.is_(None))).scalars())
-
-
-def resolve_pool(namespace: str, name: str, platform: Collection[str]) -> str:
-    """The key of the pool a task's `pool: name` takes in a DAG of `namespace`: the platform's pool of
-    that name if there is one (`platform`: `platform_pool_names`), else the namespace's own."""
-    return name if name in platform else names.pool_key(namespace, name)
 
 
 def set_pool(db: Database, name: str, slots: int, *, now: dt.datetime, description: str | None = None,
@@ -135,7 +125,7 @@ def pool_users(conn: Connection, key: str) -> tuple[list[str], list[str]]:
     namespace, name = names.split_pool(key)
     platform = platform_pool_names(conn) | ({name} if namespace is None else set())
     tasks = [f"{dag_id}.{t.task_id}" for dag_id, dag_namespace, dag in _active_dags(conn, namespace)
-             for t in dag.tasks.values() if t.pool == name and resolve_pool(dag_namespace, name, platform) == key]
+             for t in dag.tasks.values() if t.pool == name and names.resolve_pool(dag_namespace, name, platform) == key]
     active = [f"{r.dag_id}.{r.task_id}@{r.run_id}" for r in conn.execute(
         select(ti_t.c.dag_id, ti_t.c.task_id, dag_run_t.c.run_id).join(dag_run_t, dag_run_t.c.id == ti_t.c.dag_run_id)
         .where(ti_t.c.pool == key, ti_t.c.state.in_(TIState.ACTIVE)).order_by(ti_t.c.id))]

@@ -31,12 +31,12 @@ from dagline.db.transitions import record_events
 from dagline.domain.states import RunState, RunType
 from dagline.domain.timetable import DagRunInfo
 from dagline.spec import Dag
-from dagline.store.pools import platform_pool_names
 from dagline.store.timeline import (
     SCHEDULE_DRIVING_TYPES,
     NewRun,
     count_created,
     make_run_id,
+    platform_pool_names,
     refresh_next_dagrun,
     run_row,
     set_previous,

@@ -26,18 +26,24 @@ from sqlalchemy import BigInteger, bindparam, cast, column, func, insert, select
 from sqlalchemy.engine import Connection
 
 from dagline import metrics
-from dagline.db.models import dag_run_t, dag_t, ti_t
+from dagline.db.models import dag_run_t, dag_t, pool_t, ti_t
 from dagline.db.observe import at_commit
 from dagline.db.transitions import change_runs, record_events
+from dagline.domain import names
 from dagline.domain.deadlines import deadline_at
 from dagline.domain.states import RunState, RunType, TIState
 from dagline.domain.timetable import DagRunInfo, DataInterval, Timetable, make_timetable
 from dagline.spec import Dag
-from dagline.store.pools import platform_pool_names, resolve_pool
 from dagline.times import isoformat
 
 SCHEDULE_DRIVING_TYPES = (RunType.SCHEDULED, RunType.BACKFILL)
 
+
+
+def platform_pool_names(conn: Connection) -> frozenset[str]:
+    """The names of the platform's pools (one small query: what `names.resolve_pool` needs, once per
+    transaction; `dagline.store.pools` keeps the pools)."""
+    return frozenset(conn.execute(select(pool_t.c.name).where(pool_t.c.namespace.is_(None))).scalars())
 
 def on_timeline():
     """The runs on a timeline: not `overridden` and not a test run (`dagline dags test` makes runs that
@@ -142,7 +148,7 @@ def run_row(dag: Dag, version_id: int, run_type: str, r: NewRun, run_id: str, *,
 def ti_rows_of(dag: Dag, run_type: str, run_pk: int, r: NewRun, *, now: dt.datetime, platform_pools: Collection[str],
                is_test: bool = False) -> list[dict]:
     """The `task_instance` rows of a new run: one per task that existed at its logical date. Each takes
-    the pool its `pool:` resolves to in the DAG's namespace (`store.pools.resolve_pool`: the platform's
+    the pool its `pool:` resolves to in the DAG's namespace (`names.resolve_pool`: the platform's
     pool of that name if one exists, else the namespace's own), `platform_pools` being the names of the
     platform's pools (`platform_pool_names`, read once per transaction)."""
     rows = []
@@ -152,7 +158,7 @@ def ti_rows_of(dag: Dag, run_type: str, run_pk: int, r: NewRun, *, now: dt.datet
         rows.append({
             "dag_run_id": run_pk, "dag_id": dag.dag_id, "task_id": task.task_id, "state": TIState.NONE,
             "try_number": 0, "max_tries": task.retries + 1,
-            "pool": resolve_pool(dag.namespace, task.pool, platform_pools),
+            "pool": names.resolve_pool(dag.namespace, task.pool, platform_pools),
             "pool_slots": task.pool_slots, "priority_weight": task.priority_weight,
             "deadline_at": None if run_type == RunType.BACKFILL or is_test else deadline_at(
                 task.deadline, logical_date=r.logical_date, data_interval_end=r.data_interval.end, queued_at=now),
