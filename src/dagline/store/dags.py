@@ -12,8 +12,7 @@ import dataclasses
 import datetime as dt
 import os
 import threading
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
 
 from sqlalchemy import bindparam, func, insert, select, text, update
 from sqlalchemy.engine import Connection
@@ -138,11 +137,9 @@ class ApplyResult:
 K8S_SOURCE = "k8s://"  # how a DAG row names the Kubernetes object defining it: k8s://<namespace>/<name>
 
 
-def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: str = "cli",
-               guard: Callable[[Any], None] | None = None) -> list[ApplyResult]:
-    """Upsert DAGs in one transaction: a new version only when the spec changed. `guard(row)` is called
-    with each DAG's locked row (None for a new DAG) before anything is written, and may raise to refuse
-    (the Kubernetes controller refuses a DAG another namespace's object defines)."""
+def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: str = "cli") -> list[ApplyResult]:
+    """Upsert DAGs in one transaction: a new version only when the spec changed. Each DAG is its
+    namespace's (its key carries it), so applying one never touches another namespace's."""
     from dagline.store.run_batches import (
         refresh_next_dagruns,  # the timeline builds on this module
     )
@@ -153,11 +150,11 @@ def apply_dags(db: Database, loaded: list[LoadedDag], *, now: dt.datetime, who: 
         platform = frozenset(name for name in pools if "/" not in name)  # the platform's pools have bare keys
         events: list[dict] = []  # written together, as the next runs are planned together (issue 32)
         to_plan: list[Dag] = []
-        created = {} if guard is not None else _create_new_dags(conn, loaded, now=now, who=who, events=events)
+        created = _create_new_dags(conn, loaded, now=now, who=who, events=events)
         for item in loaded:
             dag = item.dag
             result = created.get(dag.dag_id) or _apply_one(conn, dag, item.source_path, now=now, who=who,
-                                                           guard=guard, events=events)
+                                                           events=events)
             taken = {t.task_id: names.resolve_pool(dag.namespace, t.pool, platform) for t in dag.tasks.values()}
             missing = sorted({t.pool for t in dag.tasks.values() if taken[t.task_id] not in pools})
             if missing:
@@ -264,12 +261,10 @@ def _set_current_versions(conn: Connection, versions: dict[str, int]) -> None:
 
 
 def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime, who: str,
-               guard: Callable[[Any], None] | None = None, events: list[dict] | None = None) -> ApplyResult:
+               events: list[dict] | None = None) -> ApplyResult:
     """Store one DAG (its row locked); its event is added to `events` for the caller to write (none given:
     written here)."""
     row = lock_dag(conn, dag.dag_id)
-    if guard is not None:
-        guard(row)
     if row is None:
         try:
             with conn.begin_nested():
@@ -284,8 +279,6 @@ def _apply_one(conn: Connection, dag: Dag, source_path: str, *, now: dt.datetime
             row = lock_dag(conn, dag.dag_id)
             if row is None:
                 raise
-            if guard is not None:
-                guard(row)
     version_row = conn.execute(
         select(dag_version_t.c.id).where(dag_version_t.c.dag_id == dag.dag_id, dag_version_t.c.version == dag.version)
     ).first()
@@ -455,14 +448,6 @@ def dag_timezone_and_activity(conn: Connection, dag_id: str, *, with_paused: boo
     columns = (dag_t.c.timezone, dag_t.c.is_active, dag_t.c.namespace, dag_t.c.is_paused) if with_paused else (
         dag_t.c.timezone, dag_t.c.is_active, dag_t.c.namespace)
     return conn.execute(select(*columns).where(dag_t.c.dag_id == dag_id)).first()
-
-
-def source_namespace(source_path: str | None) -> str | None:
-    """The namespace owning a DAG applied from `source_path`: that of its DAG object
-    (`k8s://<namespace>/<name>`); None for a file (`dagline dags apply`), which belongs to no namespace."""
-    if not source_path or not source_path.startswith(K8S_SOURCE):
-        return None
-    return source_path[len(K8S_SOURCE):].split("/", 1)[0] or None
 
 
 def dag_namespaces(conn: Connection, dag_ids: Iterable[str]) -> dict[str, str | None]:
