@@ -143,8 +143,8 @@ def find_run(conn: Connection, run_ref: str, *, namespaces: Iterable[str] | None
         numeric = [r for r in rows if str(r.id) == str(run_ref)]
         if numeric:
             return numeric[0]
-        raise OperationFailed(f"run id {run_ref!r} exists in several DAGs ({', '.join(r.dag_id for r in rows)}): "
-                              "use the numeric id")
+        shared = ", ".join(sorted({r.dag_id for r in rows}))
+        raise OperationFailed(f"run id {run_ref!r} exists in several DAGs ({shared}): use the numeric id")
     return rows[0]
 
 

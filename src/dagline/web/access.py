@@ -10,7 +10,7 @@ scope each page and action needs, and the CSRF check of every form.
   (a DAG's key says whose it is: `etl` is `default`'s, `a-team/etl` a-team's), with their runs, logs
   and backfills, the signals sent within them, their pools and the platform's, and the live events of
   their changes only. Anything else answers the very 404 an unknown DAG or run does (same status,
-  same words: `unknown_dag`, `store.visibility.unknown_run`), so its existence is not revealed; a run
+  same words: `unknown_dag`, `store.runs.find_run`), so its existence is not revealed; a run
   id string is resolved among the visible runs only; listings leave the rest out.
 - CSRF (ADR 61): a random `dagline_csrf` cookie (HttpOnly, `SameSite=Strict`), made anew at every
   sign-in and sign-out, and a form field that is an HMAC, keyed with the server's secret
@@ -36,8 +36,8 @@ from fastapi import Request
 
 from dagline.domain import names
 from dagline.errors import AccessRefused, NotFound
+from dagline.store.runs import find_run as find_run_among
 from dagline.store.tokens import OPERATE, READ, SEND, Forbidden, Principal, Unauthorized, authenticate
-from dagline.store.visibility import find_visible_run
 
 TOKEN_COOKIE = "dagline_token"
 CSRF_COOKIE = "dagline_csrf"
@@ -116,9 +116,9 @@ def check_dag(viewer: Viewer, dag_id: str) -> None:
 
 
 def find_run(conn, viewer: Viewer, run_ref: str):
-    """The run `run_ref` names among those of the viewer's namespaces (`store.visibility.find_visible_run`):
-    another namespace's run is unknown, and never makes a run id string ambiguous."""
-    return find_visible_run(conn, run_ref, namespaces(viewer))
+    """The run `run_ref` names among those of the viewer's namespaces (`store.runs.find_run`): another
+    namespace's run is unknown (the same words as a missing one), and never makes a run id string ambiguous."""
+    return find_run_among(conn, run_ref, namespaces=namespaces(viewer))
 
 
 def visible(viewer: Viewer, rows: list[dict]) -> list[dict]:

@@ -6,7 +6,7 @@ the database itself, never from this process, so a change made through any repli
 scheduler, or the command line) reaches the pages every replica serves. It is woken by PostgreSQL's
 NOTIFY (`db.notify.Listener`: LISTEN on the channel every state change NOTIFYs at commit; also every
 15 s, and at once after a reconnection, when notifications may have been missed), on SQLite (no
-NOTIFY) once a second. Woken, it reads what was stored since it last looked (`store.visibility.
+NOTIFY) once a second. Woken, it reads what was stored since it last looked (`store.changes.
 changes_after`): every change a page shows records an event or stores a signal, so the new event ids
 and signal seqs are the changes, and each says whose it is:
 
@@ -49,7 +49,7 @@ from collections.abc import Callable, Collection, Iterable
 
 from dagline.db.notify import Listener
 from dagline.domain import names
-from dagline.store.visibility import changes_after, newest_change
+from dagline.store.changes import changes_after, newest_change
 
 log = logging.getLogger(__name__)
 
