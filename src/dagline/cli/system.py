@@ -101,9 +101,10 @@ def settings_in_force(obj: Context) -> list[Setting]:
     ]
     scheduler = SchedulerSettings.from_env()
     for field in dataclasses.fields(scheduler):
-        variable = f"DAGLINE_SCHEDULER_{field.name.upper()}"
-        out.append(Setting(f"scheduler.{field.name}", getattr(scheduler, field.name), _source(variable),
-                           "scheduler, backfill run, dags test, operator", variable))
+        variable = field.metadata.get("env") or f"DAGLINE_SCHEDULER_{field.name.upper()}"
+        value = getattr(scheduler, field.name)
+        out.append(Setting(f"scheduler.{field.name}", value if isinstance(value, (str, int, float, bool)) else
+                           str(value), _source(variable), "scheduler, backfill run, dags test, operator", variable))
     callbacks = CallbackSettings.from_env()
     for field in dataclasses.fields(callbacks):
         variable = f"DAGLINE_CALLBACK_{field.name.upper()}"

@@ -59,6 +59,11 @@ class SignalExports:
     def __bool__(self) -> bool:
         return bool(self.rules)
 
+    def __str__(self) -> str:
+        """The rules as the setting spells them (`dagline config` shows this)."""
+        return " ".join(f"{r.namespace}/{r.key}{'*' if r.prefix else ''}={','.join(sorted(r.to))}"
+                        for r in self.rules)
+
 
 NO_EXPORTS = SignalExports()
 
