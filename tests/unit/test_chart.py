@@ -795,6 +795,17 @@ def test_allowed_spark_conf_and_webhook_networks_reach_the_environment():
     assert EgressPolicy.parse(env["DAGLINE_CALLBACK_ALLOWED_NETWORKS"]).refusal("10.30.1.5", 8443) is None
 
 
+def test_signal_exports_reach_the_environment_as_the_scheduler_reads_them():
+    env = container_env(one(render_chart(), "Deployment")["spec"]["template"]["spec"]["containers"][0])
+    assert "DAGLINE_SIGNAL_EXPORTS" not in env  # no namespace hears another's signals
+    manifests = render_chart({"signals": {"exports": ["a-team/orders.*=team-b,team-c", "a-team/stock.low=*"]}})
+    env = container_env(one(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0])
+    from dagline.domain.signal_exports import parse_exports
+    exports = parse_exports(env["DAGLINE_SIGNAL_EXPORTS"])
+    assert exports.allows("a-team", "orders.ready", "team-c") and exports.allows("a-team", "stock.low", "x")
+    assert not exports.allows("a-team", "orders.ready", "team-x")
+
+
 def _restricted_violations(pod: dict) -> list[str]:
     """What PodSecurity `restricted` (Kubernetes 1.30) would refuse of a SparkPodSpec's security fields."""
     pod_ctx, ctx = pod.get("podSecurityContext") or {}, pod.get("securityContext") or {}
