@@ -209,7 +209,7 @@ def test_the_openapi_document_has_request_bodies_parameters_and_error_answers(db
     post = document["paths"]["/api/v1/signals"]["post"]
     body = post["requestBody"]["content"]["application/json"]["schema"]
     assert body["anyOf"][0]["required"] == ["key"] and body["anyOf"][1]["type"] == "array"
-    assert {p["name"] for p in document["paths"]["/api/v1/signals"]["get"]["parameters"]} == {"key", "since", "limit"}
+    assert {p["name"] for p in document["paths"]["/api/v1/signals"]["get"]["parameters"]} == {"key", "since", "limit", "namespace"}
     seq = document["paths"]["/api/v1/signals/{seq}"]["get"]["parameters"][0]
     assert seq["in"] == "path" and seq["schema"] == {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
     for path, operations in document["paths"].items():

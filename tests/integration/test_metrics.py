@@ -101,8 +101,8 @@ def test_a_replicas_metrics_move_as_it_creates_runs_and_finishes_task_instances(
         assert value(before, "dagline_database_up") == 1
         assert value(before, "dagline_dag_runs_created_total", run_type="scheduled") == 0
         assert value(before, "dagline_task_instances", state="running") == 0
-        assert value(before, "dagline_pool_slots", pool="default") == 128
-        assert value(before, "dagline_pool_slots_free", pool="default") == 128
+        assert value(before, "dagline_pool_slots", pool="default", pool_namespace="") == 128
+        assert value(before, "dagline_pool_slots_free", pool="default", pool_namespace="") == 128
         examined_before = value(before, "dagline_scheduler_loop_phase_duration_seconds_count", phase="examine")
         assert examined_before >= 2  # every loop examines, even when nothing runs
 
@@ -141,7 +141,7 @@ def test_a_replicas_metrics_move_as_it_creates_runs_and_finishes_task_instances(
     assert value(after, "dagline_executor_reports_total", executor="noop", state="success") == 6
     assert value(after, "dagline_executor_reports_total", executor="noop", state="failed") == 1
     assert value(after, "dagline_executor_queue_depth", executor="noop") == 0
-    assert value(after, "dagline_pool_slots_used", pool="default") == 0
+    assert value(after, "dagline_pool_slots_used", pool="default", pool_namespace="") == 0
     # The loop's phases were timed: more examinations than before, and runs were created and queued.
     assert value(after, "dagline_scheduler_loop_phase_duration_seconds_count", phase="examine") > examined_before
     for phase in ("create_runs", "start_runs", "critical_section", "launch", "executor_sync"):

@@ -171,7 +171,7 @@ def test_a_backfill_runs_to_succeeded_and_its_status_counts_up_on_the_way(kube, 
     assert [done for _, _, done in progress] == sorted(done for _, _, done in progress)  # it only counts up
     assert max(running for _, running, _ in progress) == 1  # maxActiveRuns: 1
     [row] = backfill_rows(pg_db)
-    assert row.request_id == final["metadata"]["uid"] and row.state == "completed"
+    assert row.request_id == f"default/{final['metadata']['uid']}" and row.state == "completed"
     backfill_runs = [r for r in run_rows(pg_db, "daily") if r.run_type == "backfill"]
     assert [r.logical_date.day for r in backfill_runs] == [1, 2, 3]
     # While they ran, the backfill's runs had DagRun objects too.
@@ -212,7 +212,7 @@ def test_two_replicas_create_nothing_twice_and_write_the_same_statuses(kube, run
                           what="a status sync pass that writes nothing")
         assert first.cache.get("dags", NS, "daily") and second.cache.get("dags", NS, "daily")
     [row] = backfill_rows(pg_db)
-    assert row.request_id == backfill["metadata"]["uid"] and row.total == 5
+    assert row.request_id == f"default/{backfill['metadata']['uid']}" and row.total == 5
     runs = run_rows(pg_db, "daily")
     assert [r.run_type for r in runs].count("manual") == 1
     assert [r.run_id for r in runs if r.run_type == "manual"] == [f"manual__{manual['metadata']['uid']}"]

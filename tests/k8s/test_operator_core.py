@@ -134,7 +134,8 @@ def test_a_trigger_and_a_backfill_with_one_request_id_are_made_once_by_two_repli
         "run_type, state, dag_version_id, created_at) SELECT 'daily', 'manual__uid-1', :at, :at, :at, :at, "
         "'manual', 'queued', current_version_id, :now FROM dag WHERE dag_id = 'daily'"),
         {"at": now - dt.timedelta(hours=1), "now": now})
-    holder.execute(insert(backfill_t).values(dag_id="daily", request_id="uid-2", from_date=t("2026-03-01"),
+    # a request id is stored within its namespace (`store.backfills.scoped_request_id`)
+    holder.execute(insert(backfill_t).values(dag_id="daily", request_id="default/uid-2", from_date=t("2026-03-01"),
                                              to_date=t("2026-03-02"), reprocess="none", state="running",
                                              created_at=now))
     trigger, triggered = _in_thread(lambda: trigger_run(pg_db, "daily", now=now, logical_date=now - dt.timedelta(

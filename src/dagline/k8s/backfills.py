@@ -29,7 +29,14 @@ from dagline.errors import InvalidInput, OperationFailed
 from dagline.k8s import conditions
 from dagline.k8s.conditions import Outcome
 from dagline.spec import BackfillSpec, format_path
-from dagline.store.backfills import cancel_backfill, create_backfill, find_backfill, resolve_range, set_backfill_paused
+from dagline.store.backfills import (
+    cancel_backfill,
+    create_backfill,
+    find_backfill,
+    resolve_range,
+    scoped_request_id,
+    set_backfill_paused,
+)
 from dagline.store.dags import dag_timezone_and_activity
 from dagline.store.read_models import backfill_run_counts
 
@@ -42,13 +49,14 @@ def ensure_backfill(db: Database, body: Mapping[str, Any], *, now: dt.datetime, 
     """Create the object's backfill if it does not exist yet, apply `spec.paused`, derive the status."""
     meta, status = body.get("metadata") or {}, body.get("status") or {}
     uid, previous = meta["uid"], status.get("conditions")
+    request = scoped_request_id(meta.get("namespace") or "default", uid)  # the object's uid, in its namespace
     with db.begin() as conn:
-        row = find_backfill(conn, uid)
+        row = find_backfill(conn, request)
     if row is not None:
         paused = bool((body.get("spec") or {}).get("paused"))
         if row.is_paused != paused:
             set_backfill_paused(db, row.id, paused, now=now, who=who)
-        return _created(db, uid, now=now, previous=previous)
+        return _created(db, request, now=now, previous=previous)
     try:
         spec = BackfillSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
@@ -83,12 +91,12 @@ def ensure_backfill(db: Database, body: Mapping[str, Any], *, now: dt.datetime, 
                         "succeeded": 0, "failed": 0, "skippedExisting": plan.count("keep_existing")
                         + plan.count("keep_active"), "overridden": plan.count("replace"), "message": message,
                         "conditions": conditions.ready("DryRun", message, now=now, previous=previous)})
-    return _created(db, uid, now=now, previous=previous)
+    return _created(db, request, now=now, previous=previous)
 
 
-def _created(db: Database, uid: str, *, now: dt.datetime, previous) -> Outcome:
+def _created(db: Database, request: str, *, now: dt.datetime, previous) -> Outcome:
     with db.begin() as conn:
-        row = find_backfill(conn, uid)
+        row = find_backfill(conn, request)
         fields = progress(row, backfill_run_counts(conn, [row.id]).get(row.id, {}))
     return Outcome({**fields, "conditions": conditions.ready("Created", f"backfill {row.id}", now=now,
                                                              previous=previous)})
@@ -121,5 +129,6 @@ def progress(row, runs_by_state: Mapping[str, int]) -> dict[str, Any]:
 def cancel_backfill_object(db: Database, body: Mapping[str, Any], *, now: dt.datetime, who: str) -> int:
     """The object was deleted: cancel its backfill (runs not started fail, running ones finish)."""
     with db.begin() as conn:
-        row = find_backfill(conn, (body.get("metadata") or {})["uid"])
+        meta = body.get("metadata") or {}
+        row = find_backfill(conn, scoped_request_id(meta.get("namespace") or "default", meta["uid"]))
     return 0 if row is None else cancel_backfill(db, row.id, now=now, who=who)
