@@ -93,7 +93,7 @@ def test_webhooks_fire_per_dag_and_per_task_with_the_documented_body(db, tmp_pat
     run = runs(db, "hooks")[0]
     assert body == {
         "delivery_id": headers["X-Dagline-Delivery"], "event": "success", "kind": "run", "dag_id": "hooks",
-        "run_id": run["run_id"], "run_type": "manual", "task_id": None, "try_number": None, "state": "success",
+        "namespace": "default", "run_id": run["run_id"], "run_type": "manual", "task_id": None, "try_number": None, "state": "success",
         "occurred_at": "2026-03-01T00:01:00+00:00", "logical_date": "2026-03-01T00:00:00+00:00",
         "data_interval_start": "2026-03-01T00:00:00+00:00", "data_interval_end": "2026-03-01T00:00:00+00:00",
         "deadline": None, "message": None,
@@ -104,6 +104,19 @@ def test_webhooks_fire_per_dag_and_per_task_with_the_documented_body(db, tmp_pat
     assert retry["state"] == "up_for_retry" and "retry 2 of 2" in retry["message"]
     assert {d.state for d in _deliveries(db)} == {"delivered"}
     assert len({d.delivery_id for d in _deliveries(db)}) == 3
+
+
+def test_a_namespaces_dag_is_named_by_its_name_and_namespace_in_the_body(db, tmp_path, receiver):
+    """The body names the DAG as a receiver knows it (issue 38): its name, and its namespace beside it."""
+    from dagline.spec import load_dag_paths
+    from dagline.store.dags import apply_dags
+
+    apply_dags(db, load_dag_paths([write_dag(tmp_path, DAG)], namespace="a-team"), now=t(NOW))
+    trigger_run(db, "a-team/hooks", logical_date=t(NOW), now=t(NOW))
+    clock = FixedClock(t(NOW))
+    _scheduler(db, clock, receiver).run(until_idle=True)
+    [retry] = receiver.bodies()
+    assert (retry["dag_id"], retry["namespace"], retry["task_id"]) == ("hooks", "a-team", "flaky")
 
 
 def test_outbox_rows_are_written_in_the_state_changes_transaction(db, tmp_path):

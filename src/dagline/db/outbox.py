@@ -26,6 +26,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
 
 from dagline.db.models import callback_outbox_t, dag_run_t, dag_version_t
+from dagline.domain import names
 from dagline.domain.callbacks import CallbackEvent, CallbackSpec, event_of_state, listening, payload
 from dagline.domain.states import OutboxState
 from dagline.spec import DagSpec
@@ -171,7 +172,8 @@ def _enqueue(conn: Connection, changes: Sequence[_Change]) -> int:
         for callback in listening(list(callbacks), change.event):
             delivery_id = str(uuid.uuid4())
             body = payload(
-                delivery_id=delivery_id, event=change.event, kind=change.kind, dag_id=run.dag_id, run_id=run.run_id,
+                delivery_id=delivery_id, event=change.event, kind=change.kind, dag_id=names.name_of(run.dag_id),
+                namespace=names.namespace_of(run.dag_id), run_id=run.run_id,
                 run_type=run.run_type, state=change.state, occurred_at=change.at, logical_date=run.logical_date,
                 data_interval_start=run.data_interval_start, data_interval_end=run.data_interval_end,
                 task_id=change.task_id if change.kind == "task" else None,

@@ -202,14 +202,16 @@ def payload(
     *, delivery_id: str, event: CallbackEvent, kind: str, dag_id: str, run_id: str, run_type: str,
     state: str, occurred_at: dt.datetime, logical_date: dt.datetime, data_interval_start: dt.datetime,
     data_interval_end: dt.datetime, task_id: str | None = None, try_number: int | None = None,
-    deadline: dt.datetime | None = None, message: str | None = None,
+    deadline: dt.datetime | None = None, message: str | None = None, namespace: str = "default",
 ) -> dict[str, Any]:
-    """The JSON body every channel gets (README, "Operations"); the same on every redelivery."""
+    """The JSON body every channel gets (docs/how-to/operations.md); the same on every redelivery. `dag_id`
+    is the DAG's name in `namespace`."""
     return {
         "delivery_id": delivery_id,
         "event": event.value,
         "kind": kind,
         "dag_id": dag_id,
+        "namespace": namespace,
         "run_id": run_id,
         "run_type": run_type,
         "task_id": task_id,
