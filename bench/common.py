@@ -19,12 +19,14 @@ from dagline.db.models import replica_t
 PG_URL = os.environ.get("DAGLINE_TEST_POSTGRES_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
 
 
-def fresh_database(kind: str) -> tuple[Database, callable]:
-    """A new, migrated database of `kind` (sqlite or postgres) and a function that drops it."""
+def fresh_database(kind: str, *, migrated: bool = True) -> tuple[Database, callable]:
+    """A new database of `kind` (sqlite or postgres), migrated unless `migrated` is False (empty), and a
+    function that drops it."""
     if kind == "sqlite":
         folder = tempfile.mkdtemp(prefix="dagline-bench-")
         db = Database(f"sqlite:///{folder}/bench.db")
-        upgrade(db)
+        if migrated:
+            upgrade(db)
 
         def remove():
             db.dispose()
@@ -37,7 +39,8 @@ def fresh_database(kind: str) -> tuple[Database, callable]:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     url = normalize_url(PG_URL).rsplit("/", 1)[0] + f"/{name}"
     db = Database(url)
-    upgrade(db)
+    if migrated:
+        upgrade(db)
 
     def drop():
         db.dispose()

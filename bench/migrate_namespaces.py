@@ -22,38 +22,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from sqlalchemy import func, select, text  # noqa: E402
+from sqlalchemy import func, select  # noqa: E402
 
-from bench.common import PG_URL  # noqa: E402
-from dagline.db.engine import Database, normalize_url  # noqa: E402
+from bench.common import fresh_database  # noqa: E402
 from dagline.db.models import Base  # noqa: E402
 from tests.helpers.old_release import DAGS, create_old_schema, seed  # noqa: E402
-
-
-def empty_database(kind: str):
-    import shutil
-    import tempfile
-    import uuid
-
-    from sqlalchemy import create_engine
-
-    if kind == "sqlite":
-        folder = tempfile.mkdtemp(prefix="dagline-bench-")
-        db = Database(f"sqlite:///{folder}/old.db")
-        return db, lambda: (db.dispose(), shutil.rmtree(folder, ignore_errors=True))
-    admin = create_engine(normalize_url(PG_URL), isolation_level="AUTOCOMMIT")
-    name = f"dagline_bench_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    db = Database(normalize_url(PG_URL).rsplit("/", 1)[0] + f"/{name}")
-
-    def drop():
-        db.dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-    return db, drop
 
 
 def counts(db) -> dict[str, int]:
@@ -68,7 +41,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--tasks", type=int, default=10)
     args = parser.parse_args()
-    db, drop = empty_database(args.db)
+    db, drop = fresh_database(args.db, migrated=False)
     try:
         create_old_schema(db)
         began = time.perf_counter()

@@ -26,10 +26,13 @@ def database_url(name: str) -> str:
     return PG_URL.rsplit("/", 1)[0] + f"/{name}"
 
 
-def make_pg_database(pg_admin) -> tuple[Database, callable]:
+def make_pg_database(pg_admin, *, migrated: bool = True) -> tuple[Database, callable]:
+    """A new database on the test server, migrated (a copy of the template) unless `migrated` is False
+    (empty), and a function that drops it."""
     name = f"dagline_t_{uuid.uuid4().hex[:10]}"
+    template = f' TEMPLATE "{TEMPLATE}"' if migrated else ""
     with pg_admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"'))
+        conn.execute(text(f'CREATE DATABASE "{name}"{template}'))
     db = Database(database_url(name))
 
     def drop():

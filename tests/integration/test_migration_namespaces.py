@@ -5,7 +5,6 @@ on SQLite and PostgreSQL without losing a row; each DAG keeps the namespace it h
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 from sqlalchemy import func, select, text
@@ -14,7 +13,7 @@ from dagline.db.engine import Database, upgrade
 from dagline.db.models import Base, dag_run_t, dag_t, pool_t, signal_t, ti_t
 from tests.helpers.cli import cli
 from tests.helpers.old_release import DAGS, create_old_schema, seed
-from tests.helpers.postgres import database_url
+from tests.helpers.postgres import make_pg_database
 
 RUNS, TASKS = 4, 3
 
@@ -26,16 +25,7 @@ def old_db(request, tmp_path):
         db = Database(f"sqlite:///{tmp_path}/old.db")
         drop = db.dispose
     else:
-        admin = request.getfixturevalue("pg_admin")
-        name = f"dagline_old_{uuid.uuid4().hex[:10]}"
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        db = Database(database_url(name))
-
-        def drop():
-            db.dispose()
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        db, drop = make_pg_database(request.getfixturevalue("pg_admin"), migrated=False)
     create_old_schema(db)
     seed(db, runs_per_dag=RUNS, tasks=TASKS)
     yield db

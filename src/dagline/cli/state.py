@@ -29,6 +29,7 @@ from dagline.cli.base import (
     show_rows,
 )
 from dagline.cli.display import for_people
+from dagline.domain import names
 from dagline.domain.states import RunState, TIState
 from dagline.errors import InvalidInput, NotFound, OperationFailed
 from dagline.executors import resolve_log_folder
@@ -90,7 +91,6 @@ def _deadline_text(row: dict, timezone: str) -> str | None:
 def runs_show(obj: Context, run_ref, as_json, now):
     """One run: its fields and conf, its task instances with durations and why each one that is not
     running or finished waits, its neighbours on the timeline."""
-    from dagline.store.dags import dag_namespaces
     from dagline.store.read_models import run_detail
     from dagline.store.runs import find_run
     from dagline.store.waiting import task_reasons
@@ -100,9 +100,8 @@ def runs_show(obj: Context, run_ref, as_json, now):
         data = run_detail(conn, run)
         reasons = task_reasons(conn, run, now=make_clock(now).now())  # the scheduler's own words
         zone = dag_timezone_of(conn, data["dag_id"])
-        owner = dag_namespaces(conn, [data["dag_id"]]).get(data["dag_id"])
     data["tasks"] = [{**task, "reason": reasons.get(task["task_id"])} for task in data["tasks"]]
-    data["namespace"] = owner  # the DAG's (null for a file's DAG), last so the fields before keep their order
+    data["namespace"] = names.namespace_of(data["dag_id"])  # its key says whose; last, so the order stays
     if as_json:
         emit_json(data)
         return
@@ -161,7 +160,6 @@ def tasks():
 def tasks_list(obj: Context, run_ref, limit, as_json, now):
     """The task instances of a run, and why each one that is not running or finished waits (times in
     the DAG's zone; JSON in UTC)."""
-    from dagline.store.dags import dag_namespaces
     from dagline.store.read_models import list_tasks
     from dagline.store.runs import find_run
     from dagline.store.waiting import task_reasons
@@ -171,7 +169,7 @@ def tasks_list(obj: Context, run_ref, limit, as_json, now):
         rows = list_tasks(conn, run.id)
         zone = dag_timezone_of(conn, run.dag_id)
         reasons = task_reasons(conn, run, now=make_clock(now).now())  # the scheduler's own words
-        owner = dag_namespaces(conn, [run.dag_id]).get(run.dag_id)
+    owner = names.namespace_of(run.dag_id)  # the run's key says whose
     rows = [{**row, "reason": reasons.get(row["task_id"]), "namespace": owner} for row in rows]
     if not as_json:
         rows = [{**r, "deadline": _deadline_text(r, zone)} for r in rows]

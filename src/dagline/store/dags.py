@@ -450,14 +450,6 @@ def dag_timezone_and_activity(conn: Connection, dag_id: str, *, with_paused: boo
     return conn.execute(select(*columns).where(dag_t.c.dag_id == dag_id)).first()
 
 
-def dag_namespaces(conn: Connection, dag_ids: Iterable[str]) -> dict[str, str | None]:
-    """dag_id -> the namespace owning the stored DAG (None: a file's DAG), for those of `dag_ids` stored."""
-    wanted = sorted(set(dag_ids))
-    if not wanted:
-        return {}
-    return dict(conn.execute(select(dag_t.c.dag_id, dag_t.c.namespace).where(dag_t.c.dag_id.in_(wanted))).all())
-
-
 def active_object_dags(conn: Connection, namespace: str | None) -> dict[str, str]:
     """dag_id -> `k8s://<namespace>/<name>` of the active DAGs a Kubernetes object defines, in `namespace`
     (None: every namespace): what a listing of DAG objects is compared with."""

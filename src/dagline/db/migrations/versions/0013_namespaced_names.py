@@ -70,21 +70,27 @@ def _widen_and_tighten_sqlite(bind) -> None:
     bind.exec_driver_sql('PRAGMA writable_schema=OFF')
 
 
-def _rekey_dags(bind) -> None:
-    """Each DAG of a namespace other than `default` under `namespace/name`, everywhere."""
-    dag = sa.table('dag', sa.column('dag_id'), sa.column('namespace'))
-    moved = bind.execute(sa.select(dag.c.dag_id, dag.c.namespace)
-                         .where(dag.c.namespace.is_not(None), dag.c.namespace != DEFAULT)).all()
+def _move_dags(bind, moves: list[tuple[str, str]]) -> None:
+    """Each DAG `old` under the key `new`: its row copied under the new key, every row naming it moved,
+    the old row deleted (the foreign keys to `dag` hold throughout, on both databases)."""
+    dag = sa.table('dag', sa.column('dag_id'))
     columns = [c['name'] for c in sa.inspect(bind).get_columns('dag')]
     listed = ', '.join(c for c in columns if c != 'dag_id')
-    for old, namespace in moved:
-        new = _qualify(namespace, old)
+    for old, new in moves:
         bind.execute(sa.text(f'INSERT INTO dag (dag_id, {listed}) SELECT :new, {listed} FROM dag WHERE dag_id = :old'),
                      {'new': new, 'old': old})
         for table in DAG_KEY_TABLES:
             t = sa.table(table, sa.column('dag_id'))
             bind.execute(sa.update(t).where(t.c.dag_id == old).values(dag_id=new))
         bind.execute(sa.delete(dag).where(dag.c.dag_id == old))
+
+
+def _rekey_dags(bind) -> None:
+    """Each DAG of a namespace other than `default` under `namespace/name`, everywhere."""
+    dag = sa.table('dag', sa.column('dag_id'), sa.column('namespace'))
+    moved = bind.execute(sa.select(dag.c.dag_id, dag.c.namespace)
+                         .where(dag.c.namespace.is_not(None), dag.c.namespace != DEFAULT)).all()
+    _move_dags(bind, [(old, _qualify(namespace, old)) for old, namespace in moved])
     bind.execute(sa.update(dag).where(dag.c.namespace.is_(None)).values(namespace=DEFAULT))
 
 
@@ -164,16 +170,7 @@ def _unkey_dags(bind) -> None:
     if clashes:
         raise RuntimeError(f'cannot go back before 0013: DAG name(s) {", ".join(clashes)} exist in several '
                            'namespaces, which the older schema cannot hold; restore a backup instead')
-    columns = [c['name'] for c in sa.inspect(bind).get_columns('dag')]
-    listed = ', '.join(c for c in columns if c != 'dag_id')
-    for key, _ in moved:
-        name = key.split('/', 1)[1]
-        bind.execute(sa.text(f'INSERT INTO dag (dag_id, {listed}) SELECT :new, {listed} FROM dag WHERE dag_id = :old'),
-                     {'new': name, 'old': key})
-        for table in DAG_KEY_TABLES:
-            t = sa.table(table, sa.column('dag_id'))
-            bind.execute(sa.update(t).where(t.c.dag_id == key).values(dag_id=name))
-        bind.execute(sa.delete(dag).where(dag.c.dag_id == key))
+    _move_dags(bind, [(key, key.split('/', 1)[1]) for key, _ in moved])
     # a DAG of a file belonged to no namespace before 0013
     bind.execute(sa.text("UPDATE dag SET namespace = NULL WHERE namespace = 'default' AND "
                          "(source_path IS NULL OR source_path NOT LIKE 'k8s://%')"))
