@@ -39,11 +39,11 @@ from dagline.times import isoformat
 SCHEDULE_DRIVING_TYPES = (RunType.SCHEDULED, RunType.BACKFILL)
 
 
-
 def platform_pool_names(conn: Connection) -> frozenset[str]:
     """The names of the platform's pools (one small query: what `names.resolve_pool` needs, once per
     transaction; `dagline.store.pools` keeps the pools)."""
     return frozenset(conn.execute(select(pool_t.c.name).where(pool_t.c.namespace.is_(None))).scalars())
+
 
 def on_timeline():
     """The runs on a timeline: not `overridden` and not a test run (`dagline dags test` makes runs that
