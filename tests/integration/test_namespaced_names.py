@@ -200,3 +200,20 @@ def test_apply_warns_of_a_rule_on_another_namespaces_key_that_is_not_exported(db
     assert "does not export 'orders.ready' to 'team-b'" in warned.stderr
     monkeypatch.setenv("DAGLINE_SIGNAL_EXPORTS", "a-team/orders.*=team-b")
     assert "does not export" not in cli(db, "dags", "apply", str(tmp_path), "--namespace", B).stderr
+
+
+def test_bad_names_are_refused_naming_the_field_and_nothing_is_stored(two_teams, tmp_path):
+    db = two_teams
+    before = snapshot(db)
+    contradicted = cli(db, "dags", "trigger", f"{A}/etl", "--namespace", B, "--now", NOW, expect=2)
+    assert "DAG_ID" in contradicted.output and "--namespace says 'team-b'" in contradicted.output
+    bad_namespace = cli(db, "dags", "trigger", "Bad_NS/etl", "--now", NOW, expect=2)
+    assert "DAG_ID" in bad_namespace.output
+    assert "may not contain '/'" in cli(db, "pools", "set", f"{A}/spark", "2", expect=2).output
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "etl.yaml").write_text(_etl().replace("spark: {mainApplicationFile: job.py}",
+                                                              "pool: a-team/spark\n      spark: {mainApplicationFile: job.py}"))
+    (tmp_path / "bad" / "job.py").write_text("print('hi')\n")
+    refused = cli(db, "dags", "apply", str(tmp_path / "bad"), "--namespace", B, expect=2)
+    assert "spec.tasks[0].pool" in refused.output and "may not contain '/'" in refused.output
+    assert snapshot(db) == before
